@@ -1,0 +1,477 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	informers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
+	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
+)
+
+const controllerAgentName = "sample-controller"
+
+// fieldManager names this controller in the managedFields of what it writes.
+const fieldManager = controllerAgentName
+
+// Reasons of the events the controller records on a Foo. Events mark changes; a sync
+// that changes nothing records none.
+const (
+	// EventDeploymentCreated: the Foo's Deployment was created.
+	EventDeploymentCreated = "DeploymentCreated"
+	// EventDeploymentUpdated: the Deployment was changed back to what the Foo asks for.
+	EventDeploymentUpdated = "DeploymentUpdated"
+	// EventDeploymentDeleted: a Deployment left under the Foo's previous
+	// deploymentName was deleted.
+	EventDeploymentDeleted = "DeploymentDeleted"
+	// EventDeploymentNotOwned: the Deployment name is taken by a Deployment the Foo
+	// does not control; the controller leaves it alone.
+	EventDeploymentNotOwned = "DeploymentNotOwned"
+)
+
+// byControllerUID indexes the cached Deployments by the UID of the Foo that controls
+// them, so a sync finds a Foo's Deployments without scanning its namespace.
+const byControllerUID = "byControllerUID"
+
+// notOwnedRecheckInterval is how often a Foo whose Deployment name is taken looks
+// again. The taken Deployment is not in the filtered cache, so no event would tell
+// the controller that it went away.
+const notOwnedRecheckInterval = time.Minute
+
+// syncTimeout bounds one sync. Syncs run on a context that shutdown does not cancel,
+// so in-flight work finishes; this keeps a hung request from holding shutdown forever.
+const syncTimeout = 30 * time.Second
+
+// errNotOwned reports that the Foo's Deployment name belongs to someone else.
+var errNotOwned = errors.New("deployment is not controlled by the Foo")
+
+// Controller keeps, for every Foo, a Deployment that matches the Foo's spec, and
+// reports the Deployment's progress in the Foo's status.
+type Controller struct {
+	// Writes go through the clientsets.
+	kubeclientset   kubernetes.Interface
+	sampleclientset clientset.Interface
+
+	// Reads come from the informers' caches.
+	deploymentsLister  appslisters.DeploymentLister
+	deploymentsIndexer cache.Indexer
+	deploymentsSynced  cache.InformerSynced
+	foosLister         listers.FooLister
+	foosSynced         cache.InformerSynced
+
+	// workqueue holds the names of Foos to sync. It is rate limited so that a Foo
+	// that keeps failing backs off, and it never holds one name twice, so a burst of
+	// events for one Foo costs a single sync.
+	workqueue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	recorder  events.EventRecorder
+	clock     clock.PassiveClock
+}
+
+// NewController wires the controller to its informers. The Deployment informer
+// should list only the Deployments the controller manages (see newInformerFactories).
+func NewController(
+	ctx context.Context,
+	kubeclientset kubernetes.Interface,
+	sampleclientset clientset.Interface,
+	deploymentInformer appsinformers.DeploymentInformer,
+	fooInformer informers.FooInformer,
+	recorder events.EventRecorder,
+) (*Controller, error) {
+	c := &Controller{
+		kubeclientset:      kubeclientset,
+		sampleclientset:    sampleclientset,
+		deploymentsLister:  deploymentInformer.Lister(),
+		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
+		foosLister:         fooInformer.Lister(),
+		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos"},
+		),
+		recorder: recorder,
+		clock:    clock.RealClock{},
+	}
+
+	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
+		return nil, fmt.Errorf("adding the Deployment index: %w", err)
+	}
+
+	fooRegistration, err := fooInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueFoo,
+		UpdateFunc: func(old, new any) {
+			// A resync replays every cached Foo; one whose resourceVersion did not
+			// change has nothing new to act on.
+			if sameResourceVersion(old, new) {
+				return
+			}
+			c.enqueueFoo(new)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding the Foo event handler: %w", err)
+	}
+
+	deploymentRegistration, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.handleObject(ctx, obj) },
+		UpdateFunc: func(old, new any) {
+			if sameResourceVersion(old, new) {
+				return
+			}
+			c.handleObject(ctx, new)
+		},
+		DeleteFunc: func(obj any) { c.handleObject(ctx, obj) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding the Deployment event handler: %w", err)
+	}
+
+	// The registrations are synced once the informer has synced and the handlers
+	// have seen every object of the initial list.
+	c.foosSynced = fooRegistration.HasSynced
+	c.deploymentsSynced = deploymentRegistration.HasSynced
+	return c, nil
+}
+
+// enqueueFoo puts a Foo's name on the work queue.
+func (c *Controller) enqueueFoo(obj any) {
+	foo, ok := obj.(*samplev1alpha1.Foo)
+	if !ok {
+		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
+		return
+	}
+	c.workqueue.Add(cache.MetaObjectToName(foo))
+}
+
+// handleObject enqueues the Foo that controls a Deployment that was added, changed or
+// deleted. Objects controlled by anything else are ignored.
+func (c *Controller) handleObject(ctx context.Context, obj any) {
+	logger := klog.FromContext(ctx)
+	object, ok := obj.(metav1.Object)
+	if !ok {
+		// A deletion the informer missed arrives as a tombstone holding the last
+		// state it knew.
+		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
+		if !ok {
+			utilruntime.HandleErrorWithContext(ctx, nil, "Error decoding object, invalid type", "type", fmt.Sprintf("%T", obj))
+			return
+		}
+		object, ok = tombstone.Obj.(metav1.Object)
+		if !ok {
+			utilruntime.HandleErrorWithContext(ctx, nil, "Error decoding object tombstone, invalid type", "type", fmt.Sprintf("%T", tombstone.Obj))
+			return
+		}
+	}
+	ref := metav1.GetControllerOf(object)
+	if !isFooRef(ref) {
+		return
+	}
+	foo, err := c.foosLister.Foos(object.GetNamespace()).Get(ref.Name)
+	if err != nil || foo.UID != ref.UID {
+		logger.V(4).Info("Ignoring Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
+		return
+	}
+	c.enqueueFoo(foo)
+}
+
+// Run waits for the caches to sync, then runs workers until ctx is cancelled. On
+// cancellation it stops taking new work, lets in-flight syncs finish, and returns
+// once every worker has exited.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	defer c.workqueue.ShutDown()
+	logger := klog.FromContext(ctx)
+
+	logger.Info("Starting Foo controller")
+	logger.Info("Waiting for informer caches to sync")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.deploymentsSynced, c.foosSynced) {
+		return errors.New("caches did not sync before shutdown")
+	}
+
+	logger.Info("Starting workers", "count", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+
+	<-ctx.Done()
+	logger.Info("Shutting down workers")
+	c.workqueue.ShutDown()
+	wg.Wait()
+	logger.Info("Workers stopped")
+	return nil
+}
+
+// runWorker processes work items until the queue shuts down.
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+// processNextWorkItem syncs one Foo. A failed sync is retried with per-item
+// exponential backoff; a successful one resets the backoff.
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.workqueue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.workqueue.Done(key)
+	if ctx.Err() != nil {
+		// Shutting down: leave queued work for the next leader or process.
+		return false
+	}
+
+	syncCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), syncTimeout)
+	defer cancel()
+	err := c.syncHandler(syncCtx, key)
+	switch {
+	case err == nil:
+		c.workqueue.Forget(key)
+	case apierrors.IsConflict(err):
+		// The cache was behind the server; the informer is about to catch up.
+		klog.FromContext(ctx).V(4).Info("Conflict while syncing, retrying", "foo", key, "err", err)
+		c.workqueue.AddRateLimited(key)
+	default:
+		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Foo, requeuing", "foo", key)
+		c.workqueue.AddRateLimited(key)
+	}
+	return true
+}
+
+// syncHandler brings the Deployment of the named Foo in line with the Foo's spec and
+// writes the Foo's status. It writes nothing when nothing differs.
+func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "foo", klog.KRef(key.Namespace, key.Name))
+	ctx = klog.NewContext(ctx, logger)
+
+	foo, err := c.foosLister.Foos(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		// Deleted: the garbage collector removes its Deployments.
+		logger.V(4).Info("Foo no longer exists")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if foo.DeletionTimestamp != nil {
+		// Being deleted, perhaps in the foreground: recreating its Deployment would
+		// fight the garbage collector.
+		return nil
+	}
+
+	deployment, err := c.syncDeployment(ctx, foo)
+	if errors.Is(err, errNotOwned) {
+		if !notOwnedReported(foo) {
+			c.recorder.Eventf(foo, deployment, corev1.EventTypeWarning, EventDeploymentNotOwned, "Sync", notOwnedMessage(foo))
+			logger.Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(deployment))
+		}
+		c.workqueue.AddAfter(key, notOwnedRecheckInterval)
+		return c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+			return newNotOwnedStatus(foo, metav1.NewTime(c.clock.Now()))
+		})
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.deleteStaleDeployments(ctx, foo); err != nil {
+		return err
+	}
+	return c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+		return newFooStatus(foo, deployment, metav1.NewTime(c.clock.Now()))
+	})
+}
+
+// syncDeployment makes sure the Deployment named in foo's spec exists and matches the
+// spec, and returns it. When that name is taken by a Deployment foo does not control,
+// it returns that Deployment with errNotOwned and changes nothing.
+func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
+	deployment, err := c.deploymentsLister.Deployments(foo.Namespace).Get(foo.Spec.DeploymentName)
+	if apierrors.IsNotFound(err) {
+		deployment, err = c.createDeployment(ctx, foo)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !metav1.IsControlledBy(deployment, foo) {
+		return deployment, errNotOwned
+	}
+	if deployment.DeletionTimestamp != nil {
+		// Its deletion event will bring the Foo back to create a new one.
+		return deployment, nil
+	}
+
+	updated, changed := reconcileDeployment(foo, deployment)
+	if !changed {
+		return deployment, nil
+	}
+	deployment, err = c.kubeclientset.AppsV1().Deployments(foo.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+	}
+	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(deployment))
+	c.recorder.Eventf(foo, deployment, corev1.EventTypeNormal, EventDeploymentUpdated, "Update",
+		"Updated Deployment %q to match the Foo's spec", deployment.Name)
+	return deployment, nil
+}
+
+// createDeployment creates foo's Deployment, which is not in the cache. The cache holds
+// only Deployments this controller labelled, so the name may still be taken on the
+// server: then it returns the Deployment found there, for the caller to judge.
+func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
+	deployments := c.kubeclientset.AppsV1().Deployments(foo.Namespace)
+	if notOwnedReported(foo) {
+		// Known to be taken at the last look: check before trying to create.
+		existing, err := deployments.Get(ctx, foo.Spec.DeploymentName, metav1.GetOptions{})
+		if err == nil {
+			return existing, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("getting Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+		}
+	}
+
+	created, err := deployments.Create(ctx, newDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
+	if err == nil {
+		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
+		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, EventDeploymentCreated, "Create",
+			"Created Deployment %q", created.Name)
+		return created, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+	}
+	existing, err := deployments.Get(ctx, foo.Spec.DeploymentName, metav1.GetOptions{})
+	if err != nil {
+		// Including NotFound: it was deleted in between, and the retry creates it.
+		return nil, fmt.Errorf("getting Deployment %s/%s that already exists: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+	}
+	return existing, nil
+}
+
+// deleteStaleDeployments deletes the Deployments foo controls under a name other than
+// its current deploymentName: those left behind when the name changed.
+func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1alpha1.Foo) error {
+	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
+	if err != nil {
+		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	}
+	for _, obj := range owned {
+		d := obj.(*appsv1.Deployment)
+		if d.Name == foo.Spec.DeploymentName || d.DeletionTimestamp != nil {
+			continue
+		}
+		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name, metav1.DeleteOptions{
+			// Never delete a different Deployment that took the name meanwhile.
+			Preconditions: &metav1.Preconditions{UID: &d.UID},
+		})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("deleting Deployment %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		klog.FromContext(ctx).Info("Deleted Deployment left under a previous deploymentName", "deployment", klog.KObj(d))
+		c.recorder.Eventf(foo, d, corev1.EventTypeNormal, EventDeploymentDeleted, "Delete",
+			"Deleted Deployment %q, replaced by %q", d.Name, foo.Spec.DeploymentName)
+	}
+	return nil
+}
+
+// updateFooStatus writes the status that compute derives from a Foo, unless the Foo
+// already has it. On a conflict it retries with the Foo as the server has it now.
+func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Foo, compute func(*samplev1alpha1.Foo) samplev1alpha1.FooStatus) error {
+	status := compute(foo)
+	if equality.Semantic.DeepEqual(foo.Status, status) {
+		return nil
+	}
+	foos := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace)
+	generation := foo.Generation
+	attempt := 0
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if attempt++; attempt > 1 {
+			fresh, err := foos.Get(ctx, foo.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if fresh.Generation != generation || fresh.DeletionTimestamp != nil {
+				// The spec changed since this sync read it; the informer brings the
+				// new Foo back to the queue, and that sync writes the status.
+				return nil
+			}
+			foo, status = fresh, compute(fresh)
+			if equality.Semantic.DeepEqual(foo.Status, status) {
+				return nil
+			}
+		}
+		updated := foo.DeepCopy()
+		updated.Status = status
+		_, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("updating the status of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	}
+	return nil
+}
+
+// notOwnedReported tells whether foo's status already says that its current
+// deploymentName is taken.
+func notOwnedReported(foo *samplev1alpha1.Foo) bool {
+	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+	return ready != nil && ready.Reason == samplev1alpha1.ReasonDeploymentNotOwned && ready.Message == notOwnedMessage(foo)
+}
+
+// isFooRef tells whether an owner reference points at a Foo, by API group and kind: a
+// kind named Foo in another group is not ours.
+func isFooRef(ref *metav1.OwnerReference) bool {
+	if ref == nil || ref.Kind != fooGVK.Kind {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == samplecontroller.GroupName
+}
+
+// indexByControllerUID is the index function of byControllerUID.
+func indexByControllerUID(obj any) ([]string, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOf(d); isFooRef(ref) {
+		return []string{string(ref.UID)}, nil
+	}
+	return nil, nil
+}
+
+// sameResourceVersion tells whether an update event carries no change, as during a
+// resync.
+func sameResourceVersion(old, new any) bool {
+	o, err1 := meta.Accessor(old)
+	n, err2 := meta.Accessor(new)
+	return err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion()
+}

@@ -1,0 +1,756 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
+)
+
+// newFoo returns a Foo named name in namespace default, whose deploymentName is name.
+func newFoo(name string, replicas *int32) *samplev1alpha1.Foo {
+	return &samplev1alpha1.Foo{
+		TypeMeta: metav1.TypeMeta{APIVersion: samplev1alpha1.SchemeGroupVersion.String(), Kind: "Foo"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       metav1.NamespaceDefault,
+			UID:             types.UID(name + "-uid"),
+			Generation:      1,
+			ResourceVersion: "1",
+		},
+		Spec: samplev1alpha1.FooSpec{DeploymentName: name, Replicas: replicas},
+	}
+}
+
+// availableDeployment returns foo's Deployment as it looks once every replica is up.
+func availableDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
+	d := newDeployment(foo)
+	d.UID = types.UID(d.Name + "-deployment-uid")
+	d.ResourceVersion = "1"
+	d.Generation = 1
+	n := desiredReplicas(foo)
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	return d
+}
+
+// withStatus returns foo with the status the controller computes from d.
+func withStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment) *samplev1alpha1.Foo {
+	foo = foo.DeepCopy()
+	foo.Status = newFooStatus(foo, d, now)
+	return foo
+}
+
+// foreignDeployment returns a Deployment named name that something else controls.
+func foreignDeployment(name string, labels map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: metav1.NamespaceDefault, UID: "foreign-uid", ResourceVersion: "7", Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Foo", Name: name, UID: "other", Controller: ptr.To(true)}},
+		},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](5)},
+	}
+}
+
+var (
+	deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	foosResource        = samplev1alpha1.SchemeGroupVersion.WithResource("foos")
+)
+
+// fixture is a controller on fake clientsets whose caches are filled by hand.
+type fixture struct {
+	t          *testing.T
+	kubeclient *k8sfake.Clientset
+	client     *fake.Clientset
+	controller *Controller
+	recorder   *events.FakeRecorder
+}
+
+// newFixture builds a controller whose caches hold foos and cached, and whose fake
+// API server holds those plus serverOnly: Deployments the filtered cache cannot see.
+func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*appsv1.Deployment) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	var kubeObjects, sampleObjects []runtime.Object
+	for _, d := range append(append([]*appsv1.Deployment{}, cached...), serverOnly...) {
+		kubeObjects = append(kubeObjects, d.DeepCopy())
+	}
+	for _, foo := range foos {
+		sampleObjects = append(sampleObjects, foo.DeepCopy())
+	}
+	f := &fixture{
+		t:          t,
+		kubeclient: k8sfake.NewClientset(kubeObjects...),
+		client:     fake.NewClientset(sampleObjects...),
+		recorder:   events.NewFakeRecorder(100),
+	}
+	kubeFactory, sampleFactory := newInformerFactories(f.kubeclient, f.client, "", 0)
+	c, err := NewController(ctx, f.kubeclient, f.client,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), f.recorder)
+	if err != nil {
+		t.Fatalf("NewController: %v", err)
+	}
+	c.clock = testingclock.NewFakePassiveClock(now.Time)
+	for _, foo := range foos {
+		if err := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer().GetIndexer().Add(foo.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range cached {
+		if err := kubeFactory.Apps().V1().Deployments().Informer().GetIndexer().Add(d.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.controller = c
+	t.Cleanup(c.workqueue.ShutDown)
+	return f
+}
+
+// sync runs one sync of foo and returns its error.
+func (f *fixture) sync(foo *samplev1alpha1.Foo) error {
+	_, ctx := ktesting.NewTestContext(f.t)
+	return f.controller.syncHandler(ctx, cache.MetaObjectToName(foo))
+}
+
+// action is an expected API request: verb, resource, subresource, name, and for
+// creates and updates the object sent.
+type action struct {
+	verb, subresource string
+	resource          schema.GroupVersionResource
+	name              string
+	object            runtime.Object
+}
+
+func create(obj runtime.Object) action {
+	return action{verb: "create", resource: resourceOf(obj), name: nameOf(obj), object: obj}
+}
+func update(obj runtime.Object) action {
+	return action{verb: "update", resource: resourceOf(obj), name: nameOf(obj), object: obj}
+}
+func updateStatus(foo *samplev1alpha1.Foo) action {
+	return action{verb: "update", subresource: "status", resource: foosResource, name: foo.Name, object: foo}
+}
+func get(resource schema.GroupVersionResource, name string) action {
+	return action{verb: "get", resource: resource, name: name}
+}
+func del(resource schema.GroupVersionResource, name string) action {
+	return action{verb: "delete", resource: resource, name: name}
+}
+
+func resourceOf(obj runtime.Object) schema.GroupVersionResource {
+	if _, ok := obj.(*appsv1.Deployment); ok {
+		return deploymentsResource
+	}
+	return foosResource
+}
+
+func nameOf(obj runtime.Object) string {
+	m, _ := obj.(metav1.Object)
+	return m.GetName()
+}
+
+// checkActions asserts that the fake clientsets saw exactly want, in order.
+func (f *fixture) checkActions(want []action) {
+	f.t.Helper()
+	got := append(append([]core.Action{}, f.kubeclient.Actions()...), f.client.Actions()...)
+	if len(got) != len(want) {
+		var names []string
+		for _, a := range got {
+			names = append(names, fmt.Sprintf("%s %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource()))
+		}
+		f.t.Fatalf("got %d actions %v, want %d", len(got), names, len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.GetVerb() != w.verb || g.GetResource() != w.resource || g.GetSubresource() != w.subresource {
+			f.t.Errorf("action %d: got %s %s/%s, want %s %s/%s", i, g.GetVerb(), g.GetResource().Resource, g.GetSubresource(), w.verb, w.resource.Resource, w.subresource)
+			continue
+		}
+		var name string
+		var object runtime.Object
+		switch g := g.(type) {
+		case core.CreateAction:
+			object = g.GetObject()
+			name = nameOf(object)
+		case core.UpdateAction:
+			object = g.GetObject()
+			name = nameOf(object)
+		case core.GetAction:
+			name = g.GetName()
+		case core.DeleteAction:
+			name = g.GetName()
+		}
+		if name != w.name {
+			f.t.Errorf("action %d (%s %s): name %q, want %q", i, w.verb, w.resource.Resource, name, w.name)
+		}
+		if w.object != nil {
+			if diff := cmp.Diff(w.object, object); diff != "" {
+				f.t.Errorf("action %d (%s %s): object mismatch (-want +got):\n%s", i, w.verb, w.resource.Resource, diff)
+			}
+		}
+	}
+}
+
+// checkEvents asserts that the recorder saw exactly want, in order.
+func (f *fixture) checkEvents(want ...string) {
+	f.t.Helper()
+	var got []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			got = append(got, e)
+			continue
+		default:
+		}
+		break
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		f.t.Errorf("events mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestSyncHandler(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](2))
+	ready := availableDeployment(foo)
+	readyFoo := withStatus(foo, ready)
+
+	tests := []struct {
+		name       string
+		foo        *samplev1alpha1.Foo // in the cache and on the server; nil for none
+		cached     []*appsv1.Deployment
+		serverOnly []*appsv1.Deployment
+		setup      func(f *fixture)
+		synced     *samplev1alpha1.Foo // the Foo synced, when foo is nil
+		want       []action
+		wantEvents []string
+		wantErr    bool
+	}{{
+		name: "creates the deployment and reports progress",
+		foo:  foo,
+		want: []action{
+			create(newDeployment(foo)),
+			updateStatus(withStatus(foo, newDeployment(foo))),
+		},
+		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
+	}, {
+		name:   "nothing to do makes no API calls",
+		foo:    readyFoo,
+		cached: []*appsv1.Deployment{ready},
+	}, {
+		name:   "reports readiness once the deployment is available",
+		foo:    withStatus(foo, newDeployment(foo)),
+		cached: []*appsv1.Deployment{ready},
+		want:   []action{updateStatus(readyFoo)},
+	}, {
+		name: "reverts replicas drift",
+		foo:  readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Replicas = ptr.To[int32](9)
+		})},
+		want:       []action{update(ready)},
+		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+	}, {
+		name: "reverts image drift",
+		foo:  readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "httpd"
+		})},
+		want:       []action{update(ready)},
+		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+	}, {
+		name: "reverts label drift and keeps labels others added",
+		foo:  readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Labels = map[string]string{fooUIDLabel: "stale", "team": "blue"}
+		})},
+		want: []action{update(modified(ready, func(d *appsv1.Deployment) {
+			d.Labels = map[string]string{fooUIDLabel: "web-uid", "team": "blue"}
+		}))},
+		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+	}, {
+		name: "keeps the rollout restart annotation when nothing else differs",
+		foo:  readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
+		})},
+	}, {
+		name: "keeps the rollout restart annotation while reverting drift",
+		foo:  readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
+			d.Spec.Replicas = ptr.To[int32](1)
+		})},
+		want: []action{update(modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
+		}))},
+		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+	}, {
+		name:   "leaves a foreign deployment in the cache alone and says so",
+		foo:    foo,
+		cached: []*appsv1.Deployment{foreignDeployment("web", map[string]string{fooUIDLabel: "x"})},
+		want: []action{updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+			f.Status = newNotOwnedStatus(f, now)
+		}))},
+		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
+	}, {
+		name:       "leaves a foreign deployment only on the server alone and says so",
+		foo:        foo,
+		serverOnly: []*appsv1.Deployment{foreignDeployment("web", nil)},
+		want: []action{
+			create(newDeployment(foo)),
+			get(deploymentsResource, "web"),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newNotOwnedStatus(f, now) })),
+		},
+		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
+	}, {
+		name:       "a reported conflict is looked at again without a write or an event",
+		foo:        modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newNotOwnedStatus(f, earlier) }),
+		serverOnly: []*appsv1.Deployment{foreignDeployment("web", nil)},
+		want:       []action{get(deploymentsResource, "web")},
+	}, {
+		name: "a reported conflict that went away is resolved",
+		foo:  modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newNotOwnedStatus(f, earlier) }),
+		want: []action{
+			get(deploymentsResource, "web"),
+			create(newDeployment(foo)),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+				f.Status = newNotOwnedStatus(f, earlier)
+				f.Status = newFooStatus(f, newDeployment(foo), now)
+			})),
+		},
+		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
+	}, {
+		name: "adopts a deployment the classic controller created for this Foo",
+		foo:  readyFoo,
+		serverOnly: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Labels = nil
+			d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
+			d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
+		})},
+		want: []action{
+			create(newDeployment(foo)),
+			get(deploymentsResource, "web"),
+			update(modified(ready, func(d *appsv1.Deployment) {
+				d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
+				d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
+			})),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Status.Selector = "app=nginx,controller=web" })),
+		},
+		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+	}, {
+		name: "replaces the deployment when deploymentName changes",
+		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+			f.Spec.DeploymentName = "web-v2"
+			f.Generation = 2
+		}),
+		cached: []*appsv1.Deployment{ready},
+		want: []action{
+			create(newDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))),
+			del(deploymentsResource, "web"),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Spec.DeploymentName = "web-v2"
+				f.Generation = 2
+				f.Status = newFooStatus(f, newDeployment(f), now)
+			})),
+		},
+		wantEvents: []string{
+			`Normal DeploymentCreated Created Deployment "web-v2"`,
+			`Normal DeploymentDeleted Deleted Deployment "web", replaced by "web-v2"`,
+		},
+	}, {
+		name:   "foo deleted before the sync",
+		synced: foo,
+		cached: []*appsv1.Deployment{ready},
+	}, {
+		name: "foo being deleted is left to the garbage collector",
+		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+			f.DeletionTimestamp = &now
+			f.Finalizers = []string{"foregroundDeletion"}
+		}),
+	}, {
+		name: "recreates a deployment that was deleted",
+		foo:  readyFoo,
+		want: []action{
+			create(newDeployment(foo)),
+			updateStatus(withStatus(readyFoo, newDeployment(foo))),
+		},
+		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
+	}, {
+		name:   "does not touch a deployment that is being deleted",
+		foo:    readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) { d.DeletionTimestamp = &now; d.Spec.Replicas = ptr.To[int32](5) })},
+		want: []action{updateStatus(withStatus(readyFoo, modified(ready, func(d *appsv1.Deployment) {
+			d.DeletionTimestamp = &now
+		})))},
+	}, {
+		name: "replicas nil means one",
+		foo:  newFoo("web", nil),
+		want: []action{
+			create(newDeployment(newFoo("web", ptr.To[int32](1)))),
+			updateStatus(withStatus(newFoo("web", nil), newDeployment(newFoo("web", nil)))),
+		},
+		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
+	}, {
+		name:   "scales to zero",
+		foo:    modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](0); f.Generation = 2 }),
+		cached: []*appsv1.Deployment{ready},
+		want: []action{
+			update(modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Spec.Replicas = ptr.To[int32](0)
+				f.Generation = 2
+				f.Status = newFooStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) }), now)
+			})),
+		},
+		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+	}, {
+		name: "create failure is returned for a retry",
+		foo:  foo,
+		setup: func(f *fixture) {
+			f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+			})
+		},
+		want:    []action{create(newDeployment(foo))},
+		wantErr: true,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var foos []*samplev1alpha1.Foo
+			synced := tc.synced
+			if tc.foo != nil {
+				foos = append(foos, tc.foo)
+				synced = tc.foo
+			}
+			f := newFixture(t, foos, tc.cached, tc.serverOnly)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			err := f.sync(synced)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("syncHandler() error = %v, wantErr %v", err, tc.wantErr)
+			}
+			f.checkActions(tc.want)
+			f.checkEvents(tc.wantEvents...)
+		})
+	}
+}
+
+func TestSyncHandlerStatusConflict(t *testing.T) {
+	stale := newFoo("web", ptr.To[int32](2))
+	ready := availableDeployment(stale)
+	// Someone changed the Foo's labels meanwhile: same generation, new resourceVersion.
+	fresh := modifiedFoo(stale, func(f *samplev1alpha1.Foo) {
+		f.ResourceVersion = "2"
+		f.Labels = map[string]string{"team": "blue"}
+	})
+
+	t.Run("retries with the foo as the server has it", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{stale}, []*appsv1.Deployment{ready}, nil)
+		conflictOnce(f)
+		if err := f.client.Tracker().Update(foosResource, fresh.DeepCopy(), fresh.Namespace); err != nil {
+			t.Fatal(err)
+		}
+		f.client.ClearActions()
+
+		if err := f.sync(stale); err != nil {
+			t.Fatalf("syncHandler() = %v, want nil", err)
+		}
+		f.checkActions([]action{
+			updateStatus(withStatus(stale, ready)),
+			get(foosResource, "web"),
+			updateStatus(withStatus(fresh, ready)),
+		})
+		f.checkEvents()
+	})
+
+	t.Run("leaves the write to the next sync when the spec changed", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{stale}, []*appsv1.Deployment{ready}, nil)
+		conflictOnce(f)
+		changed := modifiedFoo(fresh, func(f *samplev1alpha1.Foo) { f.Generation = 2; f.Spec.Replicas = ptr.To[int32](3) })
+		if err := f.client.Tracker().Update(foosResource, changed, changed.Namespace); err != nil {
+			t.Fatal(err)
+		}
+		f.client.ClearActions()
+
+		if err := f.sync(stale); err != nil {
+			t.Fatalf("syncHandler() = %v, want nil", err)
+		}
+		f.checkActions([]action{
+			updateStatus(withStatus(stale, ready)),
+			get(foosResource, "web"),
+		})
+	})
+}
+
+// conflictOnce makes the first status write fail with a conflict.
+func conflictOnce(f *fixture) {
+	conflicted := false
+	f.client.PrependReactor("update", "foos", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" || conflicted {
+			return false, nil, nil
+		}
+		conflicted = true
+		return true, nil, apierrors.NewConflict(foosResource.GroupResource(), "web", errors.New("the object has been modified"))
+	})
+}
+
+func TestHandleObject(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	owned := availableDeployment(foo)
+	tests := []struct {
+		name string
+		obj  any
+		want []cache.ObjectName
+	}{{
+		name: "deployment controlled by a foo",
+		obj:  owned,
+		want: []cache.ObjectName{{Namespace: "default", Name: "web"}},
+	}, {
+		name: "tombstone of a deployment controlled by a foo",
+		obj:  cache.DeletedFinalStateUnknown{Key: "default/web", Obj: owned},
+		want: []cache.ObjectName{{Namespace: "default", Name: "web"}},
+	}, {
+		name: "tombstone holding something else",
+		obj:  cache.DeletedFinalStateUnknown{Key: "default/web", Obj: "not an object"},
+	}, {
+		name: "not an object",
+		obj:  42,
+	}, {
+		name: "no controller",
+		obj:  modified(owned, func(d *appsv1.Deployment) { d.OwnerReferences = nil }),
+	}, {
+		name: "owner of kind Foo in another group",
+		obj:  foreignDeployment("web", nil),
+	}, {
+		name: "owner of another kind in our group",
+		obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].Kind = "Bar"
+		}),
+	}, {
+		name: "foo that was replaced by one of the same name",
+		obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].UID = "old-uid"
+		}),
+	}, {
+		name: "foo that no longer exists",
+		obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].Name = "gone"
+		}),
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+			_, ctx := ktesting.NewTestContext(t)
+			f.controller.handleObject(ctx, tc.obj)
+			if diff := cmp.Diff(tc.want, queued(f.controller)); diff != "" {
+				t.Errorf("queued mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// queued drains the controller's queue and returns what it held.
+func queued(c *Controller) []cache.ObjectName {
+	var keys []cache.ObjectName
+	for c.workqueue.Len() > 0 {
+		key, _ := c.workqueue.Get()
+		keys = append(keys, key)
+		c.workqueue.Done(key)
+	}
+	return keys
+}
+
+func TestFooEventHandlers(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	f := newFixture(t, nil, nil, nil)
+	c := f.controller
+
+	c.enqueueFoo(foo)
+	if diff := cmp.Diff([]cache.ObjectName{{Namespace: "default", Name: "web"}}, queued(c)); diff != "" {
+		t.Errorf("enqueueFoo: queued mismatch (-want +got):\n%s", diff)
+	}
+	c.enqueueFoo("not a foo")
+	if got := queued(c); len(got) != 0 {
+		t.Errorf("enqueueFoo(non-Foo) queued %v, want nothing", got)
+	}
+	if !sameResourceVersion(foo, foo.DeepCopy()) {
+		t.Errorf("sameResourceVersion(resync) = false, want true")
+	}
+	if sameResourceVersion(foo, modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "2" })) {
+		t.Errorf("sameResourceVersion(change) = true, want false")
+	}
+}
+
+func TestProcessNextWorkItem(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	key := cache.MetaObjectToName(foo)
+
+	t.Run("requeues with backoff on error", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		})
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		c.workqueue.Add(key)
+		if !c.processNextWorkItem(ctx) {
+			t.Fatal("processNextWorkItem() = false, want true")
+		}
+		if got := c.workqueue.NumRequeues(key); got != 1 {
+			t.Errorf("NumRequeues = %d, want 1", got)
+		}
+		// The retry waits out its backoff rather than coming straight back.
+		if got := c.workqueue.Len(); got != 0 {
+			t.Errorf("queue length right after the failure = %d, want 0", got)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return c.workqueue.Len() == 1, nil
+		}); err != nil {
+			t.Fatalf("the failed key was not requeued: %v", err)
+		}
+		// A second failure backs off further.
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 2 {
+			t.Errorf("NumRequeues after a second failure = %d, want 2", got)
+		}
+	})
+
+	t.Run("forgets the key on success", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		c.workqueue.AddRateLimited(key) // as if an earlier attempt had failed
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return c.workqueue.Len() == 1, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !c.processNextWorkItem(ctx) {
+			t.Fatal("processNextWorkItem() = false, want true")
+		}
+		if got := c.workqueue.NumRequeues(key); got != 0 {
+			t.Errorf("NumRequeues = %d, want 0", got)
+		}
+		if got := c.workqueue.Len(); got != 0 {
+			t.Errorf("queue length = %d, want 0", got)
+		}
+	})
+
+	t.Run("returns false once the queue shuts down", func(t *testing.T) {
+		f := newFixture(t, nil, nil, nil)
+		_, ctx := ktesting.NewTestContext(t)
+		f.controller.workqueue.ShutDown()
+		if f.controller.processNextWorkItem(ctx) {
+			t.Error("processNextWorkItem() = true after shutdown, want false")
+		}
+	})
+
+	t.Run("a taken name is looked at again later, not in a tight loop", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{foreignDeployment("web", map[string]string{fooUIDLabel: "x"})}, nil)
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		c.workqueue.Add(key)
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 0 {
+			t.Errorf("NumRequeues = %d, want 0 (not an error)", got)
+		}
+		if got := c.workqueue.Len(); got != 0 {
+			t.Errorf("queue length = %d, want 0 (the recheck waits %v)", got, notOwnedRecheckInterval)
+		}
+	})
+}
+
+// TestRun runs the controller with real informers on fake clientsets, from an empty
+// cache to a converged Foo, and checks that cancellation stops it.
+func TestRun(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	foo := newFoo("web", ptr.To[int32](2))
+	unrelated := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "default"}}
+	kubeclient := k8sfake.NewClientset(unrelated)
+	client := fake.NewClientset(foo)
+	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0)
+	recorder := events.NewFakeRecorder(100)
+	c, err := NewController(ctx, kubeclient, client,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recorder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
+	defer kubeFactory.Shutdown()
+	defer sampleFactory.Shutdown()
+
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	// The controller creates the Deployment and reports on it.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.SamplecontrollerV1alpha1().Foos("default").Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && got.Status.ObservedGeneration == 1 && got.Status.Selector != "", nil
+	}); err != nil {
+		t.Fatalf("Foo status was never written: %v", err)
+	}
+	if _, err := kubeclient.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("Deployment was not created: %v", err)
+	}
+	// The label selector keeps unrelated Deployments out of the cache.
+	if _, err := c.deploymentsLister.Deployments("default").Get("unrelated"); !apierrors.IsNotFound(err) {
+		t.Errorf("unrelated Deployment in the cache: err = %v, want NotFound", err)
+	}
+	// Cached objects carry no managedFields.
+	cachedFoo, err := c.foosLister.Foos("default").Get("web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cachedFoo.ManagedFields) != 0 {
+		t.Errorf("cached Foo has %d managedFields entries, want 0", len(cachedFoo.ManagedFields))
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+	if !c.workqueue.ShuttingDown() {
+		t.Error("work queue still running after Run returned")
+	}
+}
+
+func modified(d *appsv1.Deployment, mutate func(*appsv1.Deployment)) *appsv1.Deployment {
+	d = d.DeepCopy()
+	mutate(d)
+	return d
+}
+
+func modifiedFoo(foo *samplev1alpha1.Foo, mutate func(*samplev1alpha1.Foo)) *samplev1alpha1.Foo {
+	foo = foo.DeepCopy()
+	mutate(foo)
+	return foo
+}

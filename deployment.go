@@ -1,0 +1,114 @@
+package main
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+)
+
+const (
+	// fooUIDLabel marks a Deployment, and the Pods it selects, as belonging to the Foo
+	// with that UID. The Deployment informer selects on this key, so the cache holds
+	// only the Deployments this controller manages. A UID, unlike a Foo's name, is
+	// always a valid label value and is never reused by a later Foo of the same name.
+	fooUIDLabel = samplecontroller.GroupName + "/foo-uid"
+
+	// containerName and containerImage describe the one container a Foo runs.
+	containerName  = "nginx"
+	containerImage = "nginx:latest"
+)
+
+// fooGVK is the group, version and kind written into owner references.
+var fooGVK = samplev1alpha1.SchemeGroupVersion.WithKind("Foo")
+
+// desiredReplicas is the replica count a Foo asks for. The CRD defaults a missing
+// value to 1; this covers Foos that bypassed the schema's defaulting.
+func desiredReplicas(foo *samplev1alpha1.Foo) int32 {
+	if foo.Spec.Replicas == nil {
+		return 1
+	}
+	return *foo.Spec.Replicas
+}
+
+// deploymentLabels are the labels a Foo's Deployment carries and selects its Pods by.
+func deploymentLabels(foo *samplev1alpha1.Foo) map[string]string {
+	return map[string]string{fooUIDLabel: string(foo.UID)}
+}
+
+// newDeployment builds the Deployment a Foo asks for, controlled by the Foo so that
+// deleting the Foo garbage-collects it.
+func newDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            foo.Spec.DeploymentName,
+			Namespace:       foo.Namespace,
+			Labels:          deploymentLabels(foo),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(foo, fooGVK)},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(desiredReplicas(foo)),
+			Selector: &metav1.LabelSelector{MatchLabels: deploymentLabels(foo)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: deploymentLabels(foo)},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: containerName, Image: containerImage}},
+				},
+			},
+		},
+	}
+}
+
+// reconcileDeployment returns a copy of current, a Deployment that foo controls, with
+// every field newDeployment sets brought back to what foo asks for, and whether
+// anything had to change. Everything else is left as it is: annotations such as the
+// one `kubectl rollout restart` adds, labels and containers that others added, and
+// the defaults the apiserver filled in.
+//
+// The selector is immutable, so a Deployment created by an older controller keeps its
+// own, and its Pod template keeps the labels that selector needs. That also means an
+// adopted Deployment is not rolled out again just to relabel its Pods.
+func reconcileDeployment(foo *samplev1alpha1.Foo, current *appsv1.Deployment) (*appsv1.Deployment, bool) {
+	d := current.DeepCopy()
+	changed := false
+
+	if ensureLabels(&d.Labels, deploymentLabels(foo)) {
+		changed = true
+	}
+	if want := desiredReplicas(foo); d.Spec.Replicas == nil || *d.Spec.Replicas != want {
+		d.Spec.Replicas = ptr.To(want)
+		changed = true
+	}
+	if d.Spec.Selector != nil && ensureLabels(&d.Spec.Template.Labels, d.Spec.Selector.MatchLabels) {
+		changed = true
+	}
+	containers := d.Spec.Template.Spec.Containers
+	if len(containers) == 0 {
+		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: containerName, Image: containerImage}}
+		changed = true
+	} else if c := &containers[0]; c.Name != containerName || c.Image != containerImage {
+		c.Name, c.Image = containerName, containerImage
+		changed = true
+	}
+	return d, changed
+}
+
+// ensureLabels sets every key of want in *labels to its value in want, keeping any
+// other labels, and reports whether it changed anything.
+func ensureLabels(labels *map[string]string, want map[string]string) bool {
+	changed := false
+	for k, v := range want {
+		if got, ok := (*labels)[k]; ok && got == v {
+			continue
+		}
+		if *labels == nil {
+			*labels = make(map[string]string, len(want))
+		}
+		(*labels)[k] = v
+		changed = true
+	}
+	return changed
+}

@@ -1,0 +1,147 @@
+// Command sample-controller keeps a Deployment for every Foo
+// (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
+)
+
+func init() {
+	// Events name the Foo they are about; the recorder looks its kind up here.
+	utilruntime.Must(samplescheme.AddToScheme(scheme.Scheme))
+}
+
+// options are the command-line flags.
+type options struct {
+	kubeconfig   string
+	master       string
+	namespace    string
+	workers      int
+	kubeAPIQPS   float64
+	kubeAPIBurst int
+	resyncPeriod time.Duration
+}
+
+func (o *options) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. When empty, $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration are tried, as kubectl does.")
+	fs.StringVar(&o.master, "master", "", "Address of the Kubernetes API server. Overrides the server in the kubeconfig.")
+	fs.StringVar(&o.namespace, "namespace", "", "Only watch Foos and Deployments in this namespace. Empty watches all namespaces.")
+	fs.IntVar(&o.workers, "workers", 8, "Number of Foos synced in parallel.")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 0, "Client-side limit of requests per second to the API server. 0 or less turns client-side throttling off and leaves flow control to the API server's priority and fairness.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "Client-side burst of requests to the API server, with --kube-api-qps above 0. 0 means twice --kube-api-qps.")
+	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Hour, "How often the informers replay their caches. Replays of unchanged objects are dropped, so this only costs CPU. 0 turns it off.")
+}
+
+func main() {
+	klog.InitFlags(nil)
+	var opts options
+	opts.addFlags(flag.CommandLine)
+	flag.Parse()
+
+	ctx := signalContext()
+	logger := klog.FromContext(ctx)
+	if err := run(ctx, opts); err != nil {
+		logger.Error(err, "sample-controller failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+// run connects to the cluster and runs the controller until ctx is cancelled.
+func run(ctx context.Context, opts options) error {
+	if opts.workers < 1 {
+		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
+	}
+	cfg, err := restConfig(opts)
+	if err != nil {
+		return fmt.Errorf("loading the client configuration: %w", err)
+	}
+	kubeClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	sampleClient, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building the Foo client: %w", err)
+	}
+
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kubeClient.EventsV1()})
+	defer broadcaster.Shutdown()
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("starting the event recorder: %w", err)
+	}
+	recorder := broadcaster.NewRecorder(scheme.Scheme, controllerAgentName)
+
+	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod)
+	controller, err := NewController(ctx, kubeClient, sampleClient,
+		kubeFactory.Apps().V1().Deployments(),
+		sampleFactory.Samplecontroller().V1alpha1().Foos(),
+		recorder)
+	if err != nil {
+		return err
+	}
+	// Shutdown waits for the informers' goroutines; it runs after the workers stop.
+	defer sampleFactory.Shutdown()
+	defer kubeFactory.Shutdown()
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
+
+	return controller.Run(ctx, opts.workers)
+}
+
+// restConfig loads the client configuration the way kubectl does, and applies the
+// client-side rate limits.
+func restConfig(opts options) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = opts.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	overrides.ClusterInfo.Server = opts.master
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = controllerAgentName
+	if opts.kubeAPIQPS > 0 {
+		cfg.QPS = float32(opts.kubeAPIQPS)
+		cfg.Burst = opts.kubeAPIBurst
+		if cfg.Burst <= 0 {
+			cfg.Burst = int(2 * opts.kubeAPIQPS)
+		}
+	} else {
+		// A negative QPS makes client-go build no rate limiter at all.
+		cfg.QPS = -1
+	}
+	return cfg, nil
+}
+
+// signalContext returns a context cancelled by the first SIGINT or SIGTERM. A second
+// signal exits at once.
+func signalContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		cancel()
+		<-signals
+		os.Exit(1)
+	}()
+	return ctx
+}

@@ -1,0 +1,123 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Foo asks for a Deployment of nginx Pods with a given name and number of replicas.
+// The controller creates that Deployment, owns it, keeps it as the Foo says, and
+// reports its progress in the Foo's status.
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=foos,singular=foo,scope=Namespaced
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=unapproved, experimental-only"
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Deployment",type=string,JSONPath=`.spec.deploymentName`,description="Name of the Deployment this Foo owns"
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`,description="Replicas asked for"
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`,description="Replicas available for at least minReadySeconds"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the Deployment has rolled out and is available"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Foo struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the user asks for.
+	// +required
+	Spec FooSpec `json:"spec"`
+	// status is what the controller last observed.
+	// +optional
+	Status FooStatus `json:"status,omitempty"`
+}
+
+// FooSpec is the desired state of a Foo.
+type FooSpec struct {
+	// deploymentName is the name of the Deployment that this Foo creates and owns in
+	// its own namespace. It must be a valid DNS-1123 subdomain. Changing it replaces
+	// the Deployment: one under the new name is created and the old one is deleted.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="!format.dns1123Subdomain().validate(self).hasValue()",message="must be a valid DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+	DeploymentName string `json:"deploymentName"`
+
+	// replicas is the number of nginx Pods the Deployment runs. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	Replicas *int32 `json:"replicas,omitempty"`
+}
+
+// FooStatus is the observed state of a Foo.
+type FooStatus struct {
+	// observedGeneration is the metadata.generation of the Foo that this status
+	// describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas is the number of Pods the owned Deployment has, of any version.
+	// The scale subresource reads it.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of the Deployment's Pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// availableReplicas is the number of the Deployment's Pods that have been ready
+	// for at least the Deployment's minReadySeconds.
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas"`
+
+	// selector is the label selector of the Deployment's Pods, in the string form
+	// that `kubectl get pods -l` takes. The scale subresource reads it.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// conditions describe the Foo's state. The Ready condition is True once the
+	// Deployment has rolled out the current spec and all its replicas are available.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// Condition types of a Foo.
+const (
+	// ConditionReady is True when the Deployment runs the current spec with every
+	// replica available.
+	ConditionReady = "Ready"
+)
+
+// Reasons of the Ready condition.
+const (
+	// ReasonDeploymentAvailable: the Deployment has rolled out and all replicas are
+	// available (Ready=True).
+	ReasonDeploymentAvailable = "DeploymentAvailable"
+	// ReasonDeploymentProgressing: the Deployment is being created, scaled or rolled
+	// out (Ready=False).
+	ReasonDeploymentProgressing = "DeploymentProgressing"
+	// ReasonDeploymentFailed: the Deployment reports that its rollout cannot make
+	// progress, for example it exceeded its progress deadline (Ready=False).
+	ReasonDeploymentFailed = "DeploymentFailed"
+	// ReasonDeploymentNotOwned: a Deployment with the requested name exists and is
+	// not controlled by this Foo, so the controller leaves it alone (Ready=False).
+	ReasonDeploymentNotOwned = "DeploymentNotOwned"
+)
+
+// FooList is a list of Foos.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type FooList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata"`
+
+	Items []Foo `json:"items"`
+}
