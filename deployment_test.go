@@ -96,9 +96,11 @@ func TestReconcileDeployment(t *testing.T) {
 		want:        func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "nginx" },
 		wantChanged: true,
 	}, {
-		name:        "missing container is added",
-		mutate:      func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil },
-		want:        func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "nginx", Image: "nginx:latest"}} },
+		name:   "missing container is added",
+		mutate: func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil },
+		want: func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "nginx", Image: "nginx:latest"}}
+		},
 		wantChanged: true,
 	}, {
 		name: "label drift is reverted and other labels kept",
