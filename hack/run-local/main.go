@@ -1,0 +1,194 @@
+// Command run-local is `make run`: it runs the controller against the cluster named by
+// --kubeconfig or $KUBECONFIG, or else against a local control plane it starts under
+// _output/local with the example CRD and Foo applied. Ctrl-C stops the controller,
+// then the cluster.
+//
+//	go run ./hack/run-local [--kubeconfig=PATH] [--nodes=N] [-- CONTROLLER-ARGS...]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+)
+
+const (
+	crdManifest     = "artifacts/examples/crd.yaml"
+	exampleManifest = "artifacts/examples/example-foo.yaml"
+	controllerBin   = "_output/bin/sample-controller"
+	clusterDir      = "_output/local"
+
+	// controllerStopGrace is how long the controller may take to finish after SIGTERM;
+	// longer than the grace period it gives its own workers.
+	controllerStopGrace = 40 * time.Second
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "run against this cluster instead of a local one (default $KUBECONFIG)")
+	nodes := flag.Int("nodes", localcluster.DefaultNodes, "number of simulated nodes in the local cluster")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags] [-- controller args...]\n", filepath.Base(os.Args[0]))
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		// A second Ctrl-C ends this program at once; the components die with it.
+		stopSignals()
+	}()
+	ctx = klog.NewContext(ctx, klog.Background())
+
+	if err := run(ctx, *kubeconfig, *nodes, flag.Args()); err != nil {
+		say("%v", err)
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) && exitErr.ExitCode() > 0 {
+			os.Exit(exitErr.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, kubeconfig string, nodes int, controllerArgs []string) error {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	if strings.Contains(kubeconfig, string(os.PathListSeparator)) {
+		return fmt.Errorf("KUBECONFIG lists several files (%s); name one with --kubeconfig", kubeconfig)
+	}
+
+	if err := buildController(ctx, root); err != nil {
+		return err
+	}
+	if kubeconfig != "" {
+		say("running the controller against %s", kubeconfig)
+		return runController(ctx, root, kubeconfig, controllerArgs)
+	}
+
+	binDir, err := localcluster.DefaultBinDir()
+	if err != nil {
+		return err
+	}
+	if err := buildTools(ctx, root, binDir); err != nil {
+		return err
+	}
+	cluster, err := localcluster.Start(ctx, localcluster.Options{
+		Dir:    filepath.Join(root, clusterDir),
+		BinDir: binDir,
+		Nodes:  nodes,
+	})
+	if err != nil {
+		return fmt.Errorf("starting the local cluster: %w", err)
+	}
+	defer func() {
+		say("stopping the local cluster")
+		if err := cluster.Stop(); err != nil {
+			say("%v", err)
+		}
+	}()
+
+	kubectl := func(args ...string) error {
+		args = append([]string{"--kubeconfig=" + cluster.KubeconfigPath()}, args...)
+		return runCommand(ctx, root, filepath.Join(binDir, "kubectl"), args...)
+	}
+	if err := kubectl("apply", "-f", crdManifest); err != nil {
+		return fmt.Errorf("applying the CRD: %w", err)
+	}
+	if err := kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crdManifest); err != nil {
+		return fmt.Errorf("waiting for the CRD: %w", err)
+	}
+	if err := kubectl("apply", "-f", exampleManifest); err != nil {
+		return fmt.Errorf("applying the example: %w", err)
+	}
+
+	say("local cluster is up; component logs are in %s", cluster.LogDir())
+	say("in another terminal:\n\n    export KUBECONFIG=%s\n    %s get foos,deployments,pods\n",
+		cluster.KubeconfigPath(), filepath.Join(binDir, "kubectl"))
+	return runController(ctx, root, cluster.KubeconfigPath(), controllerArgs)
+}
+
+// buildTools runs hack/build-tools.sh, which returns at once when everything is built.
+func buildTools(ctx context.Context, root, binDir string) error {
+	if err := localcluster.CheckBinaries(binDir); err != nil {
+		say("%v", err)
+		say("building them now; the first build takes several minutes")
+	}
+	if err := runCommand(ctx, root, filepath.Join(root, "hack", "build-tools.sh")); err != nil {
+		return fmt.Errorf("building the local control plane: %w", err)
+	}
+	return nil
+}
+
+func buildController(ctx context.Context, root string) error {
+	say("building the controller")
+	if err := runCommand(ctx, root, "go", "build", "-o", controllerBin, "."); err != nil {
+		return fmt.Errorf("building the controller: %w", err)
+	}
+	return nil
+}
+
+// runController runs the controller in the foreground until it exits or ctx ends; then
+// it asks the controller to stop and waits for it, so that the cluster outlives it.
+func runController(ctx context.Context, root, kubeconfig string, args []string) error {
+	cmd := exec.Command(filepath.Join(root, controllerBin), append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
+	cmd.Dir = root
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = os.Stderr
+	// Its own process group, so that Ctrl-C reaches this program only and the
+	// controller is stopped in order; it dies with this program if that is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the controller: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	select {
+	case err := <-exited:
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	say("stopping the controller; press Ctrl-C again to kill everything at once")
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(controllerStopGrace):
+		say("the controller did not exit within %v; killing it", controllerStopGrace)
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return nil
+}
+
+// runCommand runs a command in dir with this program's output, stopping it when ctx ends.
+func runCommand(ctx context.Context, dir, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = os.Stderr
+	return cmd.Run()
+}
+
+func say(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "run-local: "+format+"\n", args...)
+}

@@ -1,0 +1,518 @@
+// Package localcluster runs a real Kubernetes control plane on loopback addresses from
+// the binaries hack/build-tools.sh builds: etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, and kwok simulating the nodes, so that
+// Deployments get Pods that become Running and Ready without any container runtime.
+// `make run` and the end-to-end tests both start their cluster here.
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// Names of the components, as used for log files and in Options.ExtraArgs.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+	Kwok              = "kwok"
+)
+
+const (
+	// DefaultNodes is the number of simulated nodes when Options.Nodes is zero.
+	DefaultNodes = 3
+
+	// BinDirEnv overrides where the binaries are found, for Start and for
+	// hack/build-tools.sh alike.
+	BinDirEnv = "LOCALCLUSTER_BIN_DIR"
+
+	// KwokStagesFile is the kwok configuration, next to the binaries, holding the stages
+	// that move simulated nodes and pods through their lifecycle.
+	KwokStagesFile = "kwok-stages.yaml"
+
+	// ServiceClusterIPRange is where Services get their cluster IPs; nothing routes it.
+	ServiceClusterIPRange = "10.0.0.0/24"
+
+	// AdminUser is the user of the admin kubeconfig; it is in system:masters.
+	AdminUser = "localcluster-admin"
+)
+
+// Binaries lists the files Start needs in the bin directory, with kubectl for people
+// and scripts using the cluster.
+var Binaries = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok, "kubectl", KwokStagesFile}
+
+const (
+	// startTimeout bounds the wait for one component to become ready.
+	startTimeout = 90 * time.Second
+	// stopGrace is how long a component may take to exit after SIGTERM before SIGKILL.
+	// The apiserver drains requests and watches first, which takes it longest.
+	stopGrace          = 5 * time.Second
+	apiserverStopGrace = 20 * time.Second
+)
+
+// Options says what to run and where.
+type Options struct {
+	// Dir holds the certificates, kubeconfigs, etcd data and logs. Start replaces what a
+	// previous cluster left there. Empty means a new temporary directory that Stop
+	// removes, logs included.
+	Dir string
+
+	// BinDir holds the binaries; empty means DefaultBinDir().
+	BinDir string
+
+	// Nodes is the number of simulated nodes; zero means DefaultNodes.
+	Nodes int
+
+	// The components below run unless switched off; etcd and kube-apiserver always run.
+	// A controller that only reads and writes API objects needs none of them. Without
+	// the controller manager nothing garbage-collects dependents, creates the Pods of a
+	// Deployment, or creates the default ServiceAccount a Pod needs; without the
+	// scheduler Pods stay Pending; without kwok there are no nodes.
+	SkipControllerManager bool
+	SkipScheduler         bool
+	SkipKwok              bool
+
+	// ExtraArgs are appended to the command line of the named component (one of the
+	// component constants), for example an audit policy for the apiserver.
+	ExtraArgs map[string][]string
+}
+
+// Cluster is a running local control plane. Stop it when done; processes left running
+// by a program that exits without Stop are killed with it.
+type Cluster struct {
+	dir       string
+	removeDir bool
+	logDir    string
+
+	adminKubeconfig string
+	restConfig      *rest.Config
+
+	// procs are in start order; Stop walks them backwards.
+	procs []*process
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts a cluster and returns once every component is ready and the simulated
+// nodes are Ready. ctx bounds the start only; the cluster runs until Stop. On error
+// nothing is left running.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	logger := klog.FromContext(ctx)
+	began := time.Now()
+
+	if opts.BinDir == "" {
+		binDir, err := DefaultBinDir()
+		if err != nil {
+			return nil, err
+		}
+		opts.BinDir = binDir
+	}
+	if err := CheckBinaries(opts.BinDir); err != nil {
+		return nil, err
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = DefaultNodes
+	}
+	if opts.Nodes < 0 {
+		return nil, fmt.Errorf("invalid number of nodes %d", opts.Nodes)
+	}
+
+	c := &Cluster{dir: opts.Dir}
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", "localcluster-")
+		if err != nil {
+			return nil, fmt.Errorf("creating cluster directory: %w", err)
+		}
+		c.dir, c.removeDir = dir, true
+	}
+	if err := c.start(ctx, opts); err != nil {
+		if stopErr := c.Stop(); stopErr != nil {
+			err = errors.Join(err, stopErr)
+		}
+		return nil, err
+	}
+	logger.Info("Local cluster is ready", "kubeconfig", c.adminKubeconfig, "logs", c.logDir, "duration", time.Since(began).Round(time.Millisecond))
+	return c, nil
+}
+
+// KubeconfigPath is the admin kubeconfig, for kubectl and for controllers under test.
+func (c *Cluster) KubeconfigPath() string { return c.adminKubeconfig }
+
+// RESTConfig returns a new copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// LogDir holds one <component>.log per component.
+func (c *Cluster) LogDir() string { return c.logDir }
+
+// Dir is the cluster's state directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Stop stops the components in the reverse order of their start: kwok, scheduler and
+// controller manager first, so that nothing talks to an apiserver that is going away,
+// then the apiserver, then etcd, which the apiserver needs until it has exited. It
+// returns once every process has exited. Calling it again returns the first result.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			p := c.procs[i]
+			grace := stopGrace
+			if p.name == APIServer {
+				grace = apiserverStopGrace
+			}
+			p.stop(grace)
+		}
+		if c.removeDir {
+			if err := os.RemoveAll(c.dir); err != nil {
+				c.stopErr = fmt.Errorf("removing cluster directory: %w", err)
+			}
+		}
+	})
+	return c.stopErr
+}
+
+// DefaultBinDir is $LOCALCLUSTER_BIN_DIR if set, else _output/bin in the repository
+// that holds the working directory.
+func DefaultBinDir() (string, error) {
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		return dir, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("finding the bin directory (or set %s): %w", BinDirEnv, err)
+	}
+	return filepath.Join(root, "_output", "bin"), nil
+}
+
+// RepoRoot is the nearest directory at or above the working directory that holds
+// hack/build-tools.sh; tests run in their package's directory, `make run` at the root.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "build-tools.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no hack/build-tools.sh at or above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// CheckBinaries returns an error naming what is missing from binDir.
+func CheckBinaries(binDir string) error {
+	var missing []string
+	for _, name := range Binaries {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return &MissingBinariesError{BinDir: binDir, Missing: missing}
+	}
+	return nil
+}
+
+// MissingBinariesError says that hack/build-tools.sh has to run first.
+type MissingBinariesError struct {
+	BinDir  string
+	Missing []string
+}
+
+func (e *MissingBinariesError) Error() string {
+	return fmt.Sprintf("missing %v in %s; build them with hack/build-tools.sh (the first build takes several minutes)", e.Missing, e.BinDir)
+}
+
+// layout names the files of one cluster inside its directory.
+type layout struct {
+	pkiDir, etcdDir, logDir, kwokDir string
+	kubeconfigs                      map[string]string // by component, and "admin"
+}
+
+func newLayout(dir string) layout {
+	l := layout{
+		pkiDir:      filepath.Join(dir, "pki"),
+		etcdDir:     filepath.Join(dir, "etcd"),
+		logDir:      filepath.Join(dir, "logs"),
+		kwokDir:     filepath.Join(dir, "kwok"),
+		kubeconfigs: map[string]string{},
+	}
+	for _, who := range []string{"admin", ControllerManager, Scheduler, Kwok} {
+		l.kubeconfigs[who] = filepath.Join(dir, who+".kubeconfig")
+	}
+	return l
+}
+
+// reset removes what an earlier cluster left in the directory, and nothing else.
+func (l layout) reset() error {
+	paths := []string{l.pkiDir, l.etcdDir, l.logDir, l.kwokDir}
+	for _, p := range l.kubeconfigs {
+		paths = append(paths, p)
+	}
+	for _, p := range paths {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("removing state of an earlier cluster: %w", err)
+		}
+	}
+	for _, d := range []string{l.pkiDir, l.etcdDir, l.logDir, l.kwokDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating cluster directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// credentials are the files the components are started with.
+type credentials struct {
+	caCert, caKey           string
+	servingCert, servingKey string
+	saKey, saPublicKey      string
+}
+
+func (c *Cluster) start(ctx context.Context, opts Options) error {
+	l := newLayout(c.dir)
+	if err := l.reset(); err != nil {
+		return err
+	}
+	c.logDir = l.logDir
+	c.adminKubeconfig = l.kubeconfigs["admin"]
+
+	ports, err := freePorts(6)
+	if err != nil {
+		return err
+	}
+	etcdClientPort, etcdPeerPort, apiserverPort, kcmPort, schedulerPort, kwokPort :=
+		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	apiserverURL := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(apiserverPort))
+
+	creds, ca, err := writeCredentials(l, apiserverURL)
+	if err != nil {
+		return err
+	}
+	if c.restConfig, err = clientcmd.BuildConfigFromFlags("", c.adminKubeconfig); err != nil {
+		return fmt.Errorf("loading admin kubeconfig: %w", err)
+	}
+	probes, err := newProber(ca)
+	if err != nil {
+		return err
+	}
+
+	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
+	run := func(name string, args []string, env []string, ready func(context.Context) error) error {
+		began := time.Now()
+		args = append(args, opts.ExtraArgs[name]...)
+		p, err := startProcess(name, bin(name), args, env, l.logDir)
+		if err != nil {
+			return err
+		}
+		c.procs = append(c.procs, p)
+		if err := waitReady(ctx, p, ready); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("Component is ready", "component", name, "pid", p.pid(), "duration", time.Since(began).Round(time.Millisecond))
+		return nil
+	}
+
+	etcdClientURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
+	etcdPeerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
+	err = run(Etcd, []string{
+		"--name=localcluster",
+		"--data-dir=" + l.etcdDir,
+		"--listen-client-urls=" + etcdClientURL,
+		"--advertise-client-urls=" + etcdClientURL,
+		"--listen-peer-urls=" + etcdPeerURL,
+		"--initial-advertise-peer-urls=" + etcdPeerURL,
+		"--initial-cluster=localcluster=" + etcdPeerURL,
+		// The data is thrown away with the cluster; fsync only costs time.
+		"--unsafe-no-fsync",
+	}, nil, probes.http(etcdClientURL+"/readyz"))
+	if err != nil {
+		return err
+	}
+
+	err = run(APIServer, []string{
+		"--etcd-servers=" + etcdClientURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		// The Endpoints of the kubernetes Service may not hold a loopback address, and
+		// nothing in this cluster would route to it anyway.
+		"--endpoint-reconciler-type=none",
+		"--secure-port=" + strconv.Itoa(apiserverPort),
+		"--cert-dir=" + l.pkiDir,
+		"--tls-cert-file=" + creds.servingCert,
+		"--tls-private-key-file=" + creds.servingKey,
+		"--client-ca-file=" + creds.caCert,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + creds.saPublicKey,
+		"--service-account-signing-key-file=" + creds.saKey,
+		"--service-cluster-ip-range=" + ServiceClusterIPRange,
+		"--profiling=false",
+	}, nil, probes.apiserver(c.restConfig))
+	if err != nil {
+		return err
+	}
+	client, err := newClient(c.restConfig)
+	if err != nil {
+		return err
+	}
+
+	if !opts.SkipControllerManager {
+		err = run(ControllerManager, []string{
+			"--kubeconfig=" + l.kubeconfigs[ControllerManager],
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(kcmPort),
+			"--cert-dir=" + l.pkiDir,
+			"--tls-cert-file=" + creds.servingCert,
+			"--tls-private-key-file=" + creds.servingKey,
+			// Each controller acts as its own service account, as in a kubeadm cluster,
+			// so RBAC is the real one.
+			"--use-service-account-credentials=true",
+			"--service-account-private-key-file=" + creds.saKey,
+			"--root-ca-file=" + creds.caCert,
+			"--cluster-signing-cert-file=" + creds.caCert,
+			"--cluster-signing-key-file=" + creds.caKey,
+			// The default client rate limit makes starting its ~40 controllers, each
+			// with its own credentials, take several seconds longer.
+			"--kube-api-qps=200",
+			"--kube-api-burst=400",
+			"--leader-elect=false",
+			"--profiling=false",
+		}, nil, probes.https(kcmPort))
+		if err != nil {
+			return err
+		}
+		// Pods cannot be created in a namespace before its default ServiceAccount
+		// exists; wait for the one in "default" so that the first Deployment does not
+		// start with a backoff.
+		if err := waitFor(ctx, c.procs[len(c.procs)-1], "the default service account", client.defaultServiceAccountExists); err != nil {
+			return err
+		}
+	}
+
+	if !opts.SkipScheduler {
+		err = run(Scheduler, []string{
+			"--kubeconfig=" + l.kubeconfigs[Scheduler],
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(schedulerPort),
+			"--cert-dir=" + l.pkiDir,
+			"--tls-cert-file=" + creds.servingCert,
+			"--tls-private-key-file=" + creds.servingKey,
+			"--leader-elect=false",
+			"--profiling=false",
+		}, nil, probes.https(schedulerPort))
+		if err != nil {
+			return err
+		}
+	}
+
+	if !opts.SkipKwok {
+		nodes, err := client.createNodes(ctx, opts.Nodes)
+		if err != nil {
+			return err
+		}
+		kwokAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(kwokPort))
+		err = run(Kwok, []string{
+			"--kubeconfig=" + l.kubeconfigs[Kwok],
+			"--config=" + bin(KwokStagesFile),
+			"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=" + kwokNodeAnnotationValue,
+			"--server-address=" + kwokAddr,
+			"--cidr=" + podCIDR,
+			// Renew a Lease per node, as kubelets do; without it only the status
+			// heartbeat stage keeps the nodes from going NotReady.
+			"--node-lease-duration-seconds=40",
+		}, []string{
+			// kwok otherwise also reads ~/.kwok/kwok.yaml when it exists.
+			"KWOK_WORKDIR=" + l.kwokDir,
+		}, probes.http("http://"+kwokAddr+"/healthz"))
+		if err != nil {
+			return err
+		}
+		// The scheduler passes over nodes that are not Ready, and the controller manager
+		// removes the not-ready taint only after kwok reports them Ready.
+		nodesReady := func(ctx context.Context) error {
+			return client.nodesReady(ctx, nodes, !opts.SkipControllerManager)
+		}
+		if err := waitFor(ctx, c.procs[len(c.procs)-1], "the simulated nodes", nodesReady); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCredentials generates the cluster's CA, certificates, service account key and
+// kubeconfigs. It returns the paths of the files and the CA.
+func writeCredentials(l layout, apiserverURL string) (credentials, *authority, error) {
+	var creds credentials
+	ca, err := newAuthority("localcluster-ca")
+	if err != nil {
+		return creds, nil, err
+	}
+	if creds.caCert, creds.caKey, err = ca.write(l.pkiDir, "ca"); err != nil {
+		return creds, nil, err
+	}
+
+	// One serving certificate for every component on loopback, also valid for the
+	// names and the cluster IP of the kubernetes Service.
+	serving, err := ca.issueServing("localcluster-serving",
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 0, 0, 1)})
+	if err != nil {
+		return creds, nil, err
+	}
+	if creds.servingCert, creds.servingKey, err = serving.write(l.pkiDir, "serving"); err != nil {
+		return creds, nil, err
+	}
+
+	saKey, saPublic, err := newServiceAccountKey()
+	if err != nil {
+		return creds, nil, err
+	}
+	creds.saKey = filepath.Join(l.pkiDir, "service-account.key")
+	creds.saPublicKey = filepath.Join(l.pkiDir, "service-account.pub")
+	if err := os.WriteFile(creds.saKey, saKey, 0o600); err != nil {
+		return creds, nil, fmt.Errorf("writing service account key: %w", err)
+	}
+	if err := os.WriteFile(creds.saPublicKey, saPublic, 0o644); err != nil {
+		return creds, nil, fmt.Errorf("writing service account key: %w", err)
+	}
+
+	// The controller manager and the scheduler use the identities the apiserver's
+	// default RBAC policy grants their permissions to. kwok plays the kubelet of many
+	// nodes at once, which no node identity may do, so it is an admin.
+	identities := map[string]struct {
+		user   string
+		groups []string
+	}{
+		"admin":           {AdminUser, []string{"system:masters"}},
+		ControllerManager: {"system:kube-controller-manager", nil},
+		Scheduler:         {"system:kube-scheduler", nil},
+		Kwok:              {"localcluster-kwok", []string{"system:masters"}},
+	}
+	for who, id := range identities {
+		cert, err := ca.issueClient(id.user, id.groups...)
+		if err != nil {
+			return creds, nil, err
+		}
+		if err := writeKubeconfig(l.kubeconfigs[who], apiserverURL, ca.certPEM, cert); err != nil {
+			return creds, nil, err
+		}
+	}
+	return creds, ca, nil
+}

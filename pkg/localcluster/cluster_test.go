@@ -1,0 +1,170 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+// requiredEnv makes a missing binary a test failure instead of a skip, for CI and for
+// anyone who means to run the cluster.
+const requiredEnv = "LOCALCLUSTER_REQUIRED"
+
+func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
+	binDir := requireBinaries(t)
+	_, ctx := ktesting.NewTestContext(t)
+
+	// A directory of the test's, so that the logs are still there for the failure
+	// report after Stop.
+	dir := t.TempDir()
+	began := time.Now()
+	c, err := Start(ctx, Options{Dir: dir, BinDir: binDir})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Logf("cluster started in %v", time.Since(began).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			reportLogs(t, c.LogDir())
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+
+	client, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	deploy := newDeployment("demo", 2)
+	if _, err := client.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Deployment: %v", err)
+	}
+	var available int32
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, deploy.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		available = got.Status.AvailableReplicas
+		return available == *deploy.Spec.Replicas, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for 2 available replicas, last saw %d: %v", available, err)
+	}
+	t.Logf("Deployment available in %v", time.Since(began).Round(time.Millisecond))
+
+	pods, err := client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods.Items {
+		if pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" {
+			t.Errorf("pod %s: phase %s on node %q, want Running on a node", pod.Name, pod.Status.Phase, pod.Spec.NodeName)
+		}
+	}
+
+	began = time.Now()
+	if err := c.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	t.Logf("cluster stopped in %v", time.Since(began).Round(time.Millisecond))
+
+	if len(c.procs) != 5 {
+		t.Errorf("started %d processes, want 5", len(c.procs))
+	}
+	for _, p := range c.procs {
+		if !processGone(p.pid()) {
+			t.Errorf("%s (pid %d) or its process group is still there after Stop", p.name, p.pid())
+		}
+	}
+	if err := c.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, Etcd), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckBinaries(dir)
+	var missing *MissingBinariesError
+	if !errors.As(err, &missing) {
+		t.Fatalf("got %v, want a MissingBinariesError", err)
+	}
+	if got, want := len(missing.Missing), len(Binaries)-1; got != want {
+		t.Errorf("got %d missing (%v), want %d", got, missing.Missing, want)
+	}
+	for _, name := range missing.Missing {
+		if name == Etcd {
+			t.Errorf("etcd reported missing although it is there")
+		}
+	}
+}
+
+// requireBinaries returns the bin directory, or skips the test when the binaries are
+// not built, unless requiredEnv is set.
+func requireBinaries(t *testing.T) string {
+	t.Helper()
+	required := os.Getenv(requiredEnv) != ""
+	if testing.Short() && !required {
+		t.Skip("starts a cluster; skipped in -short mode")
+	}
+	binDir, err := DefaultBinDir()
+	if err == nil {
+		err = CheckBinaries(binDir)
+	}
+	if err != nil {
+		if required {
+			t.Fatalf("%v (%s is set, so this is a failure)", err, requiredEnv)
+		}
+		t.Skipf("%v; set %s=1 to fail instead of skipping", err, requiredEnv)
+	}
+	return binDir
+}
+
+func newDeployment(name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					// kwok pulls nothing; the image only has to be a valid reference.
+					Containers: []corev1.Container{{Name: name, Image: "registry.k8s.io/pause:3.10"}},
+				},
+			},
+		},
+	}
+}
+
+// reportLogs prints the end of every component log, which is where a failure shows.
+func reportLogs(t *testing.T, logDir string) {
+	t.Helper()
+	entries, err := os.ReadDir(logDir)
+	if err != nil {
+		t.Logf("reading logs: %v", err)
+		return
+	}
+	for _, e := range entries {
+		path := filepath.Join(logDir, e.Name())
+		t.Log(fmt.Sprintf("--- last lines of %s:\n%s", path, tailFile(path, 30)))
+	}
+}
