@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -62,9 +61,11 @@ const byControllerUID = "byControllerUID"
 // the controller that it went away.
 const notOwnedRecheckInterval = time.Minute
 
-// syncTimeout bounds one sync. Syncs run on a context that shutdown does not cancel,
-// so in-flight work finishes; this keeps a hung request from holding shutdown forever.
+// syncTimeout bounds one sync, so that a hung request cannot hold a worker forever.
 const syncTimeout = 30 * time.Second
+
+// defaultShutdownTimeout is how long in-flight syncs may take to finish on shutdown.
+const defaultShutdownTimeout = 30 * time.Second
 
 // errNotOwned reports that the Foo's Deployment name belongs to someone else.
 var errNotOwned = errors.New("deployment is not controlled by the Foo")
@@ -89,6 +90,10 @@ type Controller struct {
 	workqueue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock
+
+	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
+	// context is cancelled.
+	shutdownTimeout time.Duration
 }
 
 // NewController wires the controller to its informers. The Deployment informer
@@ -111,8 +116,9 @@ func NewController(
 			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos"},
 		),
-		recorder: recorder,
-		clock:    clock.RealClock{},
+		recorder:        recorder,
+		clock:           clock.RealClock{},
+		shutdownTimeout: defaultShutdownTimeout,
 	}
 
 	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
@@ -197,8 +203,8 @@ func (c *Controller) handleObject(ctx context.Context, obj any) {
 }
 
 // Run waits for the caches to sync, then runs workers until ctx is cancelled. On
-// cancellation it stops taking new work, lets in-flight syncs finish, and returns
-// once every worker has exited.
+// cancellation it stops taking new work, lets in-flight syncs finish for up to
+// shutdownTimeout, and returns once every worker has exited.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.workqueue.ShutDown()
@@ -206,22 +212,42 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 	logger.Info("Starting Foo controller")
 	logger.Info("Waiting for informer caches to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.deploymentsSynced, c.foosSynced) {
-		return errors.New("caches did not sync before shutdown")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.HasSynced) {
+		// It only gives up when ctx is cancelled: a shutdown during start-up.
+		logger.Info("Stopped before the caches synced")
+		return nil
 	}
 
+	// Syncs run on a context that cancellation of ctx does not reach, so that they
+	// finish instead of failing half-way; abort ends them when the grace runs out.
+	workCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
 	logger.Info("Starting workers", "count", workers)
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+		wg.Go(func() {
+			defer utilruntime.HandleCrashWithContext(workCtx)
+			c.runWorker(workCtx)
+		})
 	}
 
 	<-ctx.Done()
-	logger.Info("Shutting down workers")
+	logger.Info("Shutting down workers", "gracePeriod", c.shutdownTimeout)
 	c.workqueue.ShutDown()
+	grace := time.AfterFunc(c.shutdownTimeout, func() {
+		logger.Info("Grace period is over, cancelling in-flight syncs")
+		abort()
+	})
+	defer grace.Stop()
 	wg.Wait()
 	logger.Info("Workers stopped")
 	return nil
+}
+
+// HasSynced tells whether both informer caches have synced and the event handlers
+// have seen everything in them.
+func (c *Controller) HasSynced() bool {
+	return c.foosSynced() && c.deploymentsSynced()
 }
 
 // runWorker processes work items until the queue shuts down.
@@ -238,22 +264,27 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer c.workqueue.Done(key)
-	if ctx.Err() != nil {
-		// Shutting down: leave queued work for the next leader or process.
+	if c.workqueue.ShuttingDown() {
+		// Stopping: leave what is still queued to the next process.
 		return false
 	}
 
-	syncCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), syncTimeout)
+	start := time.Now()
+	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	err := c.syncHandler(syncCtx, key)
+	syncDuration.Observe(time.Since(start).Seconds())
 	switch {
 	case err == nil:
+		syncsTotal.WithLabelValues(syncSuccess).Inc()
 		c.workqueue.Forget(key)
 	case apierrors.IsConflict(err):
 		// The cache was behind the server; the informer is about to catch up.
+		syncsTotal.WithLabelValues(syncConflict).Inc()
 		klog.FromContext(ctx).V(4).Info("Conflict while syncing, retrying", "foo", key, "err", err)
 		c.workqueue.AddRateLimited(key)
 	default:
+		syncsTotal.WithLabelValues(syncError).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Foo, requeuing", "foo", key)
 		c.workqueue.AddRateLimited(key)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -740,6 +741,65 @@ func TestRun(t *testing.T) {
 	}
 	if !c.workqueue.ShuttingDown() {
 		t.Error("work queue still running after Run returned")
+	}
+}
+
+// TestRunFinishesInFlightSyncs cancels Run while a sync waits on the API server: the
+// sync completes, and Run returns only after it.
+func TestRunFinishesInFlightSyncs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	foo := newFoo("web", ptr.To[int32](1))
+	kubeclient := k8sfake.NewClientset()
+	client := fake.NewClientset(foo)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var finished atomic.Bool
+	kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		close(entered)
+		<-release
+		finished.Store(true)
+		return false, nil, nil // on to the object tracker
+	})
+	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0)
+	c, err := NewController(ctx, kubeclient, client,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), events.NewFakeRecorder(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
+	defer kubeFactory.Shutdown()
+	defer sampleFactory.Shutdown()
+
+	done := make(chan error)
+	go func() { done <- c.Run(ctx, 1) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sync never reached the API server")
+	}
+	cancel()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.workqueue.ShuttingDown(), nil
+	}); err != nil {
+		t.Fatal("the queue did not shut down after cancellation")
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if !finished.Load() {
+		t.Error("Run returned before its in-flight sync finished")
+	}
+	if _, err := kubeclient.Tracker().Get(deploymentsResource, "default", "web"); err != nil {
+		t.Errorf("the in-flight create did not complete: %v", err)
 	}
 }
 

@@ -17,10 +17,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
+	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 )
 
 func init() {
@@ -37,6 +39,16 @@ type options struct {
 	kubeAPIQPS   float64
 	kubeAPIBurst int
 	resyncPeriod time.Duration
+
+	gracefulShutdownTimeout time.Duration
+	metricsBindAddress      string
+	healthProbeBindAddress  string
+
+	leaderElect              bool
+	leaderElectNamespace     string
+	leaderElectLeaseDuration time.Duration
+	leaderElectRenewDeadline time.Duration
+	leaderElectRetryPeriod   time.Duration
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -47,6 +59,14 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 0, "Client-side limit of requests per second to the API server. 0 or less turns client-side throttling off and leaves flow control to the API server's priority and fairness.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "Client-side burst of requests to the API server, with --kube-api-qps above 0. 0 means twice --kube-api-qps.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Hour, "How often the informers replay their caches. Replays of unchanged objects are dropped, so this only costs CPU. 0 turns it off.")
+	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", defaultShutdownTimeout, "On SIGTERM or SIGINT, how long in-flight syncs may take to finish before they are cancelled.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
+	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on. 0 turns it off.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's.")
+	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease lasts without renewal before another replica may take it.")
+	fs.DurationVar(&o.leaderElectRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its Lease before giving up leadership.")
+	fs.DurationVar(&o.leaderElectRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
 }
 
 func main() {
@@ -66,12 +86,19 @@ func main() {
 
 // run connects to the cluster and runs the controller until ctx is cancelled.
 func run(ctx context.Context, opts options) error {
+	logger := klog.FromContext(ctx)
 	if opts.workers < 1 {
 		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
 	}
-	cfg, err := restConfig(opts)
+	// client-go picks its metrics providers when clients and queues are built.
+	metrics.RegisterClientGo()
+
+	cfg, namespace, err := restConfig(opts)
 	if err != nil {
 		return fmt.Errorf("loading the client configuration: %w", err)
+	}
+	if opts.leaderElectNamespace == "" {
+		opts.leaderElectNamespace = namespace
 	}
 	kubeClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -90,32 +117,57 @@ func run(ctx context.Context, opts options) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, controllerAgentName)
 
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod)
-	controller, err := NewController(ctx, kubeClient, sampleClient,
-		kubeFactory.Apps().V1().Deployments(),
-		sampleFactory.Samplecontroller().V1alpha1().Foos(),
-		recorder)
+	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
+	controller, err := NewController(ctx, kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, recorder)
 	if err != nil {
 		return err
 	}
-	// Shutdown waits for the informers' goroutines; it runs after the workers stop.
+	controller.shutdownTimeout = opts.gracefulShutdownTimeout
+	metrics.Registry.MustRegister(syncsTotal, syncDuration, newFooReadyCollector(fooInformer.Lister(), controller.HasSynced))
+
+	// Leader election reports a leader that cannot renew its Lease as unhealthy, so
+	// that the kubelet restarts it.
+	var watchdog *leaderelection.HealthzAdaptor
+	if opts.leaderElect {
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	servers, err := startServers(ctx, opts, controller.HasSynced, watchdog)
+	if err != nil {
+		return err
+	}
+	defer servers.shutdown(logger)
+
+	// The caches fill on every replica, leader or not, so that a new leader starts
+	// from a warm cache. Shutdown waits for the informers' goroutines; it runs after
+	// the workers stop.
 	defer sampleFactory.Shutdown()
 	defer kubeFactory.Shutdown()
 	kubeFactory.Start(ctx.Done())
 	sampleFactory.Start(ctx.Done())
 
-	return controller.Run(ctx, opts.workers)
+	runController := func(ctx context.Context) error { return controller.Run(ctx, opts.workers) }
+	if !opts.leaderElect {
+		return runController(ctx)
+	}
+	return runAsLeader(ctx, kubeClient, opts, watchdog, runController)
 }
 
-// restConfig loads the client configuration the way kubectl does, and applies the
-// client-side rate limits.
-func restConfig(opts options) (*rest.Config, error) {
+// restConfig loads the client configuration the way kubectl does, applies the
+// client-side rate limits, and returns it with the namespace the controller runs in.
+func restConfig(opts options) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = opts.kubeconfig
 	overrides := &clientcmd.ConfigOverrides{}
 	overrides.ClusterInfo.Server = opts.master
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	// The context's namespace, or in a Pod its own.
+	namespace, _, err := loader.Namespace()
+	if err != nil {
+		return nil, "", err
 	}
 	cfg.UserAgent = controllerAgentName
 	if opts.kubeAPIQPS > 0 {
@@ -128,7 +180,7 @@ func restConfig(opts options) (*rest.Config, error) {
 		// A negative QPS makes client-go build no rate limiter at all.
 		cfg.QPS = -1
 	}
-	return cfg, nil
+	return cfg, namespace, nil
 }
 
 // signalContext returns a context cancelled by the first SIGINT or SIGTERM. A second

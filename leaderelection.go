@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// leaderElectionName is the name of the Lease the replicas compete for.
+const leaderElectionName = "sample-controller"
+
+// runAsLeader runs run only while this process holds the Lease, until ctx is
+// cancelled.
+//
+// On cancellation, run stops first and the Lease is released after, so that the next
+// leader never works alongside this one; releasing hands over in about one retry
+// period instead of a lease duration. A process that loses the Lease without being
+// asked to stop exits at once, for the same reason.
+func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	hostname, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("getting the hostname for the leader election identity: %w", err)
+	}
+	identity := hostname + "_" + string(uuid.NewUUID())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: leaderElectionName, Namespace: opts.leaderElectNamespace},
+		Client:     kubeClient.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+
+	// The election outlives ctx: it ends when run has returned, or when ctx is
+	// cancelled before this process ever led.
+	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var (
+		mu      sync.Mutex
+		leading bool // run has started
+		ran     bool // run has returned
+		runErr  = make(chan error, 1)
+	)
+	stopWaiting := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !leading {
+			endElection()
+		}
+	})
+	defer stopWaiting()
+
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   opts.leaderElectLeaseDuration,
+		RenewDeadline:   opts.leaderElectRenewDeadline,
+		RetryPeriod:     opts.leaderElectRetryPeriod,
+		ReleaseOnCancel: true,
+		WatchDog:        watchdog,
+		Name:            leaderElectionName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				mu.Lock()
+				if ctx.Err() != nil {
+					mu.Unlock()
+					endElection()
+					return
+				}
+				leading = true
+				mu.Unlock()
+				logger.Info("Became the leader", "identity", identity)
+				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx).
+				workCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				err := run(workCtx)
+				mu.Lock()
+				ran = true
+				mu.Unlock()
+				runErr <- err
+				endElection()
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() != nil {
+					logger.Info("Released the lease", "identity", identity)
+					return
+				}
+				mu.Lock()
+				lost := leading && !ran
+				mu.Unlock()
+				if lost {
+					logger.Error(nil, "Lost the lease; exiting so that two leaders never act at once", "identity", identity)
+					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+				}
+			},
+			OnNewLeader: func(current string) {
+				if current != identity {
+					logger.Info("Another replica leads", "leader", current)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("setting up leader election: %w", err)
+	}
+	logger.Info("Waiting to become the leader", "lease", klog.KRef(opts.leaderElectNamespace, leaderElectionName), "identity", identity)
+	elector.Run(electionCtx)
+
+	select {
+	case err := <-runErr:
+		return err
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,143 @@
+// Package metrics collects the Prometheus metrics that client-go can report, its work
+// queues' and its REST clients', into a registry that a controller serves on /metrics.
+package metrics
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientmetrics "k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Registry holds every metric the process serves: the Go runtime's and the process's,
+// client-go's once RegisterClientGo has run, and any the controller adds.
+var Registry = prometheus.NewRegistry()
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+}
+
+var (
+	registerOnce sync.Once
+	queues       = newQueueMetrics()
+	requests     = newRequestMetrics()
+)
+
+// RegisterClientGo makes client-go report its work queue and REST client metrics to
+// Registry. Call it before creating clients and queues: client-go reads the providers
+// when they are built. Calls after the first do nothing.
+func RegisterClientGo() {
+	registerOnce.Do(func() {
+		q := queues
+		Registry.MustRegister(q.depth, q.adds, q.latency, q.workDuration, q.unfinished, q.longestRunning, q.retries)
+		workqueue.SetProvider(q)
+
+		r := requests
+		Registry.MustRegister(r.latency, r.results, r.rateLimiterLatency)
+		clientmetrics.Register(clientmetrics.RegisterOpts{
+			RequestLatency:     latencyObserver{r.latency},
+			RateLimiterLatency: latencyObserver{r.rateLimiterLatency},
+			RequestResult:      resultCounter{r.results},
+		})
+	})
+}
+
+// queueMetrics implements workqueue.MetricsProvider, one series per queue name.
+type queueMetrics struct {
+	depth          *prometheus.GaugeVec
+	adds           *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	workDuration   *prometheus.HistogramVec
+	unfinished     *prometheus.GaugeVec
+	longestRunning *prometheus.GaugeVec
+	retries        *prometheus.CounterVec
+}
+
+// queueBuckets span 10 µs to about 10 s, where queue waits and syncs fall.
+var queueBuckets = prometheus.ExponentialBuckets(10e-6, 4, 11)
+
+func newQueueMetrics() *queueMetrics {
+	const subsystem = "workqueue"
+	labels := []string{"name"}
+	return &queueMetrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: "depth",
+			Help: "Current number of items waiting in the work queue."}, labels),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: "adds_total",
+			Help: "Total number of items added to the work queue."}, labels),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: "queue_duration_seconds",
+			Help: "How long an item waits in the work queue before a worker takes it.", Buckets: queueBuckets}, labels),
+		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: "work_duration_seconds",
+			Help: "How long a worker takes to process an item.", Buckets: queueBuckets}, labels),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: "unfinished_work_seconds",
+			Help: "Seconds of work in progress that has not been observed by work_duration_seconds yet. A large value hints at stuck workers."}, labels),
+		longestRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: "longest_running_processor_seconds",
+			Help: "How long the longest-running worker of the queue has been processing its item."}, labels),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: "retries_total",
+			Help: "Total number of rate-limited re-adds (retries) to the work queue."}, labels),
+	}
+}
+
+func (q *queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return q.depth.WithLabelValues(name)
+}
+func (q *queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return q.adds.WithLabelValues(name)
+}
+func (q *queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return q.latency.WithLabelValues(name)
+}
+func (q *queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return q.workDuration.WithLabelValues(name)
+}
+func (q *queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.unfinished.WithLabelValues(name)
+}
+func (q *queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.longestRunning.WithLabelValues(name)
+}
+func (q *queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return q.retries.WithLabelValues(name)
+}
+
+// requestMetrics are the REST client's: what it asked the API server, how long it
+// took, and what came back.
+type requestMetrics struct {
+	latency            *prometheus.HistogramVec
+	rateLimiterLatency *prometheus.HistogramVec
+	results            *prometheus.CounterVec
+}
+
+// requestBuckets span 1 ms to about 16 s.
+var requestBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+
+func newRequestMetrics() *requestMetrics {
+	const subsystem = "rest_client"
+	return &requestMetrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: "request_duration_seconds",
+			Help: "Latency of requests to the API server, by verb and host.", Buckets: requestBuckets}, []string{"verb", "host"}),
+		rateLimiterLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: "rate_limiter_duration_seconds",
+			Help: "Time requests spent waiting for the client-side rate limiter, by verb and host.", Buckets: requestBuckets}, []string{"verb", "host"}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: "requests_total",
+			Help: "Requests to the API server, by HTTP status code, method and host."}, []string{"code", "method", "host"}),
+	}
+}
+
+type latencyObserver struct{ vec *prometheus.HistogramVec }
+
+func (o latencyObserver) Observe(_ context.Context, verb string, u url.URL, latency time.Duration) {
+	o.vec.WithLabelValues(verb, u.Host).Observe(latency.Seconds())
+}
+
+type resultCounter struct{ vec *prometheus.CounterVec }
+
+func (c resultCounter) Increment(_ context.Context, code, method, host string) {
+	c.vec.WithLabelValues(code, method, host).Inc()
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+)
+
+// httpServers are the metrics and probe endpoints.
+type httpServers []*http.Server
+
+// startServers listens on the metrics and probe addresses, so that a taken port fails
+// the start, and serves in the background until shutdown.
+//
+//   - /metrics: Prometheus metrics.
+//   - /healthz: liveness. Fails when this replica leads but has not renewed its Lease
+//     in time, so that the kubelet restarts a stuck leader.
+//   - /readyz: readiness. Fails until the informer caches have synced.
+func startServers(ctx context.Context, opts options, synced func() bool, watchdog *leaderelection.HealthzAdaptor) (httpServers, error) {
+	var servers httpServers
+	if opts.metricsBindAddress != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+		srv, err := serve(ctx, "metrics", opts.metricsBindAddress, mux)
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, srv)
+	}
+	if opts.healthProbeBindAddress != "0" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			if watchdog != nil {
+				if err := watchdog.Check(r); err != nil {
+					http.Error(w, fmt.Sprintf("leader election: %v", err), http.StatusInternalServerError)
+					return
+				}
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			if !synced() {
+				http.Error(w, "informer caches have not synced", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		srv, err := serve(ctx, "health probes", opts.healthProbeBindAddress, mux)
+		if err != nil {
+			servers.shutdown(klog.FromContext(ctx))
+			return nil, err
+		}
+		servers = append(servers, srv)
+	}
+	return servers, nil
+}
+
+func serve(ctx context.Context, name, addr string, handler http.Handler) (*http.Server, error) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for %s on %s: %w", name, addr, err)
+	}
+	logger := klog.FromContext(ctx)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		logger.Info("Serving "+name, "address", listener.Addr().String())
+		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "Server stopped", "server", name)
+		}
+	}()
+	return srv, nil
+}
+
+// shutdown stops the servers, giving open requests a few seconds.
+func (s httpServers) shutdown(logger klog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range s {
+		if err := srv.Shutdown(ctx); err != nil {
+			logger.Error(err, "Shutting down an HTTP server")
+		}
+	}
+}
