@@ -1,0 +1,257 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// refNameAnnotation names an image inside an OCI layout; podman load takes it as the name
+// of the loaded image, and skopeo matches it against the :REF of oci-archive:FILE:REF.
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+// writeArchiveFile writes the archive next to file and renames it into place, so that an
+// interrupted build never leaves a truncated archive behind under the real name.
+func writeArchiveFile(file string, img v1.Image, refName string, mtime time.Time) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := writeArchive(tmp, img, refName, mtime); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+// writeArchive writes img as an OCI image layout packed in a tar archive, the format that
+// skopeo and podman call oci-archive. Every entry carries the same time and owner, so the
+// same image gives the same archive byte for byte, not only the same digest.
+func writeArchive(w io.Writer, img v1.Image, refName string, mtime time.Time) error {
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return fmt.Errorf("reading the manifest: %w", err)
+	}
+	config, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("reading the config: %w", err)
+	}
+	configFile, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("reading the config: %w", err)
+	}
+	configDigest, err := img.ConfigName()
+	if err != nil {
+		return fmt.Errorf("hashing the config: %w", err)
+	}
+	desc, err := partial.Descriptor(img)
+	if err != nil {
+		return fmt.Errorf("describing the image: %w", err)
+	}
+	desc.Platform = configFile.Platform()
+	if refName != "" {
+		desc.Annotations = map[string]string{refNameAnnotation: refName}
+	}
+	index, err := json.Marshal(v1.IndexManifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIImageIndex,
+		Manifests:     []v1.Descriptor{*desc},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding index.json: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("listing the layers: %w", err)
+	}
+
+	tw := tar.NewWriter(w)
+	dir := func(name string) error {
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: mtime})
+	}
+	file := func(name string, size int64, body io.Reader) error {
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: mtime}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		if _, err := io.Copy(tw, body); err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		return nil
+	}
+	blob := func(h v1.Hash) string { return path.Join("blobs", h.Algorithm, h.Hex) }
+
+	if err := file("oci-layout", int64(len(layoutMarker)), bytes.NewReader(layoutMarker)); err != nil {
+		return err
+	}
+	if err := dir("blobs/"); err != nil {
+		return err
+	}
+	if err := dir("blobs/sha256/"); err != nil {
+		return err
+	}
+	for _, layer := range layers {
+		digest, err := layer.Digest()
+		if err != nil {
+			return fmt.Errorf("hashing a layer: %w", err)
+		}
+		size, err := layer.Size()
+		if err != nil {
+			return fmt.Errorf("sizing layer %s: %w", digest, err)
+		}
+		rc, err := layer.Compressed()
+		if err != nil {
+			return fmt.Errorf("reading layer %s: %w", digest, err)
+		}
+		err = file(blob(digest), size, rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if err := file(blob(configDigest), int64(len(config)), bytes.NewReader(config)); err != nil {
+		return err
+	}
+	if err := file(blob(desc.Digest), int64(len(manifest)), bytes.NewReader(manifest)); err != nil {
+		return err
+	}
+	// Last, as in a layout on disk: it names only blobs that are already there.
+	if err := file("index.json", int64(len(index)), bytes.NewReader(index)); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// layoutMarker is the oci-layout file that tells readers which version of the layout
+// spec the directory follows.
+var layoutMarker = []byte(`{"imageLayoutVersion":"1.0.0"}`)
+
+// archive is an OCI archive unpacked into a temporary directory, which layout reads blobs
+// from lazily; Close removes it.
+type archive struct {
+	dir string
+	// desc is the image's entry in index.json.
+	desc v1.Descriptor
+	img  v1.Image
+}
+
+// openArchive unpacks an OCI archive and opens the one image it holds.
+func openArchive(file string) (_ *archive, err error) {
+	dir, err := os.MkdirTemp("", "oci-archive-")
+	if err != nil {
+		return nil, err
+	}
+	a := &archive{dir: dir}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if err := unpack(file, dir); err != nil {
+		return nil, fmt.Errorf("unpacking %s: %w", file, err)
+	}
+
+	index, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the OCI layout in %s: %w", file, err)
+	}
+	manifest, err := index.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading index.json in %s: %w", file, err)
+	}
+	var images []v1.Descriptor
+	for _, desc := range manifest.Manifests {
+		if desc.MediaType.IsImage() {
+			images = append(images, desc)
+		}
+	}
+	if len(images) != 1 {
+		return nil, fmt.Errorf("%s holds %d images, want exactly 1", file, len(images))
+	}
+	a.desc = images[0]
+	if a.img, err = index.Image(a.desc.Digest); err != nil {
+		return nil, fmt.Errorf("opening image %s in %s: %w", a.desc.Digest, file, err)
+	}
+	return a, nil
+}
+
+func (a *archive) Close() error {
+	return os.RemoveAll(a.dir)
+}
+
+// unpack extracts the directories and regular files of a tar archive into dir. os.Root
+// confines every name to dir, so an archive from elsewhere cannot write outside it.
+func unpack(file, dir string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(hdr.Name)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+				return err
+			}
+			if err := unpackFile(root, name, tr); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: an OCI layout has only files and directories, not type %q", hdr.Name, hdr.Typeflag)
+		}
+	}
+}
+
+func unpackFile(root *os.Root, name string, body io.Reader) error {
+	out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, body); err != nil {
+		out.Close()
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return out.Close()
+}

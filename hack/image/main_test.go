@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// helloOutput is what the test binary prints, to tell that the binary taken out of the
+// image is the one that went in and still runs.
+const helloOutput = "hello from the image"
+
+// helloBinary is a small static linux/amd64 program, built once for all tests by TestMain.
+var helloBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "image-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if helloBinary, err = buildHello(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// buildHello compiles a tiny program the way hack/build-image.sh compiles the controller,
+// which is much faster than building the controller itself.
+func buildHello(dir string) (string, error) {
+	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"" + helloOutput + "\") }\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n"), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "hello")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOWORK=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the test binary: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// runImage runs the command line in-process and returns what it printed.
+func runImage(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := run(args, &stdout, &stderr); err != nil {
+		t.Fatalf("image %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// buildArchive builds an image of binary into dir and returns the archive and the digest
+// that build printed.
+func buildArchive(t *testing.T, binary, dir string) (archive, digest string) {
+	t.Helper()
+	archive = filepath.Join(dir, "image.oci.tar")
+	digest = strings.TrimSpace(runImage(t, "build", "--binary", binary, "--output", archive, "--tag", "sample-controller:test"))
+	return archive, digest
+}
+
+func TestBuildThenInspect(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "")
+	dir := t.TempDir()
+	archive, digest := buildArchive(t, helloBinary, dir)
+	extracted := filepath.Join(dir, "extracted")
+
+	var got summary
+	out := runImage(t, "inspect", "--archive", archive, "--extract-entrypoint", extracted)
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("inspect printed no JSON summary: %v\n%s", err, out)
+	}
+
+	t.Run("reports the digest that build printed", func(t *testing.T) {
+		if got.Digest != digest {
+			t.Errorf("inspect digest %s, build printed %s", got.Digest, digest)
+		}
+	})
+	t.Run("names the image", func(t *testing.T) {
+		if got.RefName != "sample-controller:test" {
+			t.Errorf("refName %q, want sample-controller:test", got.RefName)
+		}
+	})
+	t.Run("is for linux/amd64", func(t *testing.T) {
+		if got.Platform != "linux/amd64" {
+			t.Errorf("platform %q, want linux/amd64", got.Platform)
+		}
+	})
+	t.Run("runs the controller as entrypoint", func(t *testing.T) {
+		if len(got.Entrypoint) != 1 || got.Entrypoint[0] != "/sample-controller" {
+			t.Errorf("entrypoint %q, want [/sample-controller]", got.Entrypoint)
+		}
+		if len(got.Cmd) != 0 {
+			t.Errorf("cmd %q, want none: the Deployment passes the flags", got.Cmd)
+		}
+	})
+	t.Run("runs as the nonroot user", func(t *testing.T) {
+		if got.User != "65532:65532" {
+			t.Errorf("user %q, want 65532:65532", got.User)
+		}
+		// Numeric, or the kubelet cannot check runAsNonRoot without reading /etc/passwd.
+		uid, gid, _ := strings.Cut(got.User, ":")
+		if !isNonRootID(uid) || !isNonRootID(gid) {
+			t.Errorf("user %q is not a numeric non-root uid:gid", got.User)
+		}
+	})
+	t.Run("says where it comes from", func(t *testing.T) {
+		if src := got.Labels["org.opencontainers.image.source"]; src != "https://github.com/seed-e6610ed6/sample-controller" {
+			t.Errorf("source label %q", src)
+		}
+	})
+	t.Run("has one gzip layer", func(t *testing.T) {
+		if len(got.Layers) != 1 || got.Layers[0].MediaType != "application/vnd.oci.image.layer.v1.tar+gzip" {
+			t.Errorf("layers %+v, want one OCI gzip layer", got.Layers)
+		}
+	})
+
+	t.Run("extracts the binary byte for byte", func(t *testing.T) {
+		want, err := os.ReadFile(helloBinary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotBytes, err := os.ReadFile(extracted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(gotBytes, want) {
+			t.Errorf("extracted binary (%d bytes) differs from the input (%d bytes)", len(gotBytes), len(want))
+		}
+		fi, err := os.Stat(extracted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o755 {
+			t.Errorf("extracted mode %v, want 0755", fi.Mode().Perm())
+		}
+	})
+	t.Run("extracts a static executable", func(t *testing.T) {
+		f, err := elf.Open(extracted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+				t.Errorf("has a %s program header: the binary is not static", p.Type)
+			}
+		}
+		if s := f.Section(".dynamic"); s != nil {
+			t.Errorf("has a .dynamic section: the binary is not static")
+		}
+	})
+	t.Run("extracts a binary that runs", func(t *testing.T) {
+		if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+			t.Skipf("a linux/amd64 binary does not run on %s/%s", runtime.GOOS, runtime.GOARCH)
+		}
+		out, err := exec.Command(extracted).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(out)) != helloOutput {
+			t.Errorf("extracted binary printed %q, want %q", out, helloOutput)
+		}
+	})
+}
+
+func isNonRootID(id string) bool {
+	n, err := strconv.Atoi(id)
+	return err == nil && n > 0
+}
+
+func TestBuildIsReproducible(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "")
+	first, firstDigest := buildArchive(t, helloBinary, t.TempDir())
+	second, secondDigest := buildArchive(t, helloBinary, t.TempDir())
+	if firstDigest != secondDigest {
+		t.Errorf("two builds of the same binary gave digests %s and %s", firstDigest, secondDigest)
+	}
+	a, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Errorf("two builds of the same binary gave different archives")
+	}
+
+	t.Run("a different binary gives a different digest", func(t *testing.T) {
+		dir := t.TempDir()
+		// Bytes after the last section change the file but keep it a valid ELF.
+		other := filepath.Join(dir, "other")
+		bin, err := os.ReadFile(helloBinary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(other, append(bin, "trailer"...), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, digest := buildArchive(t, other, dir); digest == firstDigest {
+			t.Errorf("a changed binary kept digest %s", digest)
+		}
+	})
+	t.Run("SOURCE_DATE_EPOCH changes the digest", func(t *testing.T) {
+		t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
+		if _, digest := buildArchive(t, helloBinary, t.TempDir()); digest == firstDigest {
+			t.Errorf("another creation time kept digest %s", digest)
+		}
+	})
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.tar")
+
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no command", nil, "no command"},
+		{"unknown command", []string{"push"}, `unknown command "push"`},
+		{"build without --binary", []string{"build", "--output", out}, "needs --binary and --output"},
+		{"build without --output", []string{"build", "--binary", helloBinary}, "needs --binary and --output"},
+		{"tag without :TAG", []string{"build", "--binary", helloBinary, "--output", out, "--tag", "sample-controller"}, "has no :TAG"},
+		{"invalid tag", []string{"build", "--binary", helloBinary, "--output", out, "--tag", "Sample:dev"}, "--tag"},
+		{"binary that is not ELF", []string{"build", "--binary", script, "--output", out}, "reading the binary as ELF"},
+		{"stray argument", []string{"build", "--binary", helloBinary, "--output", out, "extra"}, "unexpected arguments"},
+		{"inspect without --archive", []string{"inspect"}, "needs --archive"},
+		{"inspect of a missing archive", []string{"inspect", "--archive", filepath.Join(dir, "missing.tar")}, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(tc.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a failed build left %s behind (stat: %v)", out, err)
+	}
+}
