@@ -5,15 +5,31 @@ BIN := _output/bin
 
 .PHONY: help
 help: ## Show the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: ## Run the controller: against KUBECONFIG if set, else on a local control plane it builds and starts. Controller flags: ARGS='...'.
+	go run ./hack/run-local -- $(ARGS)
+
+.PHONY: test
+test: ## Run the whole test suite: checks, unit tests with -race, e2e tests on a local control plane.
+	hack/test.sh
 
 .PHONY: build
 build: ## Build the controller binary into _output/bin.
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/sample-controller .
 
-.PHONY: test
-test: ## Run the whole test suite: gofmt, verify-codegen, go vet, unit tests with -race.
-	hack/test.sh
+.PHONY: image
+image: ## Build the container image as an OCI archive in _output/image, without Docker.
+	hack/build-image.sh
+
+.PHONY: tools
+tools: ## Build the local control plane (etcd, kube-apiserver, ..., kwok) into _output/bin.
+	hack/build-tools.sh
+
+.PHONY: e2e
+e2e: tools ## Run only the e2e tests.
+	go test -tags e2e -count=1 -v ./test/e2e/
 
 .PHONY: update-codegen
 update-codegen: ## Regenerate clients, deepcopy and the CRD from pkg/apis.

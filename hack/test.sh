@@ -26,14 +26,37 @@ check_gofmt() {
 }
 
 unit_tests() {
-  go test -race -count=1 -coverprofile=_output/unit-cover.out ./...
+  # The harness's own test starts a cluster; the binaries are there, so it must run.
+  LOCALCLUSTER_REQUIRED=1 go test -race -count=1 -coverprofile=_output/unit-cover.out ./...
   # Coverage of the controller itself, the file this suite exists to prove.
   awk -F'[ :,]' 'NR > 1 && $1 ~ /\/controller\.go$/ { n = $(NF-1); total += n; if ($NF > 0) covered += n }
     END { printf "coverage of controller.go: %.1f%% of %d statements\n", 100 * covered / total, total }' \
     _output/unit-cover.out
 }
 
+image_tests() {
+  (cd hack/image && go vet ./... && go test -count=1 ./...)
+}
+
+e2e_tests() {
+  local status=0
+  # Every e2e test runs the controller binary taken out of the image built above.
+  E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
+    go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ >_output/e2e.log 2>&1 || status=$?
+  grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:)|_test\.go:[0-9]+' _output/e2e.log || true
+  if [[ ${status} -ne 0 ]]; then
+    echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/):"
+    tail -n 150 _output/e2e.log
+  fi
+  return "${status}"
+}
+
 stage "gofmt" check_gofmt
 stage "verify-codegen" hack/verify-codegen.sh
 stage "go vet" go vet ./...
+stage "go vet (e2e)" go vet -tags e2e ./test/e2e/
+stage "build the local control plane" hack/build-tools.sh
+stage "build the image" hack/build-image.sh
+stage "image tool tests" image_tests
 stage "unit tests (-race)" unit_tests
+stage "e2e tests" e2e_tests

@@ -1,0 +1,419 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+)
+
+// timeout bounds each wait for the controller and the cluster to converge. Pods on
+// kwok nodes are Running within seconds; the margin is for a loaded CI machine.
+const timeout = 90 * time.Second
+
+// fooYAML is a Foo manifest as a user writes it.
+func fooYAML(name, deploymentName string, replicas int) string {
+	return fmt.Sprintf(`apiVersion: samplecontroller.k8s.io/v1alpha1
+kind: Foo
+metadata:
+  name: %s
+spec:
+  deploymentName: %s
+  replicas: %d
+`, name, deploymentName, replicas)
+}
+
+// waitReady waits until the Foo's status describes its current generation, with the
+// Ready condition True and want replicas available, and returns the Foo.
+func waitReady(t *testing.T, ns, name string, want int32) *samplev1alpha1.Foo {
+	t.Helper()
+	var foo *samplev1alpha1.Foo
+	eventually(t, timeout, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
+		var err error
+		foo, err = env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+		ok := foo.Status.ObservedGeneration == foo.Generation && ready != nil && ready.Status == metav1.ConditionTrue &&
+			ready.ObservedGeneration == foo.Generation && foo.Status.AvailableReplicas == want
+		return ok, fmt.Sprintf("generation %d, status %+v", foo.Generation, foo.Status)
+	})
+	return foo
+}
+
+// getDeployment returns the Deployment, failing the test on error.
+func getDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
+	t.Helper()
+	d, err := env.kube.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting Deployment %s/%s: %v", ns, name, err)
+	}
+	return d
+}
+
+// runningPods returns the Running Pods that the Foo's status selector selects.
+func runningPods(ctx context.Context, ns, selector string) ([]corev1.Pod, error) {
+	pods, err := env.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			running = append(running, p)
+		}
+	}
+	return running, nil
+}
+
+func waitRunningPods(t *testing.T, ns, selector string, want int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	eventually(t, timeout, fmt.Sprintf("%d Running Pods for %q", want, selector), func(ctx context.Context) (bool, string) {
+		var err error
+		pods, err = runningPods(ctx, ns, selector)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods) == want, fmt.Sprintf("%d Running", len(pods))
+	})
+	return pods
+}
+
+// TestExampleFoo follows the README: apply the example Foo, see its Deployment and
+// Pods come up, look at it with kubectl, and scale it.
+func TestExampleFoo(t *testing.T) {
+	ns := newNamespace(t)
+	kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.repoRoot, "artifacts", "examples", "example-foo.yaml"))
+
+	foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(t.Context(), "example-foo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "the Deployment owned by the Foo", func(ctx context.Context) (bool, string) {
+		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "example-foo", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return metav1.IsControlledBy(d, foo), fmt.Sprintf("owner references %v", d.OwnerReferences)
+	})
+
+	kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "--timeout=90s", "foo/example-foo")
+	foo = waitReady(t, ns, "example-foo", 1)
+	pods := waitRunningPods(t, ns, foo.Status.Selector, 1)
+	if node := pods[0].Spec.NodeName; !strings.HasPrefix(node, "kwok-") {
+		t.Errorf("Pod %s runs on node %q, want a kwok node", pods[0].Name, node)
+	}
+
+	t.Run("kubectl get shows the printer columns", func(t *testing.T) {
+		out := kubectl(t, "get", "foo", "-n", ns)
+		header := regexp.MustCompile(`NAME\s+DEPLOYMENT\s+DESIRED\s+AVAILABLE\s+READY\s+AGE`)
+		row := regexp.MustCompile(`example-foo\s+example-foo\s+1\s+1\s+True\s+\S+`)
+		if !header.MatchString(out) || !row.MatchString(out) {
+			t.Errorf("kubectl get foo:\n%s\nwant the columns DEPLOYMENT DESIRED AVAILABLE READY AGE filled in", out)
+		}
+	})
+
+	t.Run("kubectl explain shows the field docs", func(t *testing.T) {
+		out := kubectl(t, "explain", "foo.spec")
+		for _, want := range []string{"deploymentName", "<string> -required-", "valid DNS-1123 subdomain", "replicas", "Defaults to 1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("kubectl explain foo.spec does not mention %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("kubectl scale reaches the Deployment and the Pods", func(t *testing.T) {
+		kubectl(t, "scale", "-n", ns, "foo/example-foo", "--replicas=3")
+		foo := waitReady(t, ns, "example-foo", 3)
+		if got := *getDeployment(t, ns, "example-foo").Spec.Replicas; got != 3 {
+			t.Errorf("Deployment replicas = %d, want 3", got)
+		}
+		waitRunningPods(t, ns, foo.Status.Selector, 3)
+		out := kubectl(t, "get", "foo/example-foo", "-n", ns, "-o", "jsonpath={.spec.replicas} {.status.replicas} {.status.selector}")
+		if want := "3 3 " + foo.Status.Selector; out != want {
+			t.Errorf("scale fields = %q, want %q", out, want)
+		}
+	})
+}
+
+// TestDriftIsReverted edits the Deployment by hand the ways users do.
+func TestDriftIsReverted(t *testing.T) {
+	ns := newNamespace(t)
+	kubectlIn(t, fooYAML("drift", "drift", 2), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "drift", 2)
+
+	waitSpec := func(what string) *appsv1.Deployment {
+		t.Helper()
+		var d *appsv1.Deployment
+		eventually(t, timeout, what, func(ctx context.Context) (bool, string) {
+			var err error
+			d, err = env.kube.AppsV1().Deployments(ns).Get(ctx, "drift", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			return *d.Spec.Replicas == 2 && c.Name == "nginx" && c.Image == "nginx:latest",
+				fmt.Sprintf("replicas %d, container %s image %s", *d.Spec.Replicas, c.Name, c.Image)
+		})
+		return d
+	}
+
+	kubectl(t, "scale", "-n", ns, "deployment/drift", "--replicas=5")
+	waitSpec("replicas to be reverted to 2")
+
+	kubectl(t, "set", "image", "-n", ns, "deployment/drift", "nginx=httpd:2")
+	waitSpec("the image to be reverted to nginx:latest")
+
+	kubectl(t, "rollout", "restart", "-n", ns, "deployment/drift")
+	restartedAt := getDeployment(t, ns, "drift").Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"]
+	if restartedAt == "" {
+		t.Fatal("kubectl rollout restart left no restartedAt annotation")
+	}
+	// Make the controller act on the Deployment once more after the restart, and check
+	// that the restart survived it.
+	kubectl(t, "scale", "-n", ns, "deployment/drift", "--replicas=4")
+	d := waitSpec("replicas to be reverted to 2 after a rollout restart")
+	if got := d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"]; got != restartedAt {
+		t.Errorf("restartedAt annotation = %q, want %q kept", got, restartedAt)
+	}
+	waitReady(t, ns, "drift", 2)
+}
+
+// TestDeletingFooDeletesDeployment relies on the owner reference and the garbage collector.
+func TestDeletingFooDeletesDeployment(t *testing.T) {
+	ns := newNamespace(t)
+	kubectlIn(t, fooYAML("gc", "gc-deploy", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "gc", 1)
+
+	kubectl(t, "delete", "-n", ns, "foo/gc")
+	eventually(t, timeout, "the Deployment to be garbage collected", func(ctx context.Context) (bool, string) {
+		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "gc-deploy", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+	})
+}
+
+// TestForeignDeploymentIsLeftAlone gives a Foo the name of a Deployment it does not own.
+func TestForeignDeploymentIsLeftAlone(t *testing.T) {
+	ns := newNamespace(t)
+	kubectl(t, "create", "deployment", "taken", "-n", ns, "--image=httpd:2", "--replicas=2")
+	// Let the Deployment settle first, so that nothing but the controller could change it.
+	var before *appsv1.Deployment
+	eventually(t, timeout, "the foreign Deployment to settle", func(ctx context.Context) (bool, string) {
+		var err error
+		before, err = env.kube.AppsV1().Deployments(ns).Get(ctx, "taken", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return before.Status.ObservedGeneration == before.Generation && before.Status.AvailableReplicas == 2,
+			fmt.Sprintf("status %+v", before.Status)
+	})
+
+	kubectlIn(t, fooYAML("intruder", "taken", 1), "apply", "-n", ns, "-f", "-")
+	eventually(t, timeout, "Ready=False DeploymentNotOwned on the Foo", func(ctx context.Context) (bool, string) {
+		foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "intruder", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == samplev1alpha1.ReasonDeploymentNotOwned,
+			fmt.Sprintf("conditions %+v", foo.Status.Conditions)
+	})
+	eventually(t, timeout, "a Warning event on the Foo", func(ctx context.Context) (bool, string) {
+		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason=DeploymentNotOwned",
+			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
+		return err == nil && strings.Contains(out, `Foo/intruder: Deployment "taken" already exists and is not controlled by this Foo`), out
+	})
+
+	after := getDeployment(t, ns, "taken")
+	beforeJSON, _ := json.Marshal(before)
+	afterJSON, _ := json.Marshal(after)
+	if string(beforeJSON) != string(afterJSON) {
+		t.Errorf("the foreign Deployment changed:\nbefore: %s\nafter:  %s", beforeJSON, afterJSON)
+	}
+}
+
+// TestInvalidFoosAreRejected checks the CRD's validation messages.
+func TestInvalidFoosAreRejected(t *testing.T) {
+	ns := newNamespace(t)
+	tests := []struct {
+		name     string
+		manifest string
+		want     []string
+	}{{
+		name:     "missing deploymentName",
+		manifest: "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: bad\nspec:\n  replicas: 1\n",
+		want:     []string{"spec.deploymentName: Required value"},
+	}, {
+		name:     "deploymentName not a DNS-1123 subdomain",
+		manifest: fooYAML("bad", "Not_A_Name", 1),
+		want:     []string{"spec.deploymentName: Invalid value", "must be a valid DNS-1123 subdomain"},
+	}, {
+		name:     "deploymentName too long",
+		manifest: fooYAML("bad", strings.Repeat("a", 254), 1),
+		want:     []string{"spec.deploymentName: Too long", "253"},
+	}, {
+		name:     "negative replicas",
+		manifest: fooYAML("bad", "ok", -1),
+		want:     []string{"spec.replicas: Invalid value: -1", "greater than or equal to 0"},
+	}, {
+		name:     "replicas of the wrong type",
+		manifest: strings.Replace(fooYAML("bad", "ok", 1), "replicas: 1", `replicas: "three"`, 1),
+		want:     []string{"spec.replicas: Invalid value", "must be of type integer"},
+	}, {
+		name:     "deploymentName of the wrong type",
+		manifest: strings.Replace(fooYAML("bad", "ok", 1), "deploymentName: ok", "deploymentName: 42", 1),
+		want:     []string{"spec.deploymentName: Invalid value", "must be of type string"},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := kubectlRun(t.Context(), tc.manifest, "apply", "-n", ns, "-f", "-")
+			if err == nil {
+				t.Fatalf("kubectl apply accepted the Foo:\n%s", out)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("error does not contain %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+
+	t.Run("defaults replicas to 1", func(t *testing.T) {
+		kubectlIn(t, "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: defaulted\nspec:\n  deploymentName: defaulted\n", "apply", "-n", ns, "-f", "-")
+		if out := kubectl(t, "get", "foo/defaulted", "-n", ns, "-o", "jsonpath={.spec.replicas}"); out != "1" {
+			t.Errorf("spec.replicas = %q, want 1", out)
+		}
+	})
+}
+
+// TestRenamingDeployment changes deploymentName and expects one Deployment, under the new name.
+func TestRenamingDeployment(t *testing.T) {
+	ns := newNamespace(t)
+	kubectlIn(t, fooYAML("renamed", "first", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "renamed", 1)
+
+	kubectlIn(t, fooYAML("renamed", "second", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "renamed", 1)
+	eventually(t, timeout, "only the Deployment under the new name", func(ctx context.Context) (bool, string) {
+		list, err := env.kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, d := range list.Items {
+			if d.DeletionTimestamp == nil {
+				names = append(names, d.Name)
+			}
+		}
+		return len(names) == 1 && names[0] == "second", fmt.Sprintf("Deployments %v", names)
+	})
+}
+
+// TestControllerKilledMidWork kills the controller while it is creating Deployments
+// and checks that a new one finishes the work without duplicates.
+func TestControllerKilledMidWork(t *testing.T) {
+	withoutSharedController(t)
+	ns := newNamespace(t)
+	const n = 40
+	var manifests []string
+	for i := range n {
+		manifests = append(manifests, fooYAML(fmt.Sprintf("foo-%02d", i), fmt.Sprintf("deploy-%02d", i), 1))
+	}
+	kubectlIn(t, strings.Join(manifests, "---\n"), "apply", "-n", ns, "-f", "-")
+
+	p, err := startController()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "the controller to start creating Deployments", func(ctx context.Context) (bool, string) {
+		list, err := env.kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) > 0, fmt.Sprintf("%d Deployments", len(list.Items))
+	})
+	_ = p.stop(syscall.SIGKILL)
+	list, err := env.kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the controller with %d of %d Deployments created", len(list.Items), n)
+
+	p, err = startController()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop(syscall.SIGTERM) })
+	for i := range n {
+		waitReady(t, ns, fmt.Sprintf("foo-%02d", i), 1)
+	}
+	list, err = env.kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[types.UID]int{}
+	for _, d := range list.Items {
+		ref := metav1.GetControllerOf(&d)
+		if ref == nil || ref.Kind != "Foo" {
+			t.Errorf("Deployment %s has no Foo controller", d.Name)
+			continue
+		}
+		owners[ref.UID]++
+	}
+	if len(list.Items) != n || len(owners) != n {
+		t.Errorf("got %d Deployments owned by %d Foos, want %d each", len(list.Items), len(owners), n)
+	}
+	for uid, count := range owners {
+		if count != 1 {
+			t.Errorf("Foo %s owns %d Deployments, want 1", uid, count)
+		}
+	}
+}
+
+// TestNamespaceFlag runs the controller with --namespace and checks that Foos
+// elsewhere are ignored.
+func TestNamespaceFlag(t *testing.T) {
+	withoutSharedController(t)
+	watched, ignored := newNamespace(t), newNamespace(t)
+	// The ignored Foo comes first: a controller that saw it would handle it first.
+	kubectlIn(t, fooYAML("elsewhere", "elsewhere", 1), "apply", "-n", ignored, "-f", "-")
+	kubectlIn(t, fooYAML("here", "here", 1), "apply", "-n", watched, "-f", "-")
+
+	p, err := startController("--namespace", watched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, watched, "here", 1)
+	if err := p.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("controller exited with %v after SIGTERM, want a clean exit", err)
+	}
+
+	if _, err := env.kube.AppsV1().Deployments(ignored).Get(t.Context(), "elsewhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment for the Foo in the ignored namespace: err = %v, want NotFound", err)
+	}
+	foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ignored).Get(t.Context(), "elsewhere", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(foo.Status.Conditions) != 0 || foo.Status.ObservedGeneration != 0 {
+		t.Errorf("Foo in the ignored namespace has status %+v, want none", foo.Status)
+	}
+}

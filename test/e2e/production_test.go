@@ -1,0 +1,315 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestDeployManifests checks artifacts/deploy against the API server, and that its
+// Pods are admitted under the restricted Pod Security level of their namespace.
+func TestDeployManifests(t *testing.T) {
+	out := kubectl(t, "apply", "-k", filepath.Join(env.repoRoot, "artifacts", "deploy"), "--dry-run=server")
+	for _, want := range []string{"namespace/sample-controller-system", "clusterrole.rbac.authorization.k8s.io/sample-controller", "deployment.apps/sample-controller"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run does not mention %s:\n%s", want, out)
+		}
+	}
+
+	// The setup applied the same manifests: both replicas' Pods got through admission.
+	selector := labels.Set{"app.kubernetes.io/name": "sample-controller"}.String()
+	pods := waitRunningPods(t, deployNamespace, selector, 2)
+	for _, p := range pods {
+		sc := p.Spec.Containers[0].SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("Pod %s: root filesystem is writable", p.Name)
+		}
+	}
+
+	// And the namespace really enforces that level: a Pod that does not drop its
+	// privileges is refused.
+	plain := `apiVersion: v1
+kind: Pod
+metadata:
+  name: unrestricted
+spec:
+  containers:
+  - name: c
+    image: busybox
+`
+	out, err := kubectlRun(t.Context(), plain, "apply", "-n", deployNamespace, "-f", "-")
+	if err == nil || !strings.Contains(out, `violates PodSecurity "restricted:latest"`) {
+		t.Errorf("an unrestricted Pod in %s: err = %v, output:\n%s\nwant a PodSecurity refusal", deployNamespace, err, out)
+	}
+}
+
+// TestRBACRefusesTheRest runs requests the controller's role does not allow.
+func TestRBACRefusesTheRest(t *testing.T) {
+	ns := newNamespace(t)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "secrets", "-A"}, `cannot list resource "secrets"`},
+		{[]string{"delete", "foo", "anything", "-n", ns}, `cannot delete resource "foos"`},
+		{[]string{"create", "deployment", "x", "--image=nginx", "-n", ns, "--dry-run=server", "-o", "name"}, ""},
+		// kubectl patch reads the object first; ask the authorizer directly.
+		{[]string{"auth", "can-i", "patch", "deployments", "-n", ns}, "no"},
+	}
+	for _, tc := range tests {
+		args := append([]string{"--kubeconfig", env.controllerKubeconfig}, tc.args...)
+		out, err := runBinary(t.Context(), env.kubectl, args...)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("kubectl %s as the controller: %v\n%s", strings.Join(tc.args, " "), err, out)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("kubectl %s as the controller: err = %v, output %q, want Forbidden with %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
+	}
+}
+
+// TestReadyzWaitsForCacheSync starts the controller as a ServiceAccount that may not
+// list anything yet: it is alive but not ready until it may, and its caches sync.
+func TestReadyzWaitsForCacheSync(t *testing.T) {
+	ctx := t.Context()
+	sa, err := env.kube.CoreV1().ServiceAccounts(deployNamespace).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "not-yet-allowed-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.CoreV1().ServiceAccounts(deployNamespace).Delete(context.Background(), sa.Name, metav1.DeleteOptions{})
+	})
+	kubeconfig := filepath.Join(env.outDir, sa.Name+".kubeconfig")
+	if err := writeServiceAccountKubeconfig(ctx, deployNamespace, sa.Name, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	p, err := startControllerAs(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop(syscall.SIGKILL) })
+
+	// The informers are refused: wait until the log says so, and check the probes then.
+	eventually(t, timeout, "the controller's list requests to be refused", func(context.Context) (bool, string) {
+		log, _ := os.ReadFile(p.logPath)
+		return strings.Contains(string(log), "forbidden"), "no 'forbidden' in the log yet"
+	})
+	if code, body := p.get(ctx, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before the caches synced = %d %q, want 503", code, body)
+	}
+	if code, body := p.get(ctx, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d %q, want 200", code, body)
+	}
+
+	binding, err := env.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sample-controller"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: deployNamespace}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	eventually(t, timeout, "/readyz to turn ready once the caches can sync", func(ctx context.Context) (bool, string) {
+		code, body := p.get(ctx, "/readyz")
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+}
+
+// TestLeaderElection runs two replicas with leader election, the way artifacts/deploy
+// does, and takes the leader away twice: by SIGKILL, and by SIGTERM as a rolling
+// update does.
+func TestLeaderElection(t *testing.T) {
+	withoutSharedController(t)
+	ns := newNamespace(t)
+	// The flags of artifacts/deploy's Deployment.
+	const leaseDuration, retryPeriod = 15 * time.Second, time.Second
+	leaderArgs := []string{"--leader-elect", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=1s"}
+
+	a := startReadyController(t, leaderArgs...)
+	b := startReadyController(t, leaderArgs...)
+	leader, holder := waitLeader(t, []*controllerProcess{a, b}, "")
+	follower := a
+	if leader == a {
+		follower = b
+	}
+
+	kubectlIn(t, fooYAML("first", "first", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "first", 1)
+	if n := syncs(t, leader); n == 0 {
+		t.Errorf("the leader made %v syncs, want some", n)
+	}
+	if n := syncs(t, follower); n != 0 {
+		t.Errorf("the follower made %v syncs, want 0", n)
+	}
+
+	// SIGKILL: nobody releases the Lease; the follower takes it once it expires.
+	killed := time.Now()
+	_ = leader.stop(syscall.SIGKILL)
+	leader, holder = waitLeader(t, []*controllerProcess{follower}, holder)
+	killTakeover := time.Since(killed)
+	kubectlIn(t, fooYAML("second", "second", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "second", 1)
+
+	// SIGTERM: the leader finishes its work and releases the Lease on the way out.
+	standby := startReadyController(t, leaderArgs...)
+	terminated := time.Now()
+	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = waitLeader(t, []*controllerProcess{standby}, holder)
+	termTakeover := time.Since(terminated)
+	if err := leader.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("the leader exited with %v after SIGTERM, want a clean exit", err)
+	}
+	kubectlIn(t, fooYAML("third", "third", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "third", 1)
+
+	fmt.Printf("leader election: takeover %.2fs after SIGKILL of the leader (lease duration %v + retry period %v), %.2fs after SIGTERM\n",
+		killTakeover.Seconds(), leaseDuration, retryPeriod, termTakeover.Seconds())
+	// A released Lease is taken within a retry period; an abandoned one only once it
+	// expires. Anything near the lease duration means it was not released.
+	if termTakeover >= leaseDuration {
+		t.Errorf("takeover after SIGTERM took %v: the Lease was not released", termTakeover)
+	}
+
+	list, err := env.kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[types.UID]int{}
+	for _, d := range list.Items {
+		if ref := metav1.GetControllerOf(&d); ref != nil {
+			owners[ref.UID]++
+		}
+	}
+	if len(list.Items) != 3 || len(owners) != 3 {
+		t.Errorf("%d Deployments owned by %d Foos, want 3 each", len(list.Items), len(owners))
+	}
+}
+
+// waitLeader waits until the Lease is held by one of procs, other than previous, and
+// returns that process and its identity.
+func waitLeader(t *testing.T, procs []*controllerProcess, previous string) (*controllerProcess, string) {
+	t.Helper()
+	var leader *controllerProcess
+	var holder string
+	eventually(t, timeout, "a new leader", func(ctx context.Context) (bool, string) {
+		lease, err := env.kube.CoordinationV1().Leases(deployNamespace).Get(ctx, "sample-controller", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" || *lease.Spec.HolderIdentity == previous {
+			return false, fmt.Sprintf("holder %v", lease.Spec.HolderIdentity)
+		}
+		holder = *lease.Spec.HolderIdentity
+		for _, p := range procs {
+			log, _ := os.ReadFile(p.logPath)
+			if strings.Contains(string(log), fmt.Sprintf(`"Became the leader" identity=%q`, holder)) {
+				leader = p
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("holder %s is none of the expected processes", holder)
+	})
+	return leader, holder
+}
+
+// TestMetrics scrapes the shared controller after it has done some work.
+func TestMetrics(t *testing.T) {
+	ns := newNamespace(t)
+	kubectlIn(t, fooYAML("measured", "measured", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "measured", 1)
+
+	env.mu.Lock()
+	p := env.current
+	env.mu.Unlock()
+	code, body := p.get(t.Context(), "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+	}{
+		{"sample_controller_syncs_total", []string{`result="success"`}},
+		{"sample_controller_sync_duration_seconds_count", nil},
+		{"sample_controller_foos", []string{`ready="True"`}},
+		{"workqueue_adds_total", []string{`name="foos"`}},
+		{"workqueue_work_duration_seconds_count", []string{`name="foos"`}},
+		{"workqueue_queue_duration_seconds_count", []string{`name="foos"`}},
+		{"rest_client_requests_total", []string{`code="201"`, `method="POST"`}},
+		{"rest_client_request_duration_seconds_count", []string{`verb="POST"`}},
+	} {
+		if v := metricSum(body, c.name, c.labels...); v <= 0 {
+			t.Errorf("%s%v = %v, want > 0", c.name, c.labels, v)
+		}
+	}
+	for _, name := range []string{"workqueue_depth", "workqueue_retries_total", "workqueue_longest_running_processor_seconds", "workqueue_unfinished_work_seconds"} {
+		if !strings.Contains(body, "\n"+name+`{name="foos"}`) {
+			t.Errorf("/metrics has no %s for the foos queue", name)
+		}
+	}
+}
+
+// syncs is the total of sample_controller_syncs_total of a controller.
+func syncs(t *testing.T, p *controllerProcess) float64 {
+	t.Helper()
+	code, body := p.get(t.Context(), "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	return metricSum(body, "sample_controller_syncs_total")
+}
+
+var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
+
+// metricSum adds up the samples of a metric that carry all of labels (each
+// name="value"), from the Prometheus text format.
+func metricSum(body, name string, labels ...string) float64 {
+	var sum float64
+	scanner := bufio.NewScanner(strings.NewReader(body))
+	for scanner.Scan() {
+		m := sample.FindStringSubmatch(scanner.Text())
+		if m == nil || m[1] != name || !hasAll(m[2], labels) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(m[3], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func hasAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
