@@ -149,11 +149,7 @@ func setUp(ctx context.Context) error {
 
 // tearDown stops the controller, then the cluster, leaving no process behind.
 func tearDown() {
-	env.mu.Lock()
-	p := env.current
-	env.current = nil
-	env.mu.Unlock()
-	if p != nil {
+	if p := takeSharedController(); p != nil {
 		if err := p.stop(syscall.SIGTERM); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: stopping the controller: %v\n", err)
 		}
@@ -293,15 +289,20 @@ func (p *controllerProcess) stop(sig syscall.Signal) error {
 	return p.err
 }
 
+// takeSharedController returns the shared controller, if one runs, and forgets it.
+func takeSharedController() *controllerProcess {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	p := env.current
+	env.current = nil
+	return p
+}
+
 // withoutSharedController stops the controller the tests share for the duration of
 // t, and starts a new one when t ends.
 func withoutSharedController(t *testing.T) {
 	t.Helper()
-	env.mu.Lock()
-	p := env.current
-	env.current = nil
-	env.mu.Unlock()
-	if p != nil {
+	if p := takeSharedController(); p != nil {
 		if err := p.stop(syscall.SIGTERM); err != nil {
 			t.Fatalf("stopping the shared controller: %v", err)
 		}
