@@ -31,6 +31,15 @@ tools: ## Build the local control plane (etcd, kube-apiserver, ..., kwok) into _
 e2e: tools ## Run only the e2e tests.
 	go test -tags e2e -count=1 -v ./test/e2e/
 
+.PHONY: bench
+bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane (BENCH_ARGS='...').
+	cd hack/bench && go run . $(BENCH_ARGS)
+
+.PHONY: bench-classic
+bench-classic: tools ## The same, side by side with the classic k8s.io/sample-controller.
+	hack/build-classic.sh
+	cd hack/bench && go run . --controller-binary=../../_output/bin/sample-controller-classic --foos=100,1000 $(BENCH_ARGS)
+
 .PHONY: update-codegen
 update-codegen: ## Regenerate clients, deepcopy and the CRD from pkg/apis.
 	hack/update-codegen.sh

@@ -38,6 +38,10 @@ image_tests() {
   (cd hack/image && go vet ./... && go test -count=1 ./...)
 }
 
+bench_tool_tests() {
+  (cd hack/bench && go vet ./... && go test -count=1 ./...)
+}
+
 e2e_tests() {
   local status=0
   # Every e2e test runs the controller binary taken out of the image built above.
@@ -58,5 +62,6 @@ stage "go vet (e2e)" go vet -tags e2e ./test/e2e/
 stage "build the local control plane" hack/build-tools.sh
 stage "build the image" hack/build-image.sh
 stage "image tool tests" image_tests
+stage "bench tool tests" bench_tool_tests
 stage "unit tests (-race)" unit_tests
 stage "e2e tests" e2e_tests
