@@ -1,0 +1,149 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+)
+
+func newFoo(name string, replicas int32) *samplev1alpha1.Foo {
+	return &samplev1alpha1.Foo{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace, UID: types.UID("uid-" + name), Generation: 1},
+		Spec:       samplev1alpha1.FooSpec{DeploymentName: name, Replicas: ptr.To(replicas)},
+	}
+}
+
+// withReadyStatus is foo with the status our controller writes.
+func withReadyStatus(foo *samplev1alpha1.Foo, observed int64) *samplev1alpha1.Foo {
+	f := foo.DeepCopy()
+	f.Status = samplev1alpha1.FooStatus{
+		ObservedGeneration: observed,
+		Conditions:         []metav1.Condition{{Type: samplev1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: samplev1alpha1.ReasonDeploymentProgressing}},
+	}
+	return f
+}
+
+// withStatusWrite is foo as the apiserver returns it after an update of its status.
+func withStatusWrite(foo *samplev1alpha1.Foo) *samplev1alpha1.Foo {
+	f := foo.DeepCopy()
+	f.ManagedFields = append(f.ManagedFields, metav1.ManagedFieldsEntry{Manager: "sample-controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status"})
+	return f
+}
+
+func newDeploymentOf(foo *samplev1alpha1.Foo, replicas int32) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: foo.Spec.DeploymentName, Namespace: foo.Namespace,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(foo, samplev1alpha1.SchemeGroupVersion.WithKind("Foo"))},
+		},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
+	}
+}
+
+func TestStatusRule(t *testing.T) {
+	foo := newFoo("a", 1)
+	created := foo.DeepCopy()
+	created.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "bench", Operation: metav1.ManagedFieldsOperationUpdate}}
+	tests := []struct {
+		name        string
+		foo         *samplev1alpha1.Foo
+		ready, wrtn bool
+	}{
+		{"as created", created, false, false},
+		{"status of the current generation with Ready", withStatusWrite(withReadyStatus(created, 1)), true, true},
+		{"status of an older generation", withStatusWrite(withReadyStatus(created, 0)), false, true},
+		{"status without a Ready condition", withStatusWrite(func() *samplev1alpha1.Foo {
+			f := created.DeepCopy()
+			f.Status.ObservedGeneration = 1
+			return f
+		}()), false, true},
+		{"only availableReplicas written, as the classic controller does", withStatusWrite(created), false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ruleReady.satisfied(tt.foo); got != tt.ready {
+				t.Errorf("ruleReady = %v, want %v", got, tt.ready)
+			}
+			if got := ruleWritten.satisfied(tt.foo); got != tt.wrtn {
+				t.Errorf("ruleWritten = %v, want %v", got, tt.wrtn)
+			}
+		})
+	}
+}
+
+func TestDeploymentMatches(t *testing.T) {
+	foo := newFoo("a", 3)
+	want := wantDeployment{fooUID: foo.UID, replicas: 3}
+	other := newFoo("b", 3)
+	notController := newDeploymentOf(foo, 3)
+	notController.OwnerReferences[0].Controller = nil
+	tests := []struct {
+		name string
+		d    *appsv1.Deployment
+		want bool
+	}{
+		{"controlled by the Foo with its replicas", newDeploymentOf(foo, 3), true},
+		{"other replicas", newDeploymentOf(foo, 2), false},
+		{"no replicas", func() *appsv1.Deployment { d := newDeploymentOf(foo, 3); d.Spec.Replicas = nil; return d }(), false},
+		{"controlled by another Foo", newDeploymentOf(other, 3), false},
+		{"owned but not controlled", notController, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := deploymentMatches(tt.d, want); got != tt.want {
+				t.Errorf("deploymentMatches = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConvergence(t *testing.T) {
+	a, b := newFoo("a", 1), newFoo("b", 2)
+	start := time.Unix(100, 0)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	c := newConvergence([]*samplev1alpha1.Foo{a, b}, ruleReady)
+	c.begin(start)
+	isDone := func() bool {
+		select {
+		case <-c.done:
+			return true
+		default:
+			return false
+		}
+	}
+
+	c.observeDeployment(newDeploymentOf(a, 1), at(100))
+	c.observeDeployment(newDeploymentOf(b, 1), at(200)) // wrong replicas: arrived, not done
+	c.observeDeployment(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}, at(250))
+	c.observeFoo(withReadyStatus(a, 1), at(300))
+	c.observeFoo(withReadyStatus(b, 1), at(400))
+	if deps, statuses := c.progress(); deps != 1 || statuses != 2 || isDone() {
+		t.Fatalf("progress = %d, %d, done %v; want 1, 2, not done", deps, statuses, isDone())
+	}
+	c.observeFoo(withReadyStatus(a, 0), at(450)) // a status can fall behind again
+	if _, statuses := c.progress(); statuses != 1 {
+		t.Fatalf("statuses = %d after one fell behind, want 1", statuses)
+	}
+	c.observeFoo(withReadyStatus(a, 1), at(460))
+	c.observeDeployment(newDeploymentOf(b, 2), at(500))
+	if !isDone() {
+		t.Fatal("not done with every Deployment and status in place")
+	}
+	if c.doneAfter != 500*time.Millisecond {
+		t.Errorf("doneAfter = %v, want 500ms", c.doneAfter)
+	}
+	if got := c.arrivalSeconds(); len(got) != 2 || got[0] != 0.1 || got[1] != 0.2 {
+		t.Errorf("arrivals = %v, want [0.1 0.2]", got)
+	}
+	// Later events change nothing.
+	c.observeDeployment(newDeploymentOf(b, 2), at(900))
+	if c.doneAfter != 500*time.Millisecond {
+		t.Errorf("doneAfter moved to %v", c.doneAfter)
+	}
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// change is one spec.replicas change of one Foo.
+type change struct {
+	value     int32
+	sent      time.Time // the patch request went out
+	accepted  time.Time // its response came back; zero until then
+	delivered time.Time // the Deployment showed this value or a later one; zero until then
+	exact     bool      // the Deployment showed this very value
+}
+
+// latencyTracker matches spec changes to the Deployment watch events that carry them.
+// Each Foo's replicas only grow, one change after another, so a Deployment showing
+// value v delivers every pending change up to v: a change the controller skipped
+// because a newer one had already arrived counts as delivered when the newer one is,
+// but not as exact.
+type latencyTracker struct {
+	mu      sync.Mutex
+	pending map[string][]*change // by Deployment name, in increasing value
+	all     []*change
+	waiting int
+}
+
+func newLatencyTracker() *latencyTracker {
+	return &latencyTracker{pending: map[string][]*change{}}
+}
+
+// sent records a change before its request goes out, so that a watch event that
+// arrives before the response still finds it.
+func (t *latencyTracker) sent(deployment string, value int32, at time.Time) *change {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := &change{value: value, sent: at}
+	t.pending[deployment] = append(t.pending[deployment], c)
+	t.all = append(t.all, c)
+	t.waiting++
+	return c
+}
+
+// accepted records the response to the change's patch.
+func (t *latencyTracker) accepted(c *change, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.accepted = at
+}
+
+// failed forgets a change whose request failed.
+func (t *latencyTracker) failed(deployment string, c *change) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pending[deployment]
+	if i := slices.Index(p, c); i >= 0 {
+		t.pending[deployment] = slices.Delete(p, i, i+1)
+		t.waiting--
+	}
+	t.all = slices.DeleteFunc(t.all, func(o *change) bool { return o == c })
+}
+
+// observe takes a Deployment's replicas as the watch delivered it at at.
+func (t *latencyTracker) observe(deployment string, replicas int32, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pending[deployment]
+	n := 0
+	for n < len(p) && p[n].value <= replicas {
+		p[n].delivered = at
+		p[n].exact = p[n].value == replicas
+		n++
+	}
+	if n > 0 {
+		t.pending[deployment] = p[n:]
+		t.waiting -= n
+	}
+}
+
+// remaining is the number of changes not delivered yet.
+func (t *latencyTracker) remaining() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waiting
+}
+
+// latencies are the delivered changes' latencies in milliseconds.
+type latencies struct {
+	// fromSent runs from sending the patch to the Deployment's watch event.
+	fromSent []float64
+	// fromAccepted runs from the patch's response instead, leaving out the time the
+	// apiserver took to accept it (zero when the event came first).
+	fromAccepted []float64
+	exact        int
+}
+
+func (t *latencyTracker) delivered() latencies {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var l latencies
+	for _, c := range t.all {
+		if c.delivered.IsZero() {
+			continue
+		}
+		l.fromSent = append(l.fromSent, milliseconds(c.delivered.Sub(c.sent)))
+		if !c.accepted.IsZero() {
+			l.fromAccepted = append(l.fromAccepted, milliseconds(max(0, c.delivered.Sub(c.accepted))))
+		}
+		if c.exact {
+			l.exact++
+		}
+	}
+	return l
+}
+
+func milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile returns the p-th percentile (0 < p <= 100) of values by the nearest-rank
+// method: the smallest value that at least p% of the values are at or below. It is 0
+// for no values.
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = max(1, min(rank, len(sorted)))
+	return sorted[rank-1]
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []float64
+		p      float64
+		want   float64
+	}{
+		{"no values", nil, 50, 0},
+		{"one value", []float64{7}, 99, 7},
+		{"median of an odd count", []float64{5, 1, 3}, 50, 3},
+		{"median of an even count is the lower middle", []float64{4, 1, 3, 2}, 50, 2},
+		{"p99 of 100 values is the 99th", seq(100), 99, 99},
+		{"p99 of 1000 values is the 990th", seq(1000), 99, 990},
+		{"max", []float64{2, 9, 4}, 100, 9},
+		{"a tiny percentile is the minimum", []float64{2, 9, 4}, 0.001, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := percentile(tt.values, tt.p); got != tt.want {
+				t.Errorf("percentile(%v, %v) = %v, want %v", tt.values, tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+// seq returns 1..n.
+func seq(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = float64(i + 1)
+	}
+	return out
+}
+
+func TestPercentileLeavesInputAlone(t *testing.T) {
+	values := []float64{3, 1, 2}
+	percentile(values, 50)
+	if values[0] != 3 || values[1] != 1 || values[2] != 2 {
+		t.Errorf("percentile reordered its input: %v", values)
+	}
+}
+
+func TestLatencyTracker(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+
+	t.Run("an exact value delivers its change", func(t *testing.T) {
+		tr := newLatencyTracker()
+		c := tr.sent("a", 2, ms(0))
+		tr.accepted(c, ms(10))
+		tr.observe("a", 2, ms(30))
+		got := tr.delivered()
+		if !slices.Equal(got.fromSent, []float64{30}) || !slices.Equal(got.fromAccepted, []float64{20}) || got.exact != 1 || tr.remaining() != 0 {
+			t.Errorf("got %+v, remaining %d", got, tr.remaining())
+		}
+	})
+	t.Run("an event before the response counts zero from the response", func(t *testing.T) {
+		tr := newLatencyTracker()
+		c := tr.sent("a", 2, ms(0))
+		tr.observe("a", 2, ms(5))
+		tr.accepted(c, ms(8))
+		if got := tr.delivered(); !slices.Equal(got.fromSent, []float64{5}) || !slices.Equal(got.fromAccepted, []float64{0}) {
+			t.Errorf("got %+v", got)
+		}
+	})
+	t.Run("an older value delivers nothing", func(t *testing.T) {
+		tr := newLatencyTracker()
+		tr.sent("a", 3, ms(0))
+		tr.observe("a", 2, ms(10))
+		if got := tr.delivered(); len(got.fromSent) != 0 || tr.remaining() != 1 {
+			t.Errorf("got %+v, remaining %d", got, tr.remaining())
+		}
+	})
+	t.Run("a newer value delivers the skipped change too, not exactly", func(t *testing.T) {
+		tr := newLatencyTracker()
+		tr.sent("a", 2, ms(0))
+		tr.sent("a", 3, ms(5))
+		tr.observe("a", 3, ms(20))
+		got := tr.delivered()
+		if !slices.Equal(got.fromSent, []float64{20, 15}) || got.exact != 1 {
+			t.Errorf("got %+v", got)
+		}
+	})
+	t.Run("Deployments are told apart", func(t *testing.T) {
+		tr := newLatencyTracker()
+		tr.sent("a", 2, ms(0))
+		tr.sent("b", 2, ms(0))
+		tr.observe("b", 2, ms(1))
+		if tr.remaining() != 1 {
+			t.Errorf("remaining %d, want 1", tr.remaining())
+		}
+	})
+	t.Run("a failed change is not waited for", func(t *testing.T) {
+		tr := newLatencyTracker()
+		c := tr.sent("a", 2, ms(0))
+		tr.sent("a", 3, ms(1))
+		tr.failed("a", c)
+		if tr.remaining() != 1 {
+			t.Fatalf("remaining %d, want 1", tr.remaining())
+		}
+		tr.observe("a", 3, ms(4))
+		got := tr.delivered()
+		if !slices.Equal(got.fromSent, []float64{3}) || got.exact != 1 || tr.remaining() != 0 {
+			t.Errorf("got %+v, remaining %d", got, tr.remaining())
+		}
+	})
+	t.Run("a repeated event delivers nothing twice", func(t *testing.T) {
+		tr := newLatencyTracker()
+		tr.sent("a", 2, ms(0))
+		tr.observe("a", 2, ms(1))
+		tr.observe("a", 2, ms(9))
+		if got := tr.delivered(); !slices.Equal(got.fromSent, []float64{1}) {
+			t.Errorf("got %+v, want one latency of 1 ms", got)
+		}
+	})
+}
