@@ -692,20 +692,7 @@ func TestRun(t *testing.T) {
 	unrelated := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "default"}}
 	kubeclient := k8sfake.NewClientset(unrelated)
 	client := fake.NewClientset(foo)
-	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0)
-	recorder := events.NewFakeRecorder(100)
-	c, err := NewController(ctx, kubeclient, client,
-		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recorder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeFactory.Start(ctx.Done())
-	sampleFactory.Start(ctx.Done())
-	defer kubeFactory.Shutdown()
-	defer sampleFactory.Shutdown()
-
-	done := make(chan error)
-	go func() { done <- c.Run(ctx, 2) }()
+	c, done := runController(t, ctx, kubeclient, client, 2)
 
 	// The controller creates the Deployment and reports on it.
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -762,19 +749,7 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 		finished.Store(true)
 		return false, nil, nil // on to the object tracker
 	})
-	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0)
-	c, err := NewController(ctx, kubeclient, client,
-		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), events.NewFakeRecorder(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeFactory.Start(ctx.Done())
-	sampleFactory.Start(ctx.Done())
-	defer kubeFactory.Shutdown()
-	defer sampleFactory.Shutdown()
-
-	done := make(chan error)
-	go func() { done <- c.Run(ctx, 1) }()
+	c, done := runController(t, ctx, kubeclient, client, 1)
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):
@@ -801,6 +776,26 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 	if _, err := kubeclient.Tracker().Get(deploymentsResource, "default", "web"); err != nil {
 		t.Errorf("the in-flight create did not complete: %v", err)
 	}
+}
+
+// runController wires a controller to real informers on the fake clientsets, as
+// main does, and runs it until ctx is cancelled. Run's result arrives on the channel.
+func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int) (*Controller, <-chan error) {
+	t.Helper()
+	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0)
+	c, err := NewController(ctx, kubeclient, client,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), events.NewFakeRecorder(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
+	t.Cleanup(kubeFactory.Shutdown)
+	t.Cleanup(sampleFactory.Shutdown)
+
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, workers) }()
+	return c, done
 }
 
 func modified(d *appsv1.Deployment, mutate func(*appsv1.Deployment)) *appsv1.Deployment {
