@@ -22,10 +22,18 @@ import (
 // of the loaded image, and skopeo matches it against the :REF of oci-archive:FILE:REF.
 const refNameAnnotation = "org.opencontainers.image.ref.name"
 
-// writeArchiveFile writes the archive next to file and renames it into place, so that an
-// interrupted build never leaves a truncated archive behind under the real name.
-func writeArchiveFile(file string, img v1.Image, refName string, mtime time.Time) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".*.tmp")
+// writeArchiveFile writes the archive to file; see replaceFile.
+func writeArchiveFile(file string, img v1.Image, refName string, mtime time.Time) error {
+	return replaceFile(file, 0o644, func(w io.Writer) error {
+		return writeArchive(w, img, refName, mtime)
+	})
+}
+
+// replaceFile writes a file next to path with write, gives it mode, and renames it
+// into place, so that an interrupted write never leaves a truncated file behind under
+// the real name.
+func replaceFile(path string, mode os.FileMode, write func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
 	}
@@ -35,16 +43,17 @@ func writeArchiveFile(file string, img v1.Image, refName string, mtime time.Time
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := writeArchive(tmp, img, refName, mtime); err != nil {
+	if err := write(tmp); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
+	// Chmod rather than a create mode, which the umask would narrow.
+	if err := tmp.Chmod(mode); err != nil {
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), file)
+	return os.Rename(tmp.Name(), path)
 }
 
 // writeArchive writes img as an OCI image layout packed in a tar archive, the format that

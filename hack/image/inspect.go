@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -95,26 +93,11 @@ func extractFile(img v1.Image, name, dst string) (err error) {
 	}
 }
 
-func writeExecutable(dst string, body io.Reader) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+func writeExecutable(dst string, body io.Reader) error {
+	return replaceFile(dst, 0o755, func(w io.Writer) error {
+		if _, err := io.Copy(w, body); err != nil {
+			return fmt.Errorf("writing %s: %w", dst, err)
 		}
-	}()
-	if _, err := io.Copy(tmp, body); err != nil {
-		return fmt.Errorf("writing %s: %w", dst, err)
-	}
-	// Chmod rather than a create mode, which the umask would narrow.
-	if err := tmp.Chmod(0o755); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+		return nil
+	})
 }
