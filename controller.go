@@ -42,7 +42,9 @@ const fieldManager = controllerAgentName
 const (
 	// EventDeploymentCreated: the Foo's Deployment was created.
 	EventDeploymentCreated = "DeploymentCreated"
-	// EventDeploymentUpdated: the Deployment was changed back to what the Foo asks for.
+	// EventDeploymentUpdated: the Deployment had been changed by someone else and was
+	// changed back to what the Foo asks for. Updates that carry a new spec of the Foo
+	// record no event.
 	EventDeploymentUpdated = "DeploymentUpdated"
 	// EventDeploymentDeleted: a Deployment left under the Foo's previous
 	// deploymentName was deleted.
@@ -361,9 +363,16 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if err != nil {
 		return nil, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
-	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(deployment))
-	c.recorder.Eventf(foo, deployment, corev1.EventTypeNormal, EventDeploymentUpdated, "Update",
-		"Updated Deployment %q to match the Foo's spec", deployment.Name)
+	// An update that carries a new spec of the Foo is what its author asked for, and
+	// status.observedGeneration tells them it was acted on. An event, which costs a
+	// write per change, is kept for the surprise: a Deployment changed by someone else
+	// after the controller had acted on this spec.
+	drifted := foo.Status.ObservedGeneration == foo.Generation
+	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(deployment), "drifted", drifted)
+	if drifted {
+		c.recorder.Eventf(foo, deployment, corev1.EventTypeNormal, EventDeploymentUpdated, "Update",
+			"Updated Deployment %q to match the Foo's spec", deployment.Name)
+	}
 	return deployment, nil
 }
 

@@ -422,7 +422,21 @@ func TestSyncHandler(t *testing.T) {
 				f.Status = newFooStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) }), now)
 			})),
 		},
-		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
+		// A new spec is reported by observedGeneration; no event is recorded for it.
+	}, {
+		name: "a spec change records no event, even when the deployment also drifted",
+		foo:  modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](3); f.Generation = 2 }),
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "httpd"
+		})},
+		want: []action{
+			update(modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](3) })),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Spec.Replicas = ptr.To[int32](3)
+				f.Generation = 2
+				f.Status = newFooStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](3) }), now)
+			})),
+		},
 	}, {
 		name: "create failure is returned for a retry",
 		foo:  foo,
