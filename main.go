@@ -44,6 +44,7 @@ type options struct {
 	gracefulShutdownTimeout time.Duration
 	metricsBindAddress      string
 	healthProbeBindAddress  string
+	profiling               bool
 
 	leaderElect              bool
 	leaderElectNamespace     string
@@ -63,6 +64,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", defaultShutdownTimeout, "On SIGTERM or SIGINT, how long in-flight syncs may take to finish before they are cancelled.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on. 0 turns it off.")
+	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address. Off by default: the metrics endpoint has no authentication.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's.")
 	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease lasts without renewal before another replica may take it.")

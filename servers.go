@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,12 +26,11 @@ type httpServers []*http.Server
 //   - /healthz: liveness. Fails when this replica leads but has not renewed its Lease
 //     in time, so that the kubelet restarts a stuck leader.
 //   - /readyz: readiness. Fails until the informer caches have synced.
+//   - /debug/pprof/: Go's profiles, on the metrics address, with --profiling only.
 func startServers(ctx context.Context, opts options, synced func() bool, watchdog *leaderelection.HealthzAdaptor) (httpServers, error) {
 	var servers httpServers
 	if opts.metricsBindAddress != "0" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-		srv, err := serve(ctx, "metrics", opts.metricsBindAddress, mux)
+		srv, err := serve(ctx, "metrics", opts.metricsBindAddress, metricsHandler(opts.profiling))
 		if err != nil {
 			return nil, err
 		}
@@ -62,6 +62,20 @@ func startServers(ctx context.Context, opts options, synced func() bool, watchdo
 		servers = append(servers, srv)
 	}
 	return servers, nil
+}
+
+// metricsHandler serves /metrics, and with profiling Go's profiles.
+func metricsHandler(profiling bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
 }
 
 func serve(ctx context.Context, name, addr string, handler http.Handler) (*http.Server, error) {
