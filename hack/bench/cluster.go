@@ -51,12 +51,16 @@ type group struct {
 // in <out>/clusters/<name> until the next run.
 func startGroup(ctx context.Context, env *benchEnv, name string) (*group, error) {
 	progressf("%s: starting a fresh cluster", name)
-	cluster, err := localcluster.Start(ctx, localcluster.Options{
+	opts := localcluster.Options{
 		Dir:                   filepath.Join(env.cfg.outDir, "clusters", name),
 		SkipControllerManager: true,
 		SkipScheduler:         true,
 		SkipKwok:              true,
-	})
+	}
+	if env.cfg.profile {
+		opts.ExtraArgs = map[string][]string{localcluster.APIServer: {"--profiling=true"}}
+	}
+	cluster, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

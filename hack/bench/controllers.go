@@ -57,6 +57,9 @@ func ourController(ctx context.Context, cfg config, root string) (controllerSpec
 		"--health-probe-bind-address=127.0.0.1:0",
 		"--resync-period=30s",
 	}
+	if cfg.profile {
+		args = append(args, "--profiling")
+	}
 	if cfg.controllerBinary == "" {
 		args = append(args, strings.Fields(cfg.controllerArgs)...)
 	}

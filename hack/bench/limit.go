@@ -21,24 +21,28 @@ const limitName = "limit"
 // controller must make, one Deployment create and one status update per Foo, with
 // --workers requests in flight. It is timed from its first request to the moment the
 // watch has seen every Deployment and status, as a controller's cold start is.
-func runLimit(ctx context.Context, env *benchEnv, n int) (coldStart, error) {
+//
+// With rates, the same cluster then measures the limit of the reaction case at each
+// rate: the bench follows every patch of a Foo at once with the Deployment update and
+// the status update a controller would make, so the latency left is the apiserver's.
+func runLimit(ctx context.Context, env *benchEnv, n int, rates []int) (coldStart, []reaction, error) {
+	cs := coldStart{Foos: n}
 	g, err := startGroup(ctx, env, fmt.Sprintf("%s-%d", limitName, n))
 	if err != nil {
-		return coldStart{Foos: n}, err
+		return cs, nil, err
 	}
 	defer g.stop()
 
-	cs := coldStart{Foos: n}
 	foos, err := g.createFoos(ctx, n)
 	if err != nil {
-		return cs, err
+		return cs, nil, err
 	}
 	if err := g.watch.waitForFoos(ctx, n); err != nil {
-		return cs, err
+		return cs, nil, err
 	}
 	before, err := scrapeAPIServer(ctx, g.kube)
 	if err != nil {
-		return cs, err
+		return cs, nil, err
 	}
 
 	progressf("%s: writing %d Deployments and statuses with %d requests in flight", g.name, n, env.cfg.workers)
@@ -50,14 +54,18 @@ func runLimit(ctx context.Context, env *benchEnv, n int) (coldStart, error) {
 
 	ctxWrite, cancel := context.WithTimeout(ctx, env.cfg.coldStartTimeout)
 	defer cancel()
+	// The Deployments as last written, for the reaction case's updates.
+	deployments := make([]*appsv1.Deployment, n)
 	writeErr := parallel(ctxWrite, n, env.cfg.workers, func(ctx context.Context, i int) error {
-		return writeLikeController(ctx, g, foos[i])
+		var err error
+		deployments[i], err = writeLikeController(ctx, g, foos[i])
+		return err
 	})
 	if writeErr != nil && ctx.Err() == nil && ctxWrite.Err() == nil {
-		return cs, writeErr
+		return cs, nil, writeErr
 	}
 	if err := waitConverged(ctxWrite, g, conv, nil, env.cfg.coldStartTimeout); err != nil && ctx.Err() != nil {
-		return cs, err
+		return cs, nil, err
 	}
 	cs.fill(conv, time.Since(start))
 	if cs.Converged {
@@ -65,19 +73,55 @@ func runLimit(ctx context.Context, env *benchEnv, n int) (coldStart, error) {
 	} else {
 		progressf("%s: %s", g.name, cs.timedOutText())
 	}
-	return cs, cs.countRequests(ctx, g, before)
+	if err := cs.countRequests(ctx, g, before); err != nil {
+		return cs, nil, err
+	}
+	g.watch.setHandlers(nil, nil)
+	if len(rates) == 0 {
+		return cs, nil, nil
+	}
+	if !cs.Converged {
+		progressf("%s: skipping the limit of the reaction case", g.name)
+		return cs, nil, nil
+	}
+
+	follow := func(ctx context.Context, i int, foo *samplev1alpha1.Foo) error {
+		d := deployments[i].DeepCopy()
+		d.Spec.Replicas = ptr.To(*foo.Spec.Replicas)
+		updated, err := g.kube.AppsV1().Deployments(foo.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("updating Deployment %s: %w", d.Name, err)
+		}
+		deployments[i] = updated
+		return writeStatus(ctx, g, foo)
+	}
+	var reactions []reaction
+	for _, rate := range rates {
+		r, err := runReaction(ctx, g, limitName, nil, follow, rate)
+		if err != nil {
+			return cs, reactions, err
+		}
+		reactions = append(reactions, r)
+	}
+	return cs, reactions, nil
 }
 
 // writeLikeController makes a controller's writes for a new Foo: it creates the
-// Deployment, then writes the status.
-func writeLikeController(ctx context.Context, g *group, foo *samplev1alpha1.Foo) error {
-	_, err := g.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, limitDeployment(foo), metav1.CreateOptions{})
+// Deployment, then writes the status. It returns the Deployment created.
+func writeLikeController(ctx context.Context, g *group, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
+	d, err := g.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, limitDeployment(foo), metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
+		return nil, fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
 	}
+	return d, writeStatus(ctx, g, foo)
+}
+
+// writeStatus writes the status our controller writes for foo while its Deployment
+// has no Pods.
+func writeStatus(ctx context.Context, g *group, foo *samplev1alpha1.Foo) error {
 	withStatus := foo.DeepCopy()
 	withStatus.Status = limitStatus(foo, metav1.Now())
-	_, err = g.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
+	_, err := g.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
 	}
@@ -105,8 +149,8 @@ func limitDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 	}
 }
 
-// limitStatus is the status of a Foo whose Deployment was just created and has no
-// status yet, as our controller writes it.
+// limitStatus is the status of a Foo whose Deployment has no Pods (there is no
+// kube-controller-manager), about as our controller writes it.
 func limitStatus(foo *samplev1alpha1.Foo, now metav1.Time) samplev1alpha1.FooStatus {
 	return samplev1alpha1.FooStatus{
 		ObservedGeneration: foo.Generation,
@@ -114,7 +158,7 @@ func limitStatus(foo *samplev1alpha1.Foo, now metav1.Time) samplev1alpha1.FooSta
 			Type:               samplev1alpha1.ConditionReady,
 			Status:             metav1.ConditionFalse,
 			Reason:             samplev1alpha1.ReasonDeploymentProgressing,
-			Message:            "Deployment has 0 of 1 replicas available",
+			Message:            fmt.Sprintf("0 of %d replicas available", *foo.Spec.Replicas),
 			ObservedGeneration: foo.Generation,
 			LastTransitionTime: now,
 		}},

@@ -12,7 +12,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.foos, []int{100, 1000, 5000}) || !slices.Equal(cfg.rates, []int{100, 1000}) {
+	if !slices.Equal(cfg.foos, []int{100, 1000, 5000}) || !slices.Equal(cfg.rates, []int{25, 100, 1000}) {
 		t.Errorf("foos %v, rates %v", cfg.foos, cfg.rates)
 	}
 	if cfg.steadyFoos != 1000 || cfg.unrelated != 10000 || cfg.workers != 8 || cfg.steadyWindow != 65*time.Second {

@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
 // reaction is how fast spec changes reach the Deployments at one rate of changes.
@@ -36,11 +38,17 @@ type reaction struct {
 	AcceptedMaxMs float64 `json:"acceptedMaxMs"`
 }
 
+// follower makes, for the limit, the writes a controller makes after the i-th Foo
+// was patched to foo: without it, a controller process makes them.
+type follower func(ctx context.Context, i int, foo *samplev1alpha1.Foo) error
+
 // runReaction changes spec.replicas of the --steady-foos Foos, round-robin, at rate
 // changes per second for --reaction-duration, each change to a new (higher) value, and
 // times each from sending its merge patch to the watch event of the Deployment with
-// that value. It waits up to --reaction-deadline after the last change.
-func runReaction(ctx context.Context, g *group, c controllerSpec, proc *controllerProcess, rate int) (reaction, error) {
+// that value. It waits up to --reaction-deadline after the last change. name is the
+// controller's column; proc is nil for the limit, whose follow makes the Deployment
+// and status writes itself.
+func runReaction(ctx context.Context, g *group, name string, proc *controllerProcess, follow follower, rate int) (reaction, error) {
 	cfg := g.env.cfg
 	n := cfg.steadyFoos
 	total := int(float64(rate) * cfg.reactionDuration.Seconds())
@@ -61,7 +69,14 @@ func runReaction(ctx context.Context, g *group, c controllerSpec, proc *controll
 	defer g.watch.setHandlers(nil, nil)
 
 	progressf("%s: changing %d Foos at %d/s for %v", g.name, n, rate, cfg.reactionDuration)
-	first, last, failed, err := sendChanges(ctx, g, tracker, rate, total)
+	var prof *profiler
+	if cfg.profile {
+		prof = startProfiles(ctx, g, proc, fmt.Sprintf("reaction-%d", rate), cfg.reactionDuration)
+	}
+	first, last, failed, err := sendChanges(ctx, g, tracker, rate, total, follow)
+	if prof != nil {
+		prof.wait()
+	}
 	if err != nil {
 		return r, err
 	}
@@ -78,7 +93,7 @@ func runReaction(ctx context.Context, g *group, c controllerSpec, proc *controll
 	r.P50Ms, r.P99Ms, r.MaxMs = percentile(l.fromSent, 50), percentile(l.fromSent, 99), percentile(l.fromSent, 100)
 	r.AcceptedP50Ms, r.AcceptedP99Ms, r.AcceptedMaxMs = percentile(l.fromAccepted, 50), percentile(l.fromAccepted, 99), percentile(l.fromAccepted, 100)
 	progressf("%s: %s delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms",
-		g.name, c.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms)
+		g.name, name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms)
 	return r, nil
 }
 
@@ -86,12 +101,14 @@ func runReaction(ctx context.Context, g *group, c controllerSpec, proc *controll
 // start + k/rate. Every Foo has its own sending goroutine, so that its changes go out
 // one after another and in order; at most --reaction-inflight patches are in flight
 // at once, so that a rate the apiserver cannot take does not bury the controller's
-// own requests under thousands of the bench's. It returns when the first and the last
-// change were sent, and how many requests failed.
-func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, total int) (first, last time.Time, failed int, err error) {
+// own requests under thousands of the bench's. A follow runs after each patch, with
+// at most --workers of them at once, as a controller's workers would. It returns when
+// the first and the last change were sent, and how many changes failed.
+func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, total int, follow follower) (first, last time.Time, failed int, err error) {
 	n := len(g.replicas)
 	queues := make([]chan struct{}, n)
 	inflight := make(chan struct{}, g.env.cfg.reactionInflight)
+	workers := make(chan struct{}, g.env.cfg.workers)
 	var (
 		wg      sync.WaitGroup
 		nFailed atomic.Int64
@@ -108,15 +125,23 @@ func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, t
 				at := time.Now()
 				c := tracker.sent(name, value, at)
 				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, value)
-				_, err := g.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				patched, err := g.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
+				if err != nil {
+					err = fmt.Errorf("patching Foo %s: %w", name, err)
+				} else {
+					tracker.accepted(c, time.Now())
+					if follow != nil {
+						workers <- struct{}{}
+						err = follow(ctx, i, patched)
+						<-workers
+					}
+				}
 				if err != nil {
 					tracker.failed(name, c)
 					if nFailed.Add(1) == 1 && ctx.Err() == nil {
-						progressf("%s: patching Foo %s: %v", g.name, name, err)
+						progressf("%s: %v", g.name, err)
 					}
-				} else {
-					tracker.accepted(c, time.Now())
 				}
 				timesMu.Lock()
 				if first.IsZero() || at.Before(first) {
@@ -148,6 +173,10 @@ func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, t
 // waitDelivered waits until every sent change was delivered, the deadline passes, or
 // the controller exits (an error).
 func waitDelivered(ctx context.Context, g *group, tracker *latencyTracker, proc *controllerProcess, deadline time.Duration) error {
+	var exited <-chan struct{} // nil, never ready, without a process
+	if proc != nil {
+		exited = proc.exited
+	}
 	timeout := time.NewTimer(deadline)
 	defer timeout.Stop()
 	check := time.NewTicker(50 * time.Millisecond)
@@ -158,7 +187,7 @@ func waitDelivered(ctx context.Context, g *group, tracker *latencyTracker, proc 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-proc.exited:
+		case <-exited:
 			return proc.exitedErr()
 		case <-timeout.C:
 			return nil

@@ -134,8 +134,13 @@ func buildRows(res *results) []row {
 		if !hasAny(res, func(c *controllerResults) bool { return findReaction(c, rate) != nil }) {
 			continue
 		}
+		lim := findRate(res.LimitReactions, rate)
 		reactRow := func(name string, f func(r *reaction) cell) {
-			add(fmt.Sprintf("reaction, %d changes/s: %s", rate, name), cell{}, func(c *controllerResults) cell {
+			var limit cell
+			if lim != nil {
+				limit = f(lim)
+			}
+			add(fmt.Sprintf("reaction, %d changes/s: %s", rate, name), limit, func(c *controllerResults) cell {
 				r := findReaction(c, rate)
 				if r == nil {
 					return skipped(c)
@@ -151,6 +156,15 @@ func buildRows(res *results) []row {
 		reactRow("p50 (ms)", func(r *reaction) cell { return latencyCell(r, r.P50Ms) })
 		reactRow("p99 (ms)", func(r *reaction) cell { return latencyCell(r, r.P99Ms) })
 		reactRow("max (ms)", func(r *reaction) cell { return latencyCell(r, r.MaxMs) })
+		if lim != nil && lim.Delivered > 0 && lim.P99Ms > 0 {
+			add(fmt.Sprintf("reaction, %d changes/s: p99 ÷ limit (×)", rate), cell{}, func(c *controllerResults) cell {
+				r := findReaction(c, rate)
+				if r == nil || r.Delivered == 0 {
+					return cell{}
+				}
+				return num(r.P99Ms / lim.P99Ms)
+			})
+		}
 		reactRow("p50 from the patch's response (ms)", func(r *reaction) cell { return latencyCell(r, r.AcceptedP50Ms) })
 		reactRow("p99 from the patch's response (ms)", func(r *reaction) cell { return latencyCell(r, r.AcceptedP99Ms) })
 	}
@@ -206,9 +220,13 @@ func findColdStart(list []coldStart, n int) *coldStart {
 }
 
 func findReaction(c *controllerResults, rate int) *reaction {
-	for i := range c.Reactions {
-		if c.Reactions[i].Rate == rate {
-			return &c.Reactions[i]
+	return findRate(c.Reactions, rate)
+}
+
+func findRate(list []reaction, rate int) *reaction {
+	for i := range list {
+		if list[i].Rate == rate {
+			return &list[i]
 		}
 	}
 	return nil

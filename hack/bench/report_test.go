@@ -64,6 +64,7 @@ func sampleResults() *results {
 		},
 	}
 	res.Limit = []coldStart{{Foos: 100, Converged: true, Seconds: 0.25, PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1}, PerFooTotal: 2}}
+	res.LimitReactions = []reaction{{Rate: 100, Sent: 1000, Delivered: 1000, AchievedRate: 100, P50Ms: 8, P99Ms: 20, MaxMs: 30}}
 	return res
 }
 
@@ -80,9 +81,11 @@ func TestRenderMarkdownComparison(t *testing.T) {
 		"| steady state, 100 Foos: writes per minute | 0 | 300 | ∞ |  |\n",
 		"| RSS per 10000 unrelated Deployments (MiB) | 10.0 | 200 | 20.0× |  |\n",
 		"| heap in use, 100 Foos (MiB) | 6.00 | n/a |  |  |\n",
-		"| reaction, 100 changes/s: sent per second | 100 | 90.0 | 0.900× |  |\n",
-		"| reaction, 100 changes/s: delivered within 120 s | 1000 of 1000 | 0 of 1000 | 0× |  |\n",
-		"| reaction, 100 changes/s: p50 (ms) | 12.0 | none delivered |  |  |\n",
+		"| reaction, 100 changes/s: sent per second | 100 | 90.0 | 0.900× | 100 |\n",
+		"| reaction, 100 changes/s: delivered within 120 s | 1000 of 1000 | 0 of 1000 | 0× | 1000 of 1000 |\n",
+		"| reaction, 100 changes/s: p50 (ms) | 12.0 | none delivered |  | 8.00 |\n",
+		"| reaction, 100 changes/s: p99 (ms) | 40.0 | none delivered |  | 20.0 |\n",
+		"| reaction, 100 changes/s: p99 ÷ limit (×) | 2.00 |  |  |  |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q; table:\n%s", want, got)
@@ -93,7 +96,7 @@ func TestRenderMarkdownComparison(t *testing.T) {
 func TestRenderMarkdownOneController(t *testing.T) {
 	res := sampleResults()
 	res.Controllers = res.Controllers[:1]
-	res.Limit = nil
+	res.Limit, res.LimitReactions = nil, nil
 	got := renderMarkdown(res, buildRows(res))
 	lines := strings.Split(strings.TrimSpace(got), "\n")
 	if lines[0] != "| case | ours |" || lines[1] != "| --- | --: |" {

@@ -16,6 +16,9 @@ type results struct {
 	Controllers []controllerResults `json:"controllers"`
 	// Limit holds one raw-client cold start per --foos size.
 	Limit []coldStart `json:"limit"`
+	// LimitReactions are the reaction case's limit, one per rate: the bench itself
+	// makes the Deployment and status writes as soon as each patch returns.
+	LimitReactions []reaction `json:"limitReactions,omitempty"`
 }
 
 // settings are the flags that shape the figures.
