@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -52,7 +53,15 @@ const (
 	// EventDeploymentNotOwned: the Deployment name is taken by a Deployment the Foo
 	// does not control; the controller leaves it alone.
 	EventDeploymentNotOwned = "DeploymentNotOwned"
+	// EventDeploymentRejected: the API server refused to create or update the
+	// Deployment; the controller retries with backoff.
+	EventDeploymentRejected = "DeploymentRejected"
 )
+
+// maxMessageLength bounds the messages of events and conditions built from an API
+// server's answer, which an admission webhook chooses; an event's note may have at
+// most 1 kB.
+const maxMessageLength = 1000
 
 // byControllerUID indexes the cached Deployments by the UID of the Foo that controls
 // them, so a sync finds a Foo's Deployments without scanning its namespace.
@@ -62,6 +71,10 @@ const byControllerUID = "byControllerUID"
 // again. The taken Deployment is not in the filtered cache, so no event would tell
 // the controller that it went away.
 const notOwnedRecheckInterval = time.Minute
+
+// rejectedRecheckInterval is the longest a Foo whose Deployment write the API server
+// refused waits before it tries again.
+const rejectedRecheckInterval = time.Minute
 
 // syncTimeout bounds one sync, so that a hung request cannot hold a worker forever.
 const syncTimeout = 30 * time.Second
@@ -90,8 +103,10 @@ type Controller struct {
 	// that keeps failing backs off, and it never holds one name twice, so a burst of
 	// events for one Foo costs a single sync.
 	workqueue workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	recorder  events.EventRecorder
-	clock     clock.PassiveClock
+	// rateLimiter is the workqueue's: per-item exponential backoff, 5 ms to 1000 s.
+	rateLimiter workqueue.TypedRateLimiter[cache.ObjectName]
+	recorder    events.EventRecorder
+	clock       clock.PassiveClock
 
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
@@ -108,6 +123,7 @@ func NewController(
 	fooInformer informers.FooInformer,
 	recorder events.EventRecorder,
 ) (*Controller, error) {
+	rateLimiter := workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName]()
 	c := &Controller{
 		kubeclientset:      kubeclientset,
 		sampleclientset:    sampleclientset,
@@ -115,9 +131,10 @@ func NewController(
 		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
 		foosLister:         fooInformer.Lister(),
 		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
+			rateLimiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos"},
 		),
+		rateLimiter:     rateLimiter,
 		recorder:        recorder,
 		clock:           clock.RealClock{},
 		shutdownTimeout: defaultShutdownTimeout,
@@ -285,12 +302,25 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		syncsTotal.WithLabelValues(syncConflict).Inc()
 		klog.FromContext(ctx).V(4).Info("Conflict while syncing, retrying", "foo", key, "err", err)
 		c.workqueue.AddRateLimited(key)
+	case isRejected(err):
+		// Reported on the Foo by the sync. The cause (a policy, a quota, a permission)
+		// can go away without any event that would bring the Foo back, so its backoff
+		// stops growing at rejectedRecheckInterval.
+		syncsTotal.WithLabelValues(syncError).Inc()
+		utilruntime.HandleErrorWithContext(ctx, err, "Deployment write refused, requeuing", "foo", key)
+		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
 	default:
 		syncsTotal.WithLabelValues(syncError).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Foo, requeuing", "foo", key)
 		c.workqueue.AddRateLimited(key)
 	}
 	return true
+}
+
+// rejectedBackoff counts one more failure of key and returns how long to wait before
+// the next try: the workqueue's exponential backoff, up to rejectedRecheckInterval.
+func (c *Controller) rejectedBackoff(key cache.ObjectName) time.Duration {
+	return min(c.rateLimiter.When(key), rejectedRecheckInterval)
 }
 
 // syncHandler brings the Deployment of the named Foo in line with the Foo's spec and
@@ -324,6 +354,11 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
 			return newNotOwnedStatus(foo, metav1.NewTime(c.clock.Now()))
 		})
+	}
+	if isRejected(err) && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// A namespace being deleted refuses creates, events included, and takes the
+		// Foo with it; there is no one to tell.
+		return c.reportRejected(ctx, foo, err)
 	}
 	if err != nil {
 		return err
@@ -477,6 +512,61 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		return fmt.Errorf("updating the status of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
 	return nil
+}
+
+// isRejected tells whether err is the API server refusing a Deployment write for a
+// reason that the same write cannot overcome by itself: admission (a policy, a
+// webhook, a quota), validation, or authorization.
+func isRejected(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// reportRejected tells the Foo's author that the API server refused to write its
+// Deployment, err: a Warning event, once per answer, and Ready=False
+// DeploymentRejected with the answer. It returns err, so that the Foo is retried with
+// backoff, not in a tight loop: the cause (a policy, a quota, a permission) can go
+// away without a change to the Foo.
+func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
+	message := rejectedMessage(foo, err)
+	if !rejectedReported(foo, message) {
+		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, EventDeploymentRejected, "Sync", "%s", message)
+	}
+	// The Deployment as it is, when only an update was refused, for the replica counts.
+	var current *appsv1.Deployment
+	if d, getErr := c.deploymentsLister.Deployments(foo.Namespace).Get(foo.Spec.DeploymentName); getErr == nil && metav1.IsControlledBy(d, foo) {
+		current = d
+	}
+	statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+		return newRejectedStatus(foo, current, message, metav1.NewTime(c.clock.Now()))
+	})
+	return errors.Join(err, statusErr)
+}
+
+// rejectedMessage is the condition message and event note for err, a refused write
+// of foo's Deployment: the API server's own words, which name the policy, webhook or
+// quota that refused it.
+func rejectedMessage(foo *samplev1alpha1.Foo, err error) string {
+	answer := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		answer = status.Status().Message
+	}
+	message := fmt.Sprintf("The API server refused to write Deployment %q: %s", foo.Spec.DeploymentName, answer)
+	if len(message) > maxMessageLength {
+		cut := maxMessageLength - len("...")
+		for cut > 0 && !utf8.RuneStart(message[cut]) {
+			cut--
+		}
+		message = message[:cut] + "..."
+	}
+	return message
+}
+
+// rejectedReported tells whether foo's status already reports the refusal message.
+func rejectedReported(foo *samplev1alpha1.Foo, message string) bool {
+	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+	return ready != nil && ready.Reason == samplev1alpha1.ReasonDeploymentRejected && ready.Message == message
 }
 
 // notOwnedReported tells whether foo's status already says that its current

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -438,6 +441,49 @@ func TestSyncHandler(t *testing.T) {
 			})),
 		},
 	}, {
+		name:  "a refused create is reported and retried",
+		foo:   foo,
+		setup: func(f *fixture) { refuse(f, "create", "web") },
+		want: []action{
+			create(newDeployment(foo)),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newRejectedStatus(f, nil, refusedMessage, now) })),
+		},
+		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
+		wantErr:    true,
+	}, {
+		name:  "a refusal already reported makes no event and no status write",
+		foo:   modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newRejectedStatus(f, nil, refusedMessage, earlier) }),
+		setup: func(f *fixture) { refuse(f, "create", "web") },
+		want:  []action{create(newDeployment(foo))},
+		// Still an error: the key goes back to the queue with backoff.
+		wantErr: true,
+	}, {
+		name:   "a refused update is reported with the deployment's replicas",
+		foo:    readyFoo,
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) })},
+		setup:  func(f *fixture) { refuse(f, "update", "web") },
+		want: []action{
+			update(ready),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Status = newRejectedStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }), refusedMessage, now)
+			})),
+		},
+		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
+		wantErr:    true,
+	}, {
+		name: "a namespace being deleted is not reported on the foo",
+		foo:  foo,
+		setup: func(f *fixture) {
+			f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+				err := apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
+					errors.New("unable to create new content in namespace default because it is being terminated"))
+				err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+				return true, nil, err
+			})
+		},
+		want:    []action{create(newDeployment(foo))},
+		wantErr: true,
+	}, {
 		name: "create failure is returned for a retry",
 		foo:  foo,
 		setup: func(f *fixture) {
@@ -467,6 +513,57 @@ func TestSyncHandler(t *testing.T) {
 			f.checkActions(tc.want)
 			f.checkEvents(tc.wantEvents...)
 		})
+	}
+}
+
+// refusedMessage is the condition message for refuse's answer.
+const refusedMessage = `The API server refused to write Deployment "web": deployments.apps "web" is forbidden: ValidatingAdmissionPolicy 'no-web' denied request: not here`
+
+// refuse makes the API server refuse verb on the Deployment named name, as an
+// admission policy would.
+func refuse(f *fixture, verb, name string) {
+	f.kubeclient.PrependReactor(verb, "deployments", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, name,
+			errors.New("ValidatingAdmissionPolicy 'no-web' denied request: not here"))
+	})
+}
+
+func TestIsRejected(t *testing.T) {
+	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewForbidden(gr, "web", errors.New("exceeded quota")), true},
+		{apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil), true},
+		{apierrors.NewBadRequest("bad"), true},
+		{apierrors.NewRequestEntityTooLargeError("too large"), true},
+		{fmt.Errorf("creating Deployment default/web: %w", apierrors.NewForbidden(gr, "web", errors.New("no"))), true},
+		{apierrors.NewConflict(gr, "web", errors.New("stale")), false},
+		{apierrors.NewServiceUnavailable("etcd is down"), false},
+		{apierrors.NewTooManyRequests("slow down", 1), false},
+		{apierrors.NewInternalError(errors.New("webhook timed out")), false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := isRejected(tt.err); got != tt.want {
+			t.Errorf("isRejected(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestRejectedMessage(t *testing.T) {
+	foo := newFoo("web", nil)
+	if got, want := rejectedMessage(foo, errors.New("plain")), `The API server refused to write Deployment "web": plain`; got != want {
+		t.Errorf("rejectedMessage = %q, want %q", got, want)
+	}
+	// A webhook chooses its message; a long one is cut, on a rune boundary, to fit an
+	// event's note.
+	long := apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New(strings.Repeat("é", 2000)))
+	got := rejectedMessage(foo, long)
+	if len(got) > maxMessageLength || !utf8.ValidString(got) || !strings.HasSuffix(got, "é...") {
+		t.Errorf("rejectedMessage of a long answer: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[len(got)-10:])
 	}
 }
 
@@ -677,6 +774,41 @@ func TestProcessNextWorkItem(t *testing.T) {
 		f.controller.workqueue.ShutDown()
 		if f.controller.processNextWorkItem(ctx) {
 			t.Error("processNextWorkItem() = true after shutdown, want false")
+		}
+	})
+
+	t.Run("a refused write is retried with backoff", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		refuse(f, "create", "web")
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		c.workqueue.Add(key)
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 1 {
+			t.Errorf("NumRequeues = %d, want 1", got)
+		}
+		if got := c.workqueue.Len(); got != 0 {
+			t.Errorf("queue length right after the refusal = %d, want 0", got)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return c.workqueue.Len() == 1, nil
+		}); err != nil {
+			t.Fatalf("the refused key was not requeued: %v", err)
+		}
+	})
+
+	t.Run("a refused write waits at most a minute between tries", func(t *testing.T) {
+		f := newFixture(t, nil, nil, nil)
+		c := f.controller
+		if got := c.rejectedBackoff(key); got != 5*time.Millisecond {
+			t.Errorf("first backoff = %v, want 5ms", got)
+		}
+		var got time.Duration
+		for range 30 {
+			got = c.rejectedBackoff(key)
+		}
+		if got != rejectedRecheckInterval {
+			t.Errorf("backoff after 31 refusals = %v, want %v", got, rejectedRecheckInterval)
 		}
 	})
 

@@ -59,6 +59,22 @@ func newNotOwnedStatus(foo *samplev1alpha1.Foo, now metav1.Time) samplev1alpha1.
 	return status
 }
 
+// newRejectedStatus computes the status of a Foo whose Deployment the API server
+// refused to create or update, with message; d is the Deployment as last observed, or
+// nil when it does not exist.
+func newRejectedStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, message string, now metav1.Time) samplev1alpha1.FooStatus {
+	status := newFooStatus(foo, d, now)
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:               samplev1alpha1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             samplev1alpha1.ReasonDeploymentRejected,
+		Message:            message,
+		ObservedGeneration: foo.Generation,
+		LastTransitionTime: now,
+	})
+	return status
+}
+
 func notOwnedMessage(foo *samplev1alpha1.Foo) string {
 	return fmt.Sprintf("Deployment %q already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName", foo.Spec.DeploymentName)
 }

@@ -250,6 +250,98 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 	}
 }
 
+// refusingPolicy is a ValidatingAdmissionPolicy and its binding, both named name, that
+// refuse Deployments whose names start with "refused-" in the namespace ns.
+func refusingPolicy(name, ns string) string {
+	return fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: %[1]s
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["apps"]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["deployments"]
+  validations:
+  - expression: "!object.metadata.name.startsWith('refused-')"
+    message: "Deployments named refused-* are not allowed in this namespace"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: %[1]s
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: %[2]s
+`, name, ns)
+}
+
+// TestRefusedDeploymentIsReported has an admission policy refuse a Foo's Deployment.
+// The Foo says why, in its Ready condition and a Warning event; the controller retries
+// with backoff, not in a loop; and once the policy is gone the Deployment is created
+// without anyone touching the Foo.
+func TestRefusedDeploymentIsReported(t *testing.T) {
+	ns := newNamespace(t)
+	policy := refusingPolicy("e2e-"+ns, ns)
+	kubectlIn(t, policy, "apply", "-f", "-")
+	t.Cleanup(func() {
+		if out, err := kubectlRun(context.Background(), policy, "delete", "--ignore-not-found", "-f", "-"); err != nil {
+			t.Logf("deleting the policy: %v\n%s", err, out)
+		}
+	})
+	const policyMessage = "Deployments named refused-* are not allowed in this namespace"
+	eventually(t, timeout, "the policy to refuse Deployments", func(ctx context.Context) (bool, string) {
+		out, err := kubectlRun(ctx, "", "create", "deployment", "refused-probe", "-n", ns, "--image=nginx", "--dry-run=server")
+		return err != nil && strings.Contains(out, policyMessage), out
+	})
+
+	kubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
+	var message string
+	eventually(t, timeout, "Ready=False DeploymentRejected on the Foo", func(ctx context.Context) (bool, string) {
+		foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "refused", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != samplev1alpha1.ReasonDeploymentRejected {
+			return false, fmt.Sprintf("conditions %+v", foo.Status.Conditions)
+		}
+		message = c.Message
+		return foo.Status.ObservedGeneration == foo.Generation, fmt.Sprintf("status %+v", foo.Status)
+	})
+	for _, want := range []string{`The API server refused to write Deployment "refused-web"`, policyMessage} {
+		if !strings.Contains(message, want) {
+			t.Errorf("Ready message %q does not contain %q", message, want)
+		}
+	}
+	eventually(t, timeout, "a Warning event on the Foo", func(ctx context.Context) (bool, string) {
+		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason=DeploymentRejected",
+			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
+		return err == nil && strings.Contains(out, "Foo/refused: "+message), out
+	})
+
+	// Backoff, not a loop: the workqueue's per-item backoff doubles from 5 ms, so a
+	// few seconds hold about ten tries where a hot loop would make thousands.
+	env.mu.Lock()
+	p := env.current
+	env.mu.Unlock()
+	before := errorSyncs(t, p)
+	time.Sleep(5 * time.Second)
+	if n := errorSyncs(t, p) - before; n > 20 {
+		t.Errorf("%v failed syncs in 5 s: the refused Foo is retried in a tight loop", n)
+	}
+
+	kubectlIn(t, policy, "delete", "-f", "-")
+	waitReady(t, ns, "refused", 1)
+}
+
 // TestInvalidFoosAreRejected checks the CRD's validation messages.
 func TestInvalidFoosAreRejected(t *testing.T) {
 	ns := newNamespace(t)

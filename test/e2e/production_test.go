@@ -286,6 +286,16 @@ func syncs(t *testing.T, p *controllerProcess) float64 {
 	return metricSum(body, "sample_controller_syncs_total")
 }
 
+// errorSyncs is sample_controller_syncs_total{result="error"} of a controller.
+func errorSyncs(t *testing.T, p *controllerProcess) float64 {
+	t.Helper()
+	code, body := p.get(t.Context(), "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics = %d", code)
+	}
+	return metricSum(body, "sample_controller_syncs_total", `result="error"`)
+}
+
 var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
 
 // metricSum adds up the samples of a metric that carry all of labels (each

@@ -108,6 +108,11 @@ const (
 	// ReasonDeploymentNotOwned: a Deployment with the requested name exists and is
 	// not controlled by this Foo, so the controller leaves it alone (Ready=False).
 	ReasonDeploymentNotOwned = "DeploymentNotOwned"
+	// ReasonDeploymentRejected: the API server refused to create or update the
+	// Deployment, for example an admission policy or webhook, a quota, or missing
+	// permissions; the message has its answer. The controller retries with backoff
+	// (Ready=False).
+	ReasonDeploymentRejected = "DeploymentRejected"
 )
 
 // FooList is a list of Foos.
