@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
@@ -85,25 +87,93 @@ func runLimit(ctx context.Context, env *benchEnv, n int, rates []int) (coldStart
 		return cs, nil, nil
 	}
 
-	follow := func(ctx context.Context, i int, foo *samplev1alpha1.Foo) error {
-		d := deployments[i].DeepCopy()
-		d.Spec.Replicas = ptr.To(*foo.Spec.Replicas)
-		updated, err := g.kube.AppsV1().Deployments(foo.Namespace).Update(ctx, d, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("updating Deployment %s: %w", d.Name, err)
-		}
-		deployments[i] = updated
-		return writeStatus(ctx, g, foo)
-	}
+	writer := startLimitWriter(ctx, g, deployments, env.cfg.workers)
+	defer writer.stop()
 	var reactions []reaction
 	for _, rate := range rates {
-		r, err := runReaction(ctx, g, limitName, nil, follow, rate)
+		r, err := runReaction(ctx, g, limitName, nil, writer.changed, rate)
 		if err != nil {
 			return cs, reactions, err
 		}
 		reactions = append(reactions, r)
 	}
 	return cs, reactions, nil
+}
+
+// limitWriter makes, for the limit of the reaction case, the writes a controller makes
+// when a Foo's spec changed: the Deployment update, then the status update. It hears
+// of each change from the patch's response, so no watch stands in between, and it
+// works as a controller does: a work queue that holds each Foo once, and --workers
+// workers.
+type limitWriter struct {
+	g     *group
+	queue workqueue.TypedInterface[int]
+	wg    sync.WaitGroup
+
+	mu          sync.Mutex
+	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
+	deployments []*appsv1.Deployment        // by index, as last written
+	failed      int
+}
+
+func startLimitWriter(ctx context.Context, g *group, deployments []*appsv1.Deployment, workers int) *limitWriter {
+	w := &limitWriter{
+		g:           g,
+		queue:       workqueue.NewTyped[int](),
+		latest:      map[int]*samplev1alpha1.Foo{},
+		deployments: deployments,
+	}
+	for range workers {
+		w.wg.Go(func() {
+			for w.work(ctx) {
+			}
+		})
+	}
+	return w
+}
+
+// changed is the follower: Foo i was patched to foo.
+func (w *limitWriter) changed(i int, foo *samplev1alpha1.Foo) {
+	w.mu.Lock()
+	w.latest[i] = foo
+	w.mu.Unlock()
+	w.queue.Add(i)
+}
+
+func (w *limitWriter) work(ctx context.Context) bool {
+	i, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.queue.Done(i)
+	w.mu.Lock()
+	foo, d := w.latest[i], w.deployments[i].DeepCopy()
+	w.mu.Unlock()
+
+	d.Spec.Replicas = ptr.To(*foo.Spec.Replicas)
+	updated, err := w.g.kube.AppsV1().Deployments(foo.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+	if err == nil {
+		w.mu.Lock()
+		w.deployments[i] = updated
+		w.mu.Unlock()
+		err = writeStatus(ctx, w.g, foo)
+	}
+	if err != nil && ctx.Err() == nil {
+		w.mu.Lock()
+		w.failed++
+		first := w.failed == 1
+		w.mu.Unlock()
+		if first {
+			progressf("%s: %v", w.g.name, err)
+		}
+	}
+	return true
+}
+
+// stop lets the workers finish what is queued, and waits for them.
+func (w *limitWriter) stop() {
+	w.queue.ShutDownWithDrain()
+	w.wg.Wait()
 }
 
 // writeLikeController makes a controller's writes for a new Foo: it creates the

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
@@ -34,7 +35,7 @@ type memory struct {
 
 // runMemory reads the controller's memory (after --settle), creates
 // --unrelated-deployments Deployments in another namespace, waits --settle, and reads
-// it again.
+// it again. Then it deletes them.
 func runMemory(ctx context.Context, g *group, c controllerSpec, proc *controllerProcess) (memory, error) {
 	cfg := g.env.cfg
 	mem := memory{Foos: cfg.steadyFoos, Unrelated: cfg.unrelated}
@@ -76,7 +77,28 @@ func runMemory(ctx context.Context, g *group, c controllerSpec, proc *controller
 		}
 	}
 	progressf("%s: %s RSS %.1f -> %.1f MiB", g.name, c.name, mib(mem.RSSBefore), mib(mem.RSSAfter))
-	return mem, nil
+	return mem, deleteUnrelated(ctx, g)
+}
+
+// deleteUnrelated deletes the unrelated Deployments again, so that the cases after
+// this one find the apiserver as the limit's cluster has it: without 10000 more
+// objects to keep in its cache and to scan in its garbage collector.
+func deleteUnrelated(ctx context.Context, g *group) error {
+	began := time.Now()
+	deployments := g.kube.AppsV1().Deployments(unrelatedNamespace)
+	if err := deployments.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		// A request timeout leaves the apiserver deleting; the wait tells.
+		progressf("%s: deleting the unrelated Deployments: %v", g.name, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, g.env.cfg.memoryTimeout, true, func(ctx context.Context) (bool, error) {
+		list, err := deployments.List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(list.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the unrelated Deployments to be gone: %w", err)
+	}
+	progressf("%s: deleted the unrelated Deployments in %v", g.name, time.Since(began).Round(time.Millisecond))
+	return sleep(ctx, g.env.cfg.settle)
 }
 
 // readHeap reads the controller's heap in use, or nil when it has no /metrics.

@@ -38,9 +38,10 @@ type reaction struct {
 	AcceptedMaxMs float64 `json:"acceptedMaxMs"`
 }
 
-// follower makes, for the limit, the writes a controller makes after the i-th Foo
-// was patched to foo: without it, a controller process makes them.
-type follower func(ctx context.Context, i int, foo *samplev1alpha1.Foo) error
+// follower hears, for the limit, that the i-th Foo was patched to foo, and makes the
+// writes a controller makes for it, without blocking the sender. Without one, a
+// controller process makes them.
+type follower func(i int, foo *samplev1alpha1.Foo)
 
 // runReaction changes spec.replicas of the --steady-foos Foos, round-robin, at rate
 // changes per second for --reaction-duration, each change to a new (higher) value, and
@@ -101,14 +102,13 @@ func runReaction(ctx context.Context, g *group, name string, proc *controllerPro
 // start + k/rate. Every Foo has its own sending goroutine, so that its changes go out
 // one after another and in order; at most --reaction-inflight patches are in flight
 // at once, so that a rate the apiserver cannot take does not bury the controller's
-// own requests under thousands of the bench's. A follow runs after each patch, with
-// at most --workers of them at once, as a controller's workers would. It returns when
-// the first and the last change were sent, and how many changes failed.
+// own requests under thousands of the bench's. A follow hears of each accepted patch.
+// It returns when the first and the last change were sent, and how many changes
+// failed.
 func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, total int, follow follower) (first, last time.Time, failed int, err error) {
 	n := len(g.replicas)
 	queues := make([]chan struct{}, n)
 	inflight := make(chan struct{}, g.env.cfg.reactionInflight)
-	workers := make(chan struct{}, g.env.cfg.workers)
 	var (
 		wg      sync.WaitGroup
 		nFailed atomic.Int64
@@ -128,19 +128,14 @@ func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, t
 				patched, err := g.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
 				if err != nil {
-					err = fmt.Errorf("patching Foo %s: %w", name, err)
+					tracker.failed(name, c)
+					if nFailed.Add(1) == 1 && ctx.Err() == nil {
+						progressf("%s: patching Foo %s: %v", g.name, name, err)
+					}
 				} else {
 					tracker.accepted(c, time.Now())
 					if follow != nil {
-						workers <- struct{}{}
-						err = follow(ctx, i, patched)
-						<-workers
-					}
-				}
-				if err != nil {
-					tracker.failed(name, c)
-					if nFailed.Add(1) == 1 && ctx.Err() == nil {
-						progressf("%s: %v", g.name, err)
+						follow(i, patched)
 					}
 				}
 				timesMu.Lock()
