@@ -236,6 +236,15 @@ func TestSyncHandler(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](2))
 	ready := availableDeployment(foo)
 	readyFoo := withStatus(foo, ready)
+	// rescaled is readyFoo once its author set spec.replicas to n, the Deployment the
+	// controller then writes, and the Foo with the status it then writes.
+	rescaled := func(n int32) (*samplev1alpha1.Foo, *appsv1.Deployment, *samplev1alpha1.Foo) {
+		f := modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To(n); f.Generation = 2 })
+		d := modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(n) })
+		return f, d, modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = newFooStatus(f, d, now) })
+	}
+	toZero, zeroDeployment, toZeroWithStatus := rescaled(0)
+	toThree, threeDeployment, toThreeWithStatus := rescaled(3)
 
 	tests := []struct {
 		name       string
@@ -415,31 +424,17 @@ func TestSyncHandler(t *testing.T) {
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
 	}, {
 		name:   "scales to zero",
-		foo:    modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](0); f.Generation = 2 }),
+		foo:    toZero,
 		cached: []*appsv1.Deployment{ready},
-		want: []action{
-			update(modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) })),
-			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
-				f.Spec.Replicas = ptr.To[int32](0)
-				f.Generation = 2
-				f.Status = newFooStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](0) }), now)
-			})),
-		},
+		want:   []action{update(zeroDeployment), updateStatus(toZeroWithStatus)},
 		// A new spec is reported by observedGeneration; no event is recorded for it.
 	}, {
 		name: "a spec change records no event, even when the deployment also drifted",
-		foo:  modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](3); f.Generation = 2 }),
+		foo:  toThree,
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Containers[0].Image = "httpd"
 		})},
-		want: []action{
-			update(modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](3) })),
-			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
-				f.Spec.Replicas = ptr.To[int32](3)
-				f.Generation = 2
-				f.Status = newFooStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](3) }), now)
-			})),
-		},
+		want: []action{update(threeDeployment), updateStatus(toThreeWithStatus)},
 	}, {
 		name:  "a refused create is reported and retried",
 		foo:   foo,
