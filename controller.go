@@ -38,8 +38,8 @@ const controllerAgentName = "sample-controller"
 // fieldManager names this controller in the managedFields of what it writes.
 const fieldManager = controllerAgentName
 
-// Reasons of the events the controller records on a Foo. Events mark changes; a sync
-// that changes nothing records none.
+// Reasons of the events the controller records on a Foo. Events mark changes and
+// refusals; a sync that changes nothing and is refused nothing records none.
 const (
 	// EventDeploymentCreated: the Foo's Deployment was created.
 	EventDeploymentCreated = "DeploymentCreated"
@@ -84,6 +84,10 @@ const defaultShutdownTimeout = 30 * time.Second
 
 // errNotOwned reports that the Foo's Deployment name belongs to someone else.
 var errNotOwned = errors.New("deployment is not controlled by the Foo")
+
+// errRejected marks a sync whose Deployment write the API server refused, after the
+// refusal was reported on the Foo.
+var errRejected = errors.New("deployment write refused")
 
 // Controller keeps, for every Foo, a Deployment that matches the Foo's spec, and
 // reports the Deployment's progress in the Foo's status.
@@ -297,18 +301,18 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	case err == nil:
 		syncsTotal.WithLabelValues(syncSuccess).Inc()
 		c.workqueue.Forget(key)
-	case apierrors.IsConflict(err):
-		// The cache was behind the server; the informer is about to catch up.
-		syncsTotal.WithLabelValues(syncConflict).Inc()
-		klog.FromContext(ctx).V(4).Info("Conflict while syncing, retrying", "foo", key, "err", err)
-		c.workqueue.AddRateLimited(key)
-	case isRejected(err):
+	case errors.Is(err, errRejected):
 		// Reported on the Foo by the sync. The cause (a policy, a quota, a permission)
 		// can go away without any event that would bring the Foo back, so its backoff
 		// stops growing at rejectedRecheckInterval.
 		syncsTotal.WithLabelValues(syncError).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Deployment write refused, requeuing", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
+	case apierrors.IsConflict(err):
+		// The cache was behind the server; the informer is about to catch up.
+		syncsTotal.WithLabelValues(syncConflict).Inc()
+		klog.FromContext(ctx).V(4).Info("Conflict while syncing, retrying", "foo", key, "err", err)
+		c.workqueue.AddRateLimited(key)
 	default:
 		syncsTotal.WithLabelValues(syncError).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Foo, requeuing", "foo", key)
@@ -401,8 +405,8 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	// An update that carries a new spec of the Foo is what its author asked for, and
 	// status.observedGeneration tells them it was acted on. An event, which costs a
 	// write per change, is kept for the surprise: a Deployment changed by someone else
-	// after the controller had acted on this spec.
-	drifted := foo.Status.ObservedGeneration == foo.Generation
+	// after the controller had applied this spec.
+	drifted := specApplied(foo)
 	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(deployment), "drifted", drifted)
 	if drifted {
 		c.recorder.Eventf(foo, deployment, corev1.EventTypeNormal, EventDeploymentUpdated, "Update",
@@ -540,7 +544,17 @@ func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo
 	statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
 		return newRejectedStatus(foo, current, message, metav1.NewTime(c.clock.Now()))
 	})
-	return errors.Join(err, statusErr)
+	return errors.Join(fmt.Errorf("%w: %w", errRejected, err), statusErr)
+}
+
+// specApplied tells whether the controller had applied foo's current spec to its
+// Deployment: the status has observed this generation, and not as refused or taken.
+func specApplied(foo *samplev1alpha1.Foo) bool {
+	if foo.Status.ObservedGeneration != foo.Generation {
+		return false
+	}
+	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+	return ready == nil || (ready.Reason != samplev1alpha1.ReasonDeploymentRejected && ready.Reason != samplev1alpha1.ReasonDeploymentNotOwned)
 }
 
 // rejectedMessage is the condition message and event note for err, a refused write

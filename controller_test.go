@@ -466,6 +466,31 @@ func TestSyncHandler(t *testing.T) {
 		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
 		wantErr:    true,
 	}, {
+		// The drifted Deployment is available, which alone would make Ready True.
+		name: "a refused update already reported writes no status, though the deployment is available",
+		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+			f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
+		}),
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "httpd"
+		})},
+		setup:   func(f *fixture) { refuse(f, "update", "web") },
+		want:    []action{update(ready)},
+		wantErr: true,
+	}, {
+		name: "the update that applies a spec refused before records no event",
+		foo: modifiedFoo(toThree, func(f *samplev1alpha1.Foo) {
+			f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
+		}),
+		cached: []*appsv1.Deployment{ready},
+		want: []action{
+			update(threeDeployment),
+			updateStatus(modifiedFoo(toThree, func(f *samplev1alpha1.Foo) {
+				f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
+				f.Status = newFooStatus(f, threeDeployment, now)
+			})),
+		},
+	}, {
 		name: "a namespace being deleted is not reported on the foo",
 		foo:  foo,
 		setup: func(f *fixture) {
@@ -521,6 +546,38 @@ func refuse(f *fixture, verb, name string) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, name,
 			errors.New("ValidatingAdmissionPolicy 'no-web' denied request: not here"))
 	})
+}
+
+// TestSyncHandlerMarksRefusals checks that only a reported refusal gets the capped
+// backoff of processNextWorkItem.
+func TestSyncHandlerMarksRefusals(t *testing.T) {
+	foo := newFoo("web", nil)
+	terminating := apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New("namespace is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"refused by a policy", apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New("no")), true},
+		{"namespace being deleted", terminating, false},
+		{"server unavailable", apierrors.NewServiceUnavailable("etcd is down"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+			f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+				return true, nil, tt.err
+			})
+			err := f.sync(foo)
+			if err == nil {
+				t.Fatal("syncHandler() = nil, want an error")
+			}
+			if got := errors.Is(err, errRejected); got != tt.want {
+				t.Errorf("errors.Is(%v, errRejected) = %v, want %v", err, got, tt.want)
+			}
+		})
+	}
 }
 
 func TestIsRejected(t *testing.T) {
@@ -719,12 +776,17 @@ func TestProcessNextWorkItem(t *testing.T) {
 		})
 		_, ctx := ktesting.NewTestContext(t)
 		c := f.controller
+		// Six earlier failures make the next wait 320 ms, long enough to see the key
+		// out of the queue on a loaded machine.
+		for range 6 {
+			c.rateLimiter.When(key)
+		}
 		c.workqueue.Add(key)
 		if !c.processNextWorkItem(ctx) {
 			t.Fatal("processNextWorkItem() = false, want true")
 		}
-		if got := c.workqueue.NumRequeues(key); got != 1 {
-			t.Errorf("NumRequeues = %d, want 1", got)
+		if got := c.workqueue.NumRequeues(key); got != 7 {
+			t.Errorf("NumRequeues = %d, want 7", got)
 		}
 		// The retry waits out its backoff rather than coming straight back.
 		if got := c.workqueue.Len(); got != 0 {
@@ -735,10 +797,10 @@ func TestProcessNextWorkItem(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("the failed key was not requeued: %v", err)
 		}
-		// A second failure backs off further.
+		// Another failure backs off further.
 		c.processNextWorkItem(ctx)
-		if got := c.workqueue.NumRequeues(key); got != 2 {
-			t.Errorf("NumRequeues after a second failure = %d, want 2", got)
+		if got := c.workqueue.NumRequeues(key); got != 8 {
+			t.Errorf("NumRequeues after another failure = %d, want 8", got)
 		}
 	})
 
@@ -777,10 +839,15 @@ func TestProcessNextWorkItem(t *testing.T) {
 		refuse(f, "create", "web")
 		_, ctx := ktesting.NewTestContext(t)
 		c := f.controller
+		// Six earlier refusals make the next wait 5 ms × 2^6 = 320 ms: long enough to
+		// see the key out of the queue on a loaded machine, short enough to wait for.
+		for range 6 {
+			c.rateLimiter.When(key)
+		}
 		c.workqueue.Add(key)
 		c.processNextWorkItem(ctx)
-		if got := c.workqueue.NumRequeues(key); got != 1 {
-			t.Errorf("NumRequeues = %d, want 1", got)
+		if got := c.workqueue.NumRequeues(key); got != 7 {
+			t.Errorf("NumRequeues = %d, want 7", got)
 		}
 		if got := c.workqueue.Len(); got != 0 {
 			t.Errorf("queue length right after the refusal = %d, want 0", got)

@@ -64,6 +64,10 @@ func newNotOwnedStatus(foo *samplev1alpha1.Foo, now metav1.Time) samplev1alpha1.
 // nil when it does not exist.
 func newRejectedStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, message string, now metav1.Time) samplev1alpha1.FooStatus {
 	status := newFooStatus(foo, d, now)
+	// The replica counts of d, but not the readiness newFooStatus judged from it:
+	// Ready goes from the stored condition to the refusal, so that a refusal already
+	// reported keeps its transition time and computes the stored status again.
+	status.Conditions = cloneConditions(foo.Status.Conditions)
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type:               samplev1alpha1.ConditionReady,
 		Status:             metav1.ConditionFalse,

@@ -250,9 +250,17 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 	}
 }
 
-// refusingPolicy is a ValidatingAdmissionPolicy and its binding, both named name, that
-// refuse Deployments whose names start with "refused-" in the namespace ns.
-func refusingPolicy(name, ns string) string {
+// policyRule is one validation of an admission policy: a CEL expression that must
+// hold, and the message when it does not.
+type policyRule struct{ expression, message string }
+
+// admissionPolicy is a ValidatingAdmissionPolicy and its binding, both named name, that
+// refuse to create or update Deployments in the namespace ns unless every rule holds.
+func admissionPolicy(name, ns string, rules ...policyRule) string {
+	var validations strings.Builder
+	for _, r := range rules {
+		fmt.Fprintf(&validations, "  - expression: %q\n    message: %q\n", r.expression, r.message)
+	}
 	return fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
@@ -266,9 +274,7 @@ spec:
       operations: ["CREATE", "UPDATE"]
       resources: ["deployments"]
   validations:
-  - expression: "!object.metadata.name.startsWith('refused-')"
-    message: "Deployments named refused-* are not allowed in this namespace"
----
+%[3]s---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata:
@@ -280,66 +286,163 @@ spec:
     namespaceSelector:
       matchLabels:
         kubernetes.io/metadata.name: %[2]s
-`, name, ns)
+`, name, ns, validations.String())
 }
 
-// TestRefusedDeploymentIsReported has an admission policy refuse a Foo's Deployment.
-// The Foo says why, in its Ready condition and a Warning event; the controller retries
-// with backoff, not in a loop; and once the policy is gone the Deployment is created
-// without anyone touching the Foo.
-func TestRefusedDeploymentIsReported(t *testing.T) {
-	ns := newNamespace(t)
-	policy := refusingPolicy("e2e-"+ns, ns)
+// applyPolicy applies an admission policy, deletes it when the test ends, and waits
+// until it refuses probe, a Deployment manifest it must refuse with want.
+func applyPolicy(t *testing.T, ns, policy, probe, want string) {
+	t.Helper()
 	kubectlIn(t, policy, "apply", "-f", "-")
 	t.Cleanup(func() {
 		if out, err := kubectlRun(context.Background(), policy, "delete", "--ignore-not-found", "-f", "-"); err != nil {
 			t.Logf("deleting the policy: %v\n%s", err, out)
 		}
 	})
-	const policyMessage = "Deployments named refused-* are not allowed in this namespace"
 	eventually(t, timeout, "the policy to refuse Deployments", func(ctx context.Context) (bool, string) {
-		out, err := kubectlRun(ctx, "", "create", "deployment", "refused-probe", "-n", ns, "--image=nginx", "--dry-run=server")
-		return err != nil && strings.Contains(out, policyMessage), out
+		out, err := kubectlRun(ctx, probe, "create", "-n", ns, "--dry-run=server", "-f", "-")
+		return err != nil && strings.Contains(out, want), out
 	})
+}
 
-	kubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
+// probeDeployment is a Deployment manifest named name with one container of image.
+func probeDeployment(name, image string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[1]s
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: %[1]s}
+  template:
+    metadata:
+      labels: {app: %[1]s}
+    spec:
+      containers:
+      - name: app
+        image: %[2]s
+`, name, image)
+}
+
+// waitRejected waits until the Foo reports Ready=False DeploymentRejected for its
+// current generation, with a Warning event, and returns the condition's message.
+func waitRejected(t *testing.T, ns, name string) string {
+	t.Helper()
 	var message string
-	eventually(t, timeout, "Ready=False DeploymentRejected on the Foo", func(ctx context.Context) (bool, string) {
-		foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "refused", metav1.GetOptions{})
+	eventually(t, timeout, fmt.Sprintf("Ready=False DeploymentRejected on Foo %s", name), func(ctx context.Context) (bool, string) {
+		foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		c := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
-		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != samplev1alpha1.ReasonDeploymentRejected {
-			return false, fmt.Sprintf("conditions %+v", foo.Status.Conditions)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != samplev1alpha1.ReasonDeploymentRejected || c.ObservedGeneration != foo.Generation {
+			return false, fmt.Sprintf("generation %d, conditions %+v", foo.Generation, foo.Status.Conditions)
 		}
 		message = c.Message
-		return foo.Status.ObservedGeneration == foo.Generation, fmt.Sprintf("status %+v", foo.Status)
+		return true, ""
 	})
-	for _, want := range []string{`The API server refused to write Deployment "refused-web"`, policyMessage} {
+	eventually(t, timeout, fmt.Sprintf("a Warning event on Foo %s", name), func(ctx context.Context) (bool, string) {
+		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason=DeploymentRejected",
+			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
+		return err == nil && strings.Contains(out, "Foo/"+name+": "+message), out
+	})
+	return message
+}
+
+// noHotLoop watches the controller's failed syncs for a few seconds and fails the test
+// if they grow like a tight loop's: the per-item backoff doubles from 5 ms, so a few
+// seconds hold about ten tries where a loop would make thousands.
+func noHotLoop(t *testing.T) {
+	t.Helper()
+	env.mu.Lock()
+	p := env.current
+	env.mu.Unlock()
+	const window, most = 5 * time.Second, 20
+	before := errorSyncs(t, p)
+	deadline := time.Now().Add(window)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		<-tick.C
+		if n := errorSyncs(t, p) - before; n > most {
+			t.Fatalf("%v failed syncs within %v: the refused Foo is retried in a tight loop", n, window)
+		}
+	}
+}
+
+// TestRefusedDeploymentIsReported has admission policies refuse a Foo's Deployment: its
+// creation, a scale-up, and the revert of a hand edit. Each time the Foo says why, in
+// its Ready condition and a Warning event; the controller retries with backoff, not in
+// a loop; and once the policy is gone the Foos converge without anyone touching them.
+func TestRefusedDeploymentIsReported(t *testing.T) {
+	ns := newNamespace(t)
+	const (
+		refusedName   = "Deployments named refused-* are not allowed in this namespace"
+		capped        = "Deployments named capped-* may have at most 2 replicas"
+		latestRefused = "Deployments named pinned-* must not run :latest images"
+	)
+	policy := admissionPolicy("e2e-"+ns, ns,
+		policyRule{"!object.metadata.name.startsWith('refused-')", refusedName},
+		policyRule{"!object.metadata.name.startsWith('capped-') || object.spec.replicas <= 2", capped})
+	applyPolicy(t, ns, policy, probeDeployment("refused-probe", "nginx"), refusedName)
+
+	// A refused create.
+	kubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
+	message := waitRejected(t, ns, "refused")
+	for _, want := range []string{`The API server refused to write Deployment "refused-web"`, refusedName} {
 		if !strings.Contains(message, want) {
 			t.Errorf("Ready message %q does not contain %q", message, want)
 		}
 	}
-	eventually(t, timeout, "a Warning event on the Foo", func(ctx context.Context) (bool, string) {
-		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason=DeploymentRejected",
-			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
-		return err == nil && strings.Contains(out, "Foo/refused: "+message), out
-	})
+	noHotLoop(t)
 
-	// Backoff, not a loop: the workqueue's per-item backoff doubles from 5 ms, so a
-	// few seconds hold about ten tries where a hot loop would make thousands.
-	env.mu.Lock()
-	p := env.current
-	env.mu.Unlock()
-	before := errorSyncs(t, p)
-	time.Sleep(5 * time.Second)
-	if n := errorSyncs(t, p) - before; n > 20 {
-		t.Errorf("%v failed syncs in 5 s: the refused Foo is retried in a tight loop", n)
+	// A refused update of a new spec: the Deployment keeps running its 2 replicas, and
+	// the Foo reports them.
+	kubectlIn(t, fooYAML("capped", "capped-web", 2), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "capped", 2)
+	kubectl(t, "scale", "-n", ns, "foo/capped", "--replicas=3")
+	if message := waitRejected(t, ns, "capped"); !strings.Contains(message, capped) {
+		t.Errorf("Ready message %q does not name the policy's rule", message)
+	}
+	noHotLoop(t)
+	foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(t.Context(), "capped", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if foo.Status.AvailableReplicas != 2 {
+		t.Errorf("availableReplicas = %d while the scale-up is refused, want the 2 that run", foo.Status.AvailableReplicas)
 	}
 
+	// A refused revert of a hand edit, while the edited Deployment is itself available.
+	kubectlIn(t, fooYAML("pinned", "pinned-web", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "pinned", 1)
+	pinned := admissionPolicy("e2e-"+ns+"-pinned", ns,
+		policyRule{"!object.metadata.name.startsWith('pinned-') || object.spec.template.spec.containers.all(c, !c.image.endsWith(':latest'))", latestRefused})
+	applyPolicy(t, ns, pinned, probeDeployment("pinned-probe", "nginx:latest"), latestRefused)
+	kubectl(t, "set", "image", "-n", ns, "deployment/pinned-web", "nginx=httpd:2")
+	if message := waitRejected(t, ns, "pinned"); !strings.Contains(message, latestRefused) {
+		t.Errorf("Ready message %q does not name the policy's rule", message)
+	}
+	eventually(t, timeout, "the hand-edited Deployment to roll out", func(ctx context.Context) (bool, string) {
+		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "pinned-web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := d.Status
+		return s.ObservedGeneration == d.Generation && s.Replicas == 1 && s.UpdatedReplicas == 1 && s.AvailableReplicas == 1,
+			fmt.Sprintf("image %s, status %+v", d.Spec.Template.Spec.Containers[0].Image, s)
+	})
+	noHotLoop(t)
+
 	kubectlIn(t, policy, "delete", "-f", "-")
+	kubectlIn(t, pinned, "delete", "-f", "-")
 	waitReady(t, ns, "refused", 1)
+	waitReady(t, ns, "capped", 3)
+	waitReady(t, ns, "pinned", 1)
+	if image := getDeployment(t, ns, "pinned-web").Spec.Template.Spec.Containers[0].Image; image != "nginx:latest" {
+		t.Errorf("pinned-web runs %s once the policy is gone, want the Foo's nginx:latest", image)
+	}
 }
 
 // TestInvalidFoosAreRejected checks the CRD's validation messages.
