@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -92,6 +93,10 @@ func runLimit(ctx context.Context, env *benchEnv, n int, rates []int) (coldStart
 	var reactions []reaction
 	for _, rate := range rates {
 		r, err := runReaction(ctx, g, limitName, nil, writer.changed, rate)
+		r.WriteErrors = writer.takeFailures()
+		if r.WriteErrors > 0 {
+			progressf("%s: %d of the limit's writes failed at %d/s", g.name, r.WriteErrors, rate)
+		}
 		if err != nil {
 			return cs, reactions, err
 		}
@@ -157,6 +162,11 @@ func (w *limitWriter) work(ctx context.Context) bool {
 		w.deployments[i] = updated
 		w.mu.Unlock()
 		err = writeStatus(ctx, w.g, foo)
+		if apierrors.IsConflict(err) {
+			// A newer patch of this Foo came in meanwhile, and its change queued the
+			// Foo again: that status write supersedes this one, as a controller's would.
+			err = nil
+		}
 	}
 	if err != nil && ctx.Err() == nil {
 		w.mu.Lock()
@@ -166,8 +176,24 @@ func (w *limitWriter) work(ctx context.Context) bool {
 		if first {
 			progressf("%s: %v", w.g.name, err)
 		}
+		// A Deployment that may have changed on the server is read again, so that one
+		// failure does not make every later update of this Foo conflict.
+		if fresh, getErr := w.g.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
+			w.mu.Lock()
+			w.deployments[i] = fresh
+			w.mu.Unlock()
+		}
 	}
 	return true
+}
+
+// takeFailures returns how many writes failed since the last call.
+func (w *limitWriter) takeFailures() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.failed
+	w.failed = 0
+	return n
 }
 
 // stop lets the workers finish what is queued, and waits for them.

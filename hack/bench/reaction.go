@@ -36,6 +36,9 @@ type reaction struct {
 	AcceptedP50Ms float64 `json:"acceptedP50Ms"`
 	AcceptedP99Ms float64 `json:"acceptedP99Ms"`
 	AcceptedMaxMs float64 `json:"acceptedMaxMs"`
+	// WriteErrors, for the limit, counts its Deployment and status writes that failed,
+	// other than a status write superseded by a newer change of the same Foo.
+	WriteErrors int `json:"writeErrors,omitempty"`
 }
 
 // follower hears, for the limit, that the i-th Foo was patched to foo, and makes the
