@@ -305,7 +305,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		// Reported on the Foo by the sync. The cause (a policy, a quota, a permission)
 		// can go away without any event that would bring the Foo back, so its backoff
 		// stops growing at rejectedRecheckInterval.
-		syncsTotal.WithLabelValues(syncError).Inc()
+		syncsTotal.WithLabelValues(syncRejected).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Deployment write refused, requeuing", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
 	case apierrors.IsConflict(err):

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -844,6 +845,7 @@ func TestProcessNextWorkItem(t *testing.T) {
 		for range 6 {
 			c.rateLimiter.When(key)
 		}
+		rejected, failed := testutil.ToFloat64(syncsTotal.WithLabelValues(syncRejected)), testutil.ToFloat64(syncsTotal.WithLabelValues(syncError))
 		c.workqueue.Add(key)
 		c.processNextWorkItem(ctx)
 		if got := c.workqueue.NumRequeues(key); got != 7 {
@@ -851,6 +853,12 @@ func TestProcessNextWorkItem(t *testing.T) {
 		}
 		if got := c.workqueue.Len(); got != 0 {
 			t.Errorf("queue length right after the refusal = %d, want 0", got)
+		}
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncRejected)) - rejected; got != 1 {
+			t.Errorf("rejected syncs counted = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncError)) - failed; got != 0 {
+			t.Errorf("error syncs counted for a refusal = %v, want 0", got)
 		}
 		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 			return c.workqueue.Len() == 1, nil

@@ -15,7 +15,7 @@ import (
 var (
 	syncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_syncs_total",
-		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), or error (retried with backoff).",
+		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), or rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff).",
 	}, []string{"result"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -30,11 +30,14 @@ const (
 	syncSuccess  = "success"
 	syncConflict = "conflict"
 	syncError    = "error"
+	// syncRejected: the API server refused the Deployment write, which the Foo
+	// reports. Usually the Foo's author or a policy has to act, not the operator.
+	syncRejected = "rejected"
 )
 
 func init() {
 	// Every series exists from the start, so rates work from the first scrape.
-	for _, result := range []string{syncSuccess, syncConflict, syncError} {
+	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected} {
 		syncsTotal.WithLabelValues(result)
 	}
 }

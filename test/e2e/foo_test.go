@@ -359,13 +359,17 @@ func noHotLoop(t *testing.T) {
 	p := env.current
 	env.mu.Unlock()
 	const window, most = 5 * time.Second, 20
-	before := errorSyncs(t, p)
+	failed := func() float64 {
+		errors, rejected := failedSyncs(t, p)
+		return errors + rejected
+	}
+	before := failed()
 	deadline := time.Now().Add(window)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
 		<-tick.C
-		if n := errorSyncs(t, p) - before; n > most {
+		if n := failed() - before; n > most {
 			t.Fatalf("%v failed syncs within %v: the refused Foo is retried in a tight loop", n, window)
 		}
 	}
@@ -388,8 +392,15 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 	applyPolicy(t, ns, policy, probeDeployment("refused-probe", "nginx"), refusedName)
 
 	// A refused create.
+	env.mu.Lock()
+	p := env.current
+	env.mu.Unlock()
+	_, rejectedBefore := failedSyncs(t, p)
 	kubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
 	message := waitRejected(t, ns, "refused")
+	if _, rejected := failedSyncs(t, p); rejected <= rejectedBefore {
+		t.Errorf(`sample_controller_syncs_total{result="rejected"} stayed at %v after a refusal`, rejected)
+	}
 	for _, want := range []string{`The API server refused to write Deployment "refused-web"`, refusedName} {
 		if !strings.Contains(message, want) {
 			t.Errorf("Ready message %q does not contain %q", message, want)

@@ -286,14 +286,16 @@ func syncs(t *testing.T, p *controllerProcess) float64 {
 	return metricSum(body, "sample_controller_syncs_total")
 }
 
-// errorSyncs is sample_controller_syncs_total{result="error"} of a controller.
-func errorSyncs(t *testing.T, p *controllerProcess) float64 {
+// failedSyncs is sample_controller_syncs_total of a controller for the results
+// error and rejected, in that order.
+func failedSyncs(t *testing.T, p *controllerProcess) (errors, rejected float64) {
 	t.Helper()
 	code, body := p.get(t.Context(), "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
-	return metricSum(body, "sample_controller_syncs_total", `result="error"`)
+	return metricSum(body, "sample_controller_syncs_total", `result="error"`),
+		metricSum(body, "sample_controller_syncs_total", `result="rejected"`)
 }
 
 var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
