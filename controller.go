@@ -306,7 +306,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		// can go away without any event that would bring the Foo back, so its backoff
 		// stops growing at rejectedRecheckInterval.
 		syncsTotal.WithLabelValues(syncRejected).Inc()
-		utilruntime.HandleErrorWithContext(ctx, err, "Deployment write refused, requeuing", "foo", key)
+		utilruntime.HandleErrorWithContext(ctx, err, "Requeuing with backoff", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
 	case apierrors.IsConflict(err):
 		// The cache was behind the server; the informer is about to catch up.
@@ -528,9 +528,10 @@ func isRejected(err error) bool {
 
 // reportRejected tells the Foo's author that the API server refused to write its
 // Deployment, err: a Warning event, once per answer, and Ready=False
-// DeploymentRejected with the answer. It returns err, so that the Foo is retried with
-// backoff, not in a tight loop: the cause (a policy, a quota, a permission) can go
-// away without a change to the Foo.
+// DeploymentRejected with the answer. It returns err marked with errRejected (and any
+// error of the status write), so that the Foo is retried with backoff, not in a tight
+// loop: the cause (a policy, a quota, a permission) can go away without a change to
+// the Foo.
 func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
 	message := rejectedMessage(foo, err)
 	if !rejectedReported(foo, message) {
@@ -548,7 +549,10 @@ func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo
 }
 
 // specApplied tells whether the controller had applied foo's current spec to its
-// Deployment: the status has observed this generation, and not as refused or taken.
+// Deployment, as far as the status tells: it has observed this generation, and not as
+// refused or taken. After a refusal the status cannot tell a new spec from a reverted
+// hand edit, so the update that finally goes through records no DeploymentUpdated
+// event either way; the Ready condition's change from DeploymentRejected says it.
 func specApplied(foo *samplev1alpha1.Foo) bool {
 	if foo.Status.ObservedGeneration != foo.Generation {
 		return false

@@ -24,6 +24,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -128,6 +129,40 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 	f.controller = c
 	t.Cleanup(c.workqueue.ShutDown)
 	return f
+}
+
+// useQueueClock gives the controller a work queue, with the same rate limiter, whose
+// delays run on a fake clock, and returns the clock: a test sees exactly when a
+// requeued key comes back, whatever the machine's load.
+func (f *fixture) useQueueClock() *testingclock.FakeClock {
+	clk := testingclock.NewFakeClock(now.Time)
+	c := f.controller
+	c.workqueue.ShutDown()
+	c.workqueue = workqueue.NewTypedRateLimitingQueueWithConfig(c.rateLimiter,
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos", Clock: clk})
+	f.t.Cleanup(c.workqueue.ShutDown)
+	return clk
+}
+
+// waitRequeued steps clk until key is back in the queue, which it must be within the
+// given backoff, and fails the test if it comes back before.
+func (f *fixture) waitRequeued(ctx context.Context, clk *testingclock.FakeClock, backoff time.Duration) {
+	f.t.Helper()
+	q := f.controller.workqueue
+	if got := q.Len(); got != 0 {
+		f.t.Fatalf("queue length right after the failure = %d, want 0 until %v pass", got, backoff)
+	}
+	clk.Step(backoff - time.Millisecond)
+	if got := q.Len(); got != 0 {
+		f.t.Fatalf("queue length %v after the failure = %d, want 0", backoff-time.Millisecond, got)
+	}
+	// The queue's timer may be set after a step; step again until it fires.
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		clk.Step(time.Millisecond)
+		return q.Len() == 1, nil
+	}); err != nil {
+		f.t.Fatalf("the failed key was not requeued: %v", err)
+	}
 }
 
 // sync runs one sync of foo and returns its error.
@@ -492,6 +527,23 @@ func TestSyncHandler(t *testing.T) {
 			})),
 		},
 	}, {
+		// The status cannot tell a refused revert from a refused new spec; the Ready
+		// condition's change says what happened.
+		name: "the revert of a hand edit refused before records no event",
+		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+			f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
+		}),
+		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Image = "httpd"
+		})},
+		want: []action{
+			update(ready),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
+				f.Status = newFooStatus(f, ready, now)
+			})),
+		},
+	}, {
 		name: "a namespace being deleted is not reported on the foo",
 		foo:  foo,
 		setup: func(f *fixture) {
@@ -777,32 +829,22 @@ func TestProcessNextWorkItem(t *testing.T) {
 		})
 		_, ctx := ktesting.NewTestContext(t)
 		c := f.controller
-		// Six earlier failures make the next wait 320 ms, long enough to see the key
-		// out of the queue on a loaded machine.
-		for range 6 {
-			c.rateLimiter.When(key)
-		}
+		clk := f.useQueueClock()
 		c.workqueue.Add(key)
 		if !c.processNextWorkItem(ctx) {
 			t.Fatal("processNextWorkItem() = false, want true")
 		}
-		if got := c.workqueue.NumRequeues(key); got != 7 {
-			t.Errorf("NumRequeues = %d, want 7", got)
+		if got := c.workqueue.NumRequeues(key); got != 1 {
+			t.Errorf("NumRequeues = %d, want 1", got)
 		}
-		// The retry waits out its backoff rather than coming straight back.
-		if got := c.workqueue.Len(); got != 0 {
-			t.Errorf("queue length right after the failure = %d, want 0", got)
-		}
-		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			return c.workqueue.Len() == 1, nil
-		}); err != nil {
-			t.Fatalf("the failed key was not requeued: %v", err)
-		}
-		// Another failure backs off further.
+		// The retry waits out its backoff, 5 ms, rather than coming straight back.
+		f.waitRequeued(ctx, clk, 5*time.Millisecond)
+		// Another failure backs off further: 10 ms.
 		c.processNextWorkItem(ctx)
-		if got := c.workqueue.NumRequeues(key); got != 8 {
-			t.Errorf("NumRequeues after another failure = %d, want 8", got)
+		if got := c.workqueue.NumRequeues(key); got != 2 {
+			t.Errorf("NumRequeues after another failure = %d, want 2", got)
 		}
+		f.waitRequeued(ctx, clk, 10*time.Millisecond)
 	})
 
 	t.Run("forgets the key on success", func(t *testing.T) {
@@ -840,19 +882,12 @@ func TestProcessNextWorkItem(t *testing.T) {
 		refuse(f, "create", "web")
 		_, ctx := ktesting.NewTestContext(t)
 		c := f.controller
-		// Six earlier refusals make the next wait 5 ms × 2^6 = 320 ms: long enough to
-		// see the key out of the queue on a loaded machine, short enough to wait for.
-		for range 6 {
-			c.rateLimiter.When(key)
-		}
+		clk := f.useQueueClock()
 		rejected, failed := testutil.ToFloat64(syncsTotal.WithLabelValues(syncRejected)), testutil.ToFloat64(syncsTotal.WithLabelValues(syncError))
 		c.workqueue.Add(key)
 		c.processNextWorkItem(ctx)
-		if got := c.workqueue.NumRequeues(key); got != 7 {
-			t.Errorf("NumRequeues = %d, want 7", got)
-		}
-		if got := c.workqueue.Len(); got != 0 {
-			t.Errorf("queue length right after the refusal = %d, want 0", got)
+		if got := c.workqueue.NumRequeues(key); got != 1 {
+			t.Errorf("NumRequeues = %d, want 1", got)
 		}
 		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncRejected)) - rejected; got != 1 {
 			t.Errorf("rejected syncs counted = %v, want 1", got)
@@ -860,11 +895,7 @@ func TestProcessNextWorkItem(t *testing.T) {
 		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncError)) - failed; got != 0 {
 			t.Errorf("error syncs counted for a refusal = %v, want 0", got)
 		}
-		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			return c.workqueue.Len() == 1, nil
-		}); err != nil {
-			t.Fatalf("the refused key was not requeued: %v", err)
-		}
+		f.waitRequeued(ctx, clk, 5*time.Millisecond)
 	})
 
 	t.Run("a refused write waits at most a minute between tries", func(t *testing.T) {

@@ -43,8 +43,14 @@ spec:
 // Ready condition True and want replicas available, and returns the Foo.
 func waitReady(t *testing.T, ns, name string, want int32) *samplev1alpha1.Foo {
 	t.Helper()
+	return waitReadyWithin(t, timeout, ns, name, want)
+}
+
+// waitReadyWithin is waitReady with its own deadline.
+func waitReadyWithin(t *testing.T, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
+	t.Helper()
 	var foo *samplev1alpha1.Foo
-	eventually(t, timeout, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
+	eventually(t, within, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
 		var err error
 		foo, err = env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -360,8 +366,8 @@ func noHotLoop(t *testing.T) {
 	env.mu.Unlock()
 	const window, most = 5 * time.Second, 20
 	failed := func() float64 {
-		errors, rejected := failedSyncs(t, p)
-		return errors + rejected
+		failed, rejected := failedSyncs(t, p)
+		return failed + rejected
 	}
 	before := failed()
 	deadline := time.Now().Add(window)
@@ -446,11 +452,14 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 	})
 	noHotLoop(t)
 
+	// A refused Foo retries at least once a minute (rejectedRecheckInterval), and
+	// nothing else brings it back when a policy goes away: allow that minute on top.
 	kubectlIn(t, policy, "delete", "-f", "-")
 	kubectlIn(t, pinned, "delete", "-f", "-")
-	waitReady(t, ns, "refused", 1)
-	waitReady(t, ns, "capped", 3)
-	waitReady(t, ns, "pinned", 1)
+	recovery := time.Minute + timeout
+	waitReadyWithin(t, recovery, ns, "refused", 1)
+	waitReadyWithin(t, recovery, ns, "capped", 3)
+	waitReadyWithin(t, recovery, ns, "pinned", 1)
 	if image := getDeployment(t, ns, "pinned-web").Spec.Template.Spec.Containers[0].Image; image != "nginx:latest" {
 		t.Errorf("pinned-web runs %s once the policy is gone, want the Foo's nginx:latest", image)
 	}

@@ -287,8 +287,8 @@ func syncs(t *testing.T, p *controllerProcess) float64 {
 }
 
 // failedSyncs is sample_controller_syncs_total of a controller for the results
-// error and rejected, in that order.
-func failedSyncs(t *testing.T, p *controllerProcess) (errors, rejected float64) {
+// error and rejected.
+func failedSyncs(t *testing.T, p *controllerProcess) (failed, rejected float64) {
 	t.Helper()
 	code, body := p.get(t.Context(), "/metrics")
 	if code != http.StatusOK {
