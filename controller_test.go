@@ -281,6 +281,13 @@ func TestSyncHandler(t *testing.T) {
 	}
 	toZero, zeroDeployment, toZeroWithStatus := rescaled(0)
 	toThree, threeDeployment, toThreeWithStatus := rescaled(3)
+	// otherImage is ready after someone set its image by hand.
+	otherImage := modified(ready, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "httpd" })
+	// refusedEarlier is f once an earlier sync reported that the API server refused
+	// the write of ready.
+	refusedEarlier := func(f *samplev1alpha1.Foo) *samplev1alpha1.Foo {
+		return modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = newRejectedStatus(f, ready, refusedMessage, earlier) })
+	}
 
 	tests := []struct {
 		name       string
@@ -318,11 +325,9 @@ func TestSyncHandler(t *testing.T) {
 		want:       []action{update(ready)},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
-		name: "reverts image drift",
-		foo:  readyFoo,
-		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
-			d.Spec.Template.Spec.Containers[0].Image = "httpd"
-		})},
+		name:       "reverts image drift",
+		foo:        readyFoo,
+		cached:     []*appsv1.Deployment{otherImage},
 		want:       []action{update(ready)},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
@@ -465,12 +470,10 @@ func TestSyncHandler(t *testing.T) {
 		want:   []action{update(zeroDeployment), updateStatus(toZeroWithStatus)},
 		// A new spec is reported by observedGeneration; no event is recorded for it.
 	}, {
-		name: "a spec change records no event, even when the deployment also drifted",
-		foo:  toThree,
-		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
-			d.Spec.Template.Spec.Containers[0].Image = "httpd"
-		})},
-		want: []action{update(threeDeployment), updateStatus(toThreeWithStatus)},
+		name:   "a spec change records no event, even when the deployment also drifted",
+		foo:    toThree,
+		cached: []*appsv1.Deployment{otherImage},
+		want:   []action{update(threeDeployment), updateStatus(toThreeWithStatus)},
 	}, {
 		name:  "a refused create is reported and retried",
 		foo:   foo,
@@ -503,46 +506,24 @@ func TestSyncHandler(t *testing.T) {
 		wantErr:    true,
 	}, {
 		// The drifted Deployment is available, which alone would make Ready True.
-		name: "a refused update already reported writes no status, though the deployment is available",
-		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
-			f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
-		}),
-		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
-			d.Spec.Template.Spec.Containers[0].Image = "httpd"
-		})},
+		name:    "a refused update already reported writes no status, though the deployment is available",
+		foo:     refusedEarlier(readyFoo),
+		cached:  []*appsv1.Deployment{otherImage},
 		setup:   func(f *fixture) { refuse(f, "update", "web") },
 		want:    []action{update(ready)},
 		wantErr: true,
 	}, {
-		name: "the update that applies a spec refused before records no event",
-		foo: modifiedFoo(toThree, func(f *samplev1alpha1.Foo) {
-			f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
-		}),
+		name:   "the update that applies a spec refused before records no event",
+		foo:    refusedEarlier(toThree),
 		cached: []*appsv1.Deployment{ready},
-		want: []action{
-			update(threeDeployment),
-			updateStatus(modifiedFoo(toThree, func(f *samplev1alpha1.Foo) {
-				f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
-				f.Status = newFooStatus(f, threeDeployment, now)
-			})),
-		},
+		want:   []action{update(threeDeployment), updateStatus(withStatus(refusedEarlier(toThree), threeDeployment))},
 	}, {
 		// The status cannot tell a refused revert from a refused new spec; the Ready
 		// condition's change says what happened.
-		name: "the revert of a hand edit refused before records no event",
-		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
-			f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
-		}),
-		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
-			d.Spec.Template.Spec.Containers[0].Image = "httpd"
-		})},
-		want: []action{
-			update(ready),
-			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
-				f.Status = newRejectedStatus(f, ready, refusedMessage, earlier)
-				f.Status = newFooStatus(f, ready, now)
-			})),
-		},
+		name:   "the revert of a hand edit refused before records no event",
+		foo:    refusedEarlier(readyFoo),
+		cached: []*appsv1.Deployment{otherImage},
+		want:   []action{update(ready), updateStatus(withStatus(refusedEarlier(readyFoo), ready))},
 	}, {
 		name: "a namespace being deleted is not reported on the foo",
 		foo:  foo,

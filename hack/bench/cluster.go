@@ -165,6 +165,24 @@ func (g *group) createFoos(ctx context.Context, n int) ([]*samplev1alpha1.Foo, e
 	return foos, nil
 }
 
+// seedFoos creates n Foos, waits until the watch has seen them all, and reads the
+// apiserver's request counters: the start of a cold start, the controller's or the
+// limit's.
+func (g *group) seedFoos(ctx context.Context, n int) ([]*samplev1alpha1.Foo, requestCounts, error) {
+	foos, err := g.createFoos(ctx, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := g.watch.waitForFoos(ctx, n); err != nil {
+		return nil, nil, err
+	}
+	before, err := scrapeAPIServer(ctx, g.kube)
+	if err != nil {
+		return nil, nil, err
+	}
+	return foos, before, nil
+}
+
 // parallel calls fn for 0..n-1 from at most workers goroutines and returns the first
 // error, after which no new calls start.
 func parallel(parent context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {

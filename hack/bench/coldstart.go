@@ -41,14 +41,7 @@ func (c coldStart) timedOutText() string {
 // cases; the caller stops it.
 func runColdStart(ctx context.Context, g *group, c controllerSpec, n int) (coldStart, *controllerProcess, error) {
 	cs := coldStart{Foos: n}
-	foos, err := g.createFoos(ctx, n)
-	if err != nil {
-		return cs, nil, err
-	}
-	if err := g.watch.waitForFoos(ctx, n); err != nil {
-		return cs, nil, err
-	}
-	before, err := scrapeAPIServer(ctx, g.kube)
+	foos, before, err := g.seedFoos(ctx, n)
 	if err != nil {
 		return cs, nil, err
 	}

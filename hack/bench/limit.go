@@ -36,14 +36,7 @@ func runLimit(ctx context.Context, env *benchEnv, n int, rates []int) (coldStart
 	}
 	defer g.stop()
 
-	foos, err := g.createFoos(ctx, n)
-	if err != nil {
-		return cs, nil, err
-	}
-	if err := g.watch.waitForFoos(ctx, n); err != nil {
-		return cs, nil, err
-	}
-	before, err := scrapeAPIServer(ctx, g.kube)
+	foos, before, err := g.seedFoos(ctx, n)
 	if err != nil {
 		return cs, nil, err
 	}

@@ -193,25 +193,34 @@ func scrapeAPIServer(ctx context.Context, kube kubernetes.Interface) (requestCou
 	return apiserverRequests(string(body))
 }
 
-// scrapeGauge reads one unlabelled metric from a plain HTTP /metrics.
-func scrapeGauge(ctx context.Context, url, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+// getURL returns the body of a GET of url, which must answer 200.
+func getURL(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// scrapeGauge reads one unlabelled metric from a plain HTTP /metrics.
+func scrapeGauge(ctx context.Context, url, name string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body, err := getURL(ctx, url)
+	if err != nil {
+		return 0, err
 	}
 	samples, err := parseSamples(string(body), name)
 	if err != nil {

@@ -329,6 +329,22 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return nil
 	}
 
+	// componentFlags are what kube-controller-manager and kube-scheduler share: their
+	// kubeconfig, and a loopback HTTPS port with the cluster's serving certificate for
+	// their health probe. One instance each, so no leader election.
+	componentFlags := func(name string, port int) []string {
+		return []string{
+			"--kubeconfig=" + l.kubeconfigs[name],
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + l.pkiDir,
+			"--tls-cert-file=" + creds.servingCert,
+			"--tls-private-key-file=" + creds.servingKey,
+			"--leader-elect=false",
+			"--profiling=false",
+		}
+	}
+
 	etcdClientURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
 	etcdPeerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
 	err = run(Etcd, []string{
@@ -374,13 +390,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 
 	if !opts.SkipControllerManager {
-		err = run(ControllerManager, []string{
-			"--kubeconfig=" + l.kubeconfigs[ControllerManager],
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(kcmPort),
-			"--cert-dir=" + l.pkiDir,
-			"--tls-cert-file=" + creds.servingCert,
-			"--tls-private-key-file=" + creds.servingKey,
+		err = run(ControllerManager, append(componentFlags(ControllerManager, kcmPort), []string{
 			// Each controller acts as its own service account, as in a kubeadm cluster,
 			// so RBAC is the real one.
 			"--use-service-account-credentials=true",
@@ -392,9 +402,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			// with its own credentials, take several seconds longer.
 			"--kube-api-qps=200",
 			"--kube-api-burst=400",
-			"--leader-elect=false",
-			"--profiling=false",
-		}, nil, probes.https(kcmPort))
+		}...), nil, probes.https(kcmPort))
 		if err != nil {
 			return err
 		}
@@ -407,16 +415,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 
 	if !opts.SkipScheduler {
-		err = run(Scheduler, []string{
-			"--kubeconfig=" + l.kubeconfigs[Scheduler],
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(schedulerPort),
-			"--cert-dir=" + l.pkiDir,
-			"--tls-cert-file=" + creds.servingCert,
-			"--tls-private-key-file=" + creds.servingKey,
-			"--leader-elect=false",
-			"--profiling=false",
-		}, nil, probes.https(schedulerPort))
+		err = run(Scheduler, componentFlags(Scheduler, schedulerPort), nil, probes.https(schedulerPort))
 		if err != nil {
 			return err
 		}

@@ -242,11 +242,7 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == samplev1alpha1.ReasonDeploymentNotOwned,
 			fmt.Sprintf("conditions %+v", foo.Status.Conditions)
 	})
-	eventually(t, timeout, "a Warning event on the Foo", func(ctx context.Context) (bool, string) {
-		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason=DeploymentNotOwned",
-			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
-		return err == nil && strings.Contains(out, `Foo/intruder: Deployment "taken" already exists and is not controlled by this Foo`), out
-	})
+	waitWarning(t, ns, "intruder", "DeploymentNotOwned", `Deployment "taken" already exists and is not controlled by this Foo`)
 
 	after := getDeployment(t, ns, "taken")
 	beforeJSON, _ := json.Marshal(before)
@@ -331,6 +327,17 @@ spec:
 `, name, image)
 }
 
+// waitWarning waits until kubectl shows a Warning event with reason on the Foo name
+// whose message begins with message.
+func waitWarning(t *testing.T, ns, name, reason, message string) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("a Warning event %s on Foo %s", reason, name), func(ctx context.Context) (bool, string) {
+		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason="+reason,
+			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
+		return err == nil && strings.Contains(out, "Foo/"+name+": "+message), out
+	})
+}
+
 // waitRejected waits until the Foo reports Ready=False DeploymentRejected for its
 // current generation, with a Warning event, and returns the condition's message.
 func waitRejected(t *testing.T, ns, name string) string {
@@ -348,11 +355,7 @@ func waitRejected(t *testing.T, ns, name string) string {
 		message = c.Message
 		return true, ""
 	})
-	eventually(t, timeout, fmt.Sprintf("a Warning event on Foo %s", name), func(ctx context.Context) (bool, string) {
-		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason=DeploymentRejected",
-			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
-		return err == nil && strings.Contains(out, "Foo/"+name+": "+message), out
-	})
+	waitWarning(t, ns, name, "DeploymentRejected", message)
 	return message
 }
 
@@ -361,9 +364,7 @@ func waitRejected(t *testing.T, ns, name string) string {
 // seconds hold about ten tries where a loop would make thousands.
 func noHotLoop(t *testing.T) {
 	t.Helper()
-	env.mu.Lock()
-	p := env.current
-	env.mu.Unlock()
+	p := sharedController()
 	const window, most = 5 * time.Second, 20
 	failed := func() float64 {
 		failed, rejected := failedSyncs(t, p)
@@ -398,9 +399,7 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 	applyPolicy(t, ns, policy, probeDeployment("refused-probe", "nginx"), refusedName)
 
 	// A refused create.
-	env.mu.Lock()
-	p := env.current
-	env.mu.Unlock()
+	p := sharedController()
 	_, rejectedBefore := failedSyncs(t, p)
 	kubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
 	message := waitRejected(t, ns, "refused")

@@ -289,6 +289,13 @@ func (p *controllerProcess) stop(sig syscall.Signal) error {
 	return p.err
 }
 
+// sharedController returns the controller the tests share.
+func sharedController() *controllerProcess {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	return env.current
+}
+
 // takeSharedController returns the shared controller, if one runs, and forgets it.
 func takeSharedController() *controllerProcess {
 	env.mu.Lock()

@@ -245,13 +245,7 @@ func TestMetrics(t *testing.T) {
 	kubectlIn(t, fooYAML("measured", "measured", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "measured", 1)
 
-	env.mu.Lock()
-	p := env.current
-	env.mu.Unlock()
-	code, body := p.get(t.Context(), "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics = %d", code)
-	}
+	body := scrapeMetrics(t, sharedController())
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -276,24 +270,27 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// syncs is the total of sample_controller_syncs_total of a controller.
-func syncs(t *testing.T, p *controllerProcess) float64 {
+// scrapeMetrics returns a controller's /metrics.
+func scrapeMetrics(t *testing.T, p *controllerProcess) string {
 	t.Helper()
 	code, body := p.get(t.Context(), "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
-	return metricSum(body, "sample_controller_syncs_total")
+	return body
+}
+
+// syncs is the total of sample_controller_syncs_total of a controller.
+func syncs(t *testing.T, p *controllerProcess) float64 {
+	t.Helper()
+	return metricSum(scrapeMetrics(t, p), "sample_controller_syncs_total")
 }
 
 // failedSyncs is sample_controller_syncs_total of a controller for the results
 // error and rejected.
 func failedSyncs(t *testing.T, p *controllerProcess) (failed, rejected float64) {
 	t.Helper()
-	code, body := p.get(t.Context(), "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics = %d", code)
-	}
+	body := scrapeMetrics(t, p)
 	return metricSum(body, "sample_controller_syncs_total", `result="error"`),
 		metricSum(body, "sample_controller_syncs_total", `result="rejected"`)
 }
