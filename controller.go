@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
-
+	
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -31,37 +30,13 @@ import (
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	informers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 const controllerAgentName = "sample-controller"
 
 // fieldManager names this controller in the managedFields of what it writes.
 const fieldManager = controllerAgentName
-
-// Reasons of the events the controller records on a Foo. Events mark changes and
-// refusals; a sync that changes nothing and is refused nothing records none.
-const (
-	// EventDeploymentCreated: the Foo's Deployment was created.
-	EventDeploymentCreated = "DeploymentCreated"
-	// EventDeploymentUpdated: the Deployment had been changed by someone else and was
-	// changed back to what the Foo asks for. Updates that carry a new spec of the Foo
-	// record no event.
-	EventDeploymentUpdated = "DeploymentUpdated"
-	// EventDeploymentDeleted: a Deployment left under the Foo's previous
-	// deploymentName was deleted.
-	EventDeploymentDeleted = "DeploymentDeleted"
-	// EventDeploymentNotOwned: the Deployment name is taken by a Deployment the Foo
-	// does not control; the controller leaves it alone.
-	EventDeploymentNotOwned = "DeploymentNotOwned"
-	// EventDeploymentRejected: the API server refused to create or update the
-	// Deployment; the controller retries with backoff.
-	EventDeploymentRejected = "DeploymentRejected"
-)
-
-// maxMessageLength bounds the messages of events and conditions built from an API
-// server's answer, which an admission webhook chooses; an event's note may have at
-// most 1 kB.
-const maxMessageLength = 1000
 
 // byControllerUID indexes the cached Deployments by the UID of the Foo that controls
 // them, so a sync finds a Foo's Deployments without scanning its namespace.
@@ -81,9 +56,6 @@ const syncTimeout = 30 * time.Second
 
 // defaultShutdownTimeout is how long in-flight syncs may take to finish on shutdown.
 const defaultShutdownTimeout = 30 * time.Second
-
-// errNotOwned reports that the Foo's Deployment name belongs to someone else.
-var errNotOwned = errors.New("deployment is not controlled by the Foo")
 
 // errRejected marks a sync whose Deployment write the API server refused, after the
 // refusal was reported on the Foo.
@@ -348,36 +320,33 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return nil
 	}
 
-	deployment, err := c.syncDeployment(ctx, foo)
-	if errors.Is(err, errNotOwned) {
-		if !notOwnedReported(foo) {
-			c.recorder.Eventf(foo, deployment, corev1.EventTypeWarning, EventDeploymentNotOwned, "Sync", notOwnedMessage(foo))
-			logger.Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(deployment))
+	deployment, syncErr := c.syncDeployment(ctx, foo)
+	var retryErr error
+	switch {
+	case syncErr == nil:
+		if err := c.deleteStaleDeployments(ctx, foo); err != nil {
+			return err
 		}
-		c.workqueue.AddAfter(key, notOwnedRecheckInterval)
-		return c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
-			return newNotOwnedStatus(foo, metav1.NewTime(c.clock.Now()))
-		})
-	}
-	if isRejected(err) && !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+	case errors.Is(syncErr, reconcile.ErrNotOwned):
+		c.reportNotOwned(ctx, foo, deployment)
+	case reconcile.IsRejected(syncErr) && !apierrors.HasStatusCause(syncErr, corev1.NamespaceTerminatingCause):
 		// A namespace being deleted refuses creates, events included, and takes the
 		// Foo with it; there is no one to tell.
-		return c.reportRejected(ctx, foo, err)
+		retryErr = c.reportRejected(ctx, foo, syncErr)
+	default:
+		return syncErr
 	}
-	if err != nil {
-		return err
-	}
-	if err := c.deleteStaleDeployments(ctx, foo); err != nil {
-		return err
-	}
-	return c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
-		return newFooStatus(foo, deployment, metav1.NewTime(c.clock.Now()))
+	now := metav1.NewTime(c.clock.Now())
+	statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+		return reconcile.CalculateStatus(foo, deployment, syncErr, now)
 	})
+	return errors.Join(retryErr, statusErr)
 }
 
 // syncDeployment makes sure the Deployment named in foo's spec exists and matches the
 // spec, and returns it. When that name is taken by a Deployment foo does not control,
-// it returns that Deployment with errNotOwned and changes nothing.
+// it returns that Deployment with reconcile.ErrNotOwned and changes nothing. When the
+// update is refused, it returns the Deployment as it is, for its replica counts.
 func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
 	deployment, err := c.deploymentsLister.Deployments(foo.Namespace).Get(foo.Spec.DeploymentName)
 	if apierrors.IsNotFound(err) {
@@ -387,32 +356,32 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 		return nil, err
 	}
 	if !metav1.IsControlledBy(deployment, foo) {
-		return deployment, errNotOwned
+		return deployment, reconcile.ErrNotOwned
 	}
 	if deployment.DeletionTimestamp != nil {
 		// Its deletion event will bring the Foo back to create a new one.
 		return deployment, nil
 	}
 
-	updated, changed := reconcileDeployment(foo, deployment)
+	updated, changed := reconcile.UpdateDeployment(foo, deployment)
 	if !changed {
 		return deployment, nil
 	}
-	deployment, err = c.kubeclientset.AppsV1().Deployments(foo.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	updated, err = c.kubeclientset.AppsV1().Deployments(foo.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if err != nil {
-		return nil, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+		return deployment, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
 	// An update that carries a new spec of the Foo is what its author asked for, and
 	// status.observedGeneration tells them it was acted on. An event, which costs a
 	// write per change, is kept for the surprise: a Deployment changed by someone else
 	// after the controller had applied this spec.
-	drifted := specApplied(foo)
-	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(deployment), "drifted", drifted)
+	drifted := reconcile.SpecApplied(foo)
+	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(updated), "drifted", drifted)
 	if drifted {
-		c.recorder.Eventf(foo, deployment, corev1.EventTypeNormal, EventDeploymentUpdated, "Update",
-			"Updated Deployment %q to match the Foo's spec", deployment.Name)
+		c.recorder.Eventf(foo, updated, corev1.EventTypeNormal, reconcile.EventDeploymentUpdated, "Update",
+			"Updated Deployment %q to match the Foo's spec", updated.Name)
 	}
-	return deployment, nil
+	return updated, nil
 }
 
 // createDeployment creates foo's Deployment, which is not in the cache. The cache holds
@@ -420,7 +389,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 // server: then it returns the Deployment found there, for the caller to judge.
 func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
 	deployments := c.kubeclientset.AppsV1().Deployments(foo.Namespace)
-	if notOwnedReported(foo) {
+	if reconcile.NotOwnedReported(foo) {
 		// Known to be taken at the last look: check before trying to create.
 		existing, err := deployments.Get(ctx, foo.Spec.DeploymentName, metav1.GetOptions{})
 		if err == nil {
@@ -431,10 +400,10 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		}
 	}
 
-	created, err := deployments.Create(ctx, newDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
+	created, err := deployments.Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
-		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, EventDeploymentCreated, "Create",
+		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
 			"Created Deployment %q", created.Name)
 		return created, nil
 	}
@@ -472,14 +441,15 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1al
 			return fmt.Errorf("deleting Deployment %s/%s: %w", d.Namespace, d.Name, err)
 		}
 		klog.FromContext(ctx).Info("Deleted Deployment left under a previous deploymentName", "deployment", klog.KObj(d))
-		c.recorder.Eventf(foo, d, corev1.EventTypeNormal, EventDeploymentDeleted, "Delete",
+		c.recorder.Eventf(foo, d, corev1.EventTypeNormal, reconcile.EventDeploymentDeleted, "Delete",
 			"Deleted Deployment %q, replaced by %q", d.Name, foo.Spec.DeploymentName)
 	}
 	return nil
 }
 
 // updateFooStatus writes the status that compute derives from a Foo, unless the Foo
-// already has it. On a conflict it retries with the Foo as the server has it now.
+// already has it. On a conflict it computes it again from the Foo as the server has it
+// now, whose stored conditions may differ.
 func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Foo, compute func(*samplev1alpha1.Foo) samplev1alpha1.FooStatus) error {
 	status := compute(foo)
 	if equality.Semantic.DeepEqual(foo.Status, status) {
@@ -518,86 +488,33 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 	return nil
 }
 
-// isRejected tells whether err is the API server refusing a Deployment write for a
-// reason that the same write cannot overcome by itself: admission (a policy, a
-// webhook, a quota), validation, or authorization.
-func isRejected(err error) bool {
-	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
-		apierrors.IsRequestEntityTooLargeError(err)
+// reportNotOwned tells the Foo's author, once, that its Deployment name is taken by
+// other, and looks again after notOwnedRecheckInterval: other is not in the filtered
+// cache, so no event would say that it went away.
+func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment) {
+	if !reconcile.NotOwnedReported(foo) {
+		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
+		klog.FromContext(ctx).Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(other))
+	}
+	c.workqueue.AddAfter(cache.MetaObjectToName(foo), notOwnedRecheckInterval)
 }
 
-// reportRejected tells the Foo's author that the API server refused to write its
-// Deployment, err: a Warning event, once per answer, and Ready=False
-// DeploymentRejected with the answer. It returns err marked with errRejected (and any
-// error of the status write), so that the Foo is retried with backoff, not in a tight
-// loop: the cause (a policy, a quota, a permission) can go away without a change to
-// the Foo.
+// reportRejected tells the Foo's author, with a Warning event once per answer, that
+// the API server refused to write its Deployment; the status says it too. It returns
+// err marked with errRejected, so that the Foo is retried with a capped backoff: the
+// cause (a policy, a quota, a permission) can go away without a change to the Foo.
 func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
-	message := rejectedMessage(foo, err)
-	if !rejectedReported(foo, message) {
-		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, EventDeploymentRejected, "Sync", "%s", message)
+	message := reconcile.RejectedMessage(foo, err)
+	if !reconcile.RejectedReported(foo, message) {
+		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, reconcile.EventDeploymentRejected, "Sync", "%s", message)
 	}
-	// The Deployment as it is, when only an update was refused, for the replica counts.
-	var current *appsv1.Deployment
-	if d, getErr := c.deploymentsLister.Deployments(foo.Namespace).Get(foo.Spec.DeploymentName); getErr == nil && metav1.IsControlledBy(d, foo) {
-		current = d
-	}
-	statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
-		return newRejectedStatus(foo, current, message, metav1.NewTime(c.clock.Now()))
-	})
-	return errors.Join(fmt.Errorf("%w: %w", errRejected, err), statusErr)
-}
-
-// specApplied tells whether the controller had applied foo's current spec to its
-// Deployment, as far as the status tells: it has observed this generation, and not as
-// refused or taken. After a refusal the status cannot tell a new spec from a reverted
-// hand edit, so the update that finally goes through records no DeploymentUpdated
-// event either way; the Ready condition's change from DeploymentRejected says it.
-func specApplied(foo *samplev1alpha1.Foo) bool {
-	if foo.Status.ObservedGeneration != foo.Generation {
-		return false
-	}
-	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
-	return ready == nil || (ready.Reason != samplev1alpha1.ReasonDeploymentRejected && ready.Reason != samplev1alpha1.ReasonDeploymentNotOwned)
-}
-
-// rejectedMessage is the condition message and event note for err, a refused write
-// of foo's Deployment: the API server's own words, which name the policy, webhook or
-// quota that refused it.
-func rejectedMessage(foo *samplev1alpha1.Foo, err error) string {
-	answer := err.Error()
-	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Message != "" {
-		answer = status.Status().Message
-	}
-	message := fmt.Sprintf("The API server refused to write Deployment %q: %s", foo.Spec.DeploymentName, answer)
-	if len(message) > maxMessageLength {
-		cut := maxMessageLength - len("...")
-		for cut > 0 && !utf8.RuneStart(message[cut]) {
-			cut--
-		}
-		message = message[:cut] + "..."
-	}
-	return message
-}
-
-// rejectedReported tells whether foo's status already reports the refusal message.
-func rejectedReported(foo *samplev1alpha1.Foo, message string) bool {
-	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
-	return ready != nil && ready.Reason == samplev1alpha1.ReasonDeploymentRejected && ready.Message == message
-}
-
-// notOwnedReported tells whether foo's status already says that its current
-// deploymentName is taken.
-func notOwnedReported(foo *samplev1alpha1.Foo) bool {
-	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
-	return ready != nil && ready.Reason == samplev1alpha1.ReasonDeploymentNotOwned && ready.Message == notOwnedMessage(foo)
+	return fmt.Errorf("%w: %w", errRejected, err)
 }
 
 // isFooRef tells whether an owner reference points at a Foo, by API group and kind: a
 // kind named Foo in another group is not ours.
 func isFooRef(ref *metav1.OwnerReference) bool {
-	if ref == nil || ref.Kind != fooGVK.Kind {
+	if ref == nil || ref.Kind != reconcile.FooGVK.Kind {
 		return false
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -31,6 +29,7 @@ import (
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // newFoo returns a Foo named name in namespace default, whose deploymentName is name.
@@ -50,11 +49,11 @@ func newFoo(name string, replicas *int32) *samplev1alpha1.Foo {
 
 // availableDeployment returns foo's Deployment as it looks once every replica is up.
 func availableDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
-	d := newDeployment(foo)
+	d := reconcile.NewDeployment(foo)
 	d.UID = types.UID(d.Name + "-deployment-uid")
 	d.ResourceVersion = "1"
 	d.Generation = 1
-	n := desiredReplicas(foo)
+	n := reconcile.DesiredReplicas(foo)
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
 	return d
 }
@@ -62,8 +61,13 @@ func availableDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 // withStatus returns foo with the status the controller computes from d.
 func withStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment) *samplev1alpha1.Foo {
 	foo = foo.DeepCopy()
-	foo.Status = newFooStatus(foo, d, now)
+	foo.Status = reconcile.CalculateStatus(foo, d, nil, now)
 	return foo
+}
+
+// calculatedStatus is the status of a Foo whose sync went through, with d.
+func calculatedStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, at metav1.Time) samplev1alpha1.FooStatus {
+	return reconcile.CalculateStatus(foo, d, nil, at)
 }
 
 // foreignDeployment returns a Deployment named name that something else controls.
@@ -78,6 +82,9 @@ func foreignDeployment(name string, labels map[string]string) *appsv1.Deployment
 }
 
 var (
+	earlier = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	now     = metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+
 	deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	foosResource        = samplev1alpha1.SchemeGroupVersion.WithResource("foos")
 )
@@ -277,7 +284,7 @@ func TestSyncHandler(t *testing.T) {
 	rescaled := func(n int32) (*samplev1alpha1.Foo, *appsv1.Deployment, *samplev1alpha1.Foo) {
 		f := modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To(n); f.Generation = 2 })
 		d := modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(n) })
-		return f, d, modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = newFooStatus(f, d, now) })
+		return f, d, modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = calculatedStatus(f, d, now) })
 	}
 	toZero, zeroDeployment, toZeroWithStatus := rescaled(0)
 	toThree, threeDeployment, toThreeWithStatus := rescaled(3)
@@ -286,7 +293,7 @@ func TestSyncHandler(t *testing.T) {
 	// refusedEarlier is f once an earlier sync reported that the API server refused
 	// the write of ready.
 	refusedEarlier := func(f *samplev1alpha1.Foo) *samplev1alpha1.Foo {
-		return modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = newRejectedStatus(f, ready, refusedMessage, earlier) })
+		return modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, ready, refusal, earlier) })
 	}
 
 	tests := []struct {
@@ -303,8 +310,8 @@ func TestSyncHandler(t *testing.T) {
 		name: "creates the deployment and reports progress",
 		foo:  foo,
 		want: []action{
-			create(newDeployment(foo)),
-			updateStatus(withStatus(foo, newDeployment(foo))),
+			create(reconcile.NewDeployment(foo)),
+			updateStatus(withStatus(foo, reconcile.NewDeployment(foo))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
 	}, {
@@ -313,7 +320,7 @@ func TestSyncHandler(t *testing.T) {
 		cached: []*appsv1.Deployment{ready},
 	}, {
 		name:   "reports readiness once the deployment is available",
-		foo:    withStatus(foo, newDeployment(foo)),
+		foo:    withStatus(foo, reconcile.NewDeployment(foo)),
 		cached: []*appsv1.Deployment{ready},
 		want:   []action{updateStatus(readyFoo)},
 	}, {
@@ -334,10 +341,10 @@ func TestSyncHandler(t *testing.T) {
 		name: "reverts label drift and keeps labels others added",
 		foo:  readyFoo,
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
-			d.Labels = map[string]string{fooUIDLabel: "stale", "team": "blue"}
+			d.Labels = map[string]string{reconcile.FooUIDLabel: "stale", "team": "blue"}
 		})},
 		want: []action{update(modified(ready, func(d *appsv1.Deployment) {
-			d.Labels = map[string]string{fooUIDLabel: "web-uid", "team": "blue"}
+			d.Labels = map[string]string{reconcile.FooUIDLabel: "web-uid", "team": "blue"}
 		}))},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
@@ -360,9 +367,9 @@ func TestSyncHandler(t *testing.T) {
 	}, {
 		name:   "leaves a foreign deployment in the cache alone and says so",
 		foo:    foo,
-		cached: []*appsv1.Deployment{foreignDeployment("web", map[string]string{fooUIDLabel: "x"})},
+		cached: []*appsv1.Deployment{foreignDeployment("web", map[string]string{reconcile.FooUIDLabel: "x"})},
 		want: []action{updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
-			f.Status = newNotOwnedStatus(f, now)
+			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, now)
 		}))},
 		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
 	}, {
@@ -370,25 +377,25 @@ func TestSyncHandler(t *testing.T) {
 		foo:        foo,
 		serverOnly: []*appsv1.Deployment{foreignDeployment("web", nil)},
 		want: []action{
-			create(newDeployment(foo)),
+			create(reconcile.NewDeployment(foo)),
 			get(deploymentsResource, "web"),
-			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newNotOwnedStatus(f, now) })),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, now) })),
 		},
 		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
 	}, {
 		name:       "a reported conflict is looked at again without a write or an event",
-		foo:        modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newNotOwnedStatus(f, earlier) }),
+		foo:        modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier) }),
 		serverOnly: []*appsv1.Deployment{foreignDeployment("web", nil)},
 		want:       []action{get(deploymentsResource, "web")},
 	}, {
 		name: "a reported conflict that went away is resolved",
-		foo:  modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newNotOwnedStatus(f, earlier) }),
+		foo:  modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier) }),
 		want: []action{
 			get(deploymentsResource, "web"),
-			create(newDeployment(foo)),
+			create(reconcile.NewDeployment(foo)),
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
-				f.Status = newNotOwnedStatus(f, earlier)
-				f.Status = newFooStatus(f, newDeployment(foo), now)
+				f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
+				f.Status = calculatedStatus(f, reconcile.NewDeployment(foo), now)
 			})),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
@@ -401,7 +408,7 @@ func TestSyncHandler(t *testing.T) {
 			d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
 		})},
 		want: []action{
-			create(newDeployment(foo)),
+			create(reconcile.NewDeployment(foo)),
 			get(deploymentsResource, "web"),
 			update(modified(ready, func(d *appsv1.Deployment) {
 				d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
@@ -418,12 +425,12 @@ func TestSyncHandler(t *testing.T) {
 		}),
 		cached: []*appsv1.Deployment{ready},
 		want: []action{
-			create(newDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))),
+			create(reconcile.NewDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))),
 			del(deploymentsResource, "web"),
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
 				f.Spec.DeploymentName = "web-v2"
 				f.Generation = 2
-				f.Status = newFooStatus(f, newDeployment(f), now)
+				f.Status = calculatedStatus(f, reconcile.NewDeployment(f), now)
 			})),
 		},
 		wantEvents: []string{
@@ -444,8 +451,8 @@ func TestSyncHandler(t *testing.T) {
 		name: "recreates a deployment that was deleted",
 		foo:  readyFoo,
 		want: []action{
-			create(newDeployment(foo)),
-			updateStatus(withStatus(readyFoo, newDeployment(foo))),
+			create(reconcile.NewDeployment(foo)),
+			updateStatus(withStatus(readyFoo, reconcile.NewDeployment(foo))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
 	}, {
@@ -459,8 +466,8 @@ func TestSyncHandler(t *testing.T) {
 		name: "replicas nil means one",
 		foo:  newFoo("web", nil),
 		want: []action{
-			create(newDeployment(newFoo("web", ptr.To[int32](1)))),
-			updateStatus(withStatus(newFoo("web", nil), newDeployment(newFoo("web", nil)))),
+			create(reconcile.NewDeployment(newFoo("web", ptr.To[int32](1)))),
+			updateStatus(withStatus(newFoo("web", nil), reconcile.NewDeployment(newFoo("web", nil)))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
 	}, {
@@ -477,29 +484,29 @@ func TestSyncHandler(t *testing.T) {
 	}, {
 		name:  "a refused create is reported and retried",
 		foo:   foo,
-		setup: func(f *fixture) { refuse(f, "create", "web") },
+		setup: func(f *fixture) { refuse(f, "create") },
 		want: []action{
-			create(newDeployment(foo)),
-			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newRejectedStatus(f, nil, refusedMessage, now) })),
+			create(reconcile.NewDeployment(foo)),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, refusal, now) })),
 		},
 		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
 		wantErr:    true,
 	}, {
 		name:  "a refusal already reported makes no event and no status write",
-		foo:   modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = newRejectedStatus(f, nil, refusedMessage, earlier) }),
-		setup: func(f *fixture) { refuse(f, "create", "web") },
-		want:  []action{create(newDeployment(foo))},
+		foo:   modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, refusal, earlier) }),
+		setup: func(f *fixture) { refuse(f, "create") },
+		want:  []action{create(reconcile.NewDeployment(foo))},
 		// Still an error: the key goes back to the queue with backoff.
 		wantErr: true,
 	}, {
 		name:   "a refused update is reported with the deployment's replicas",
 		foo:    readyFoo,
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) })},
-		setup:  func(f *fixture) { refuse(f, "update", "web") },
+		setup:  func(f *fixture) { refuse(f, "update") },
 		want: []action{
 			update(ready),
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
-				f.Status = newRejectedStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }), refusedMessage, now)
+				f.Status = reconcile.CalculateStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }), refusal, now)
 			})),
 		},
 		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
@@ -509,7 +516,7 @@ func TestSyncHandler(t *testing.T) {
 		name:    "a refused update already reported writes no status, though the deployment is available",
 		foo:     refusedEarlier(readyFoo),
 		cached:  []*appsv1.Deployment{otherImage},
-		setup:   func(f *fixture) { refuse(f, "update", "web") },
+		setup:   func(f *fixture) { refuse(f, "update") },
 		want:    []action{update(ready)},
 		wantErr: true,
 	}, {
@@ -535,7 +542,7 @@ func TestSyncHandler(t *testing.T) {
 				return true, nil, err
 			})
 		},
-		want:    []action{create(newDeployment(foo))},
+		want:    []action{create(reconcile.NewDeployment(foo))},
 		wantErr: true,
 	}, {
 		name: "create failure is returned for a retry",
@@ -545,7 +552,7 @@ func TestSyncHandler(t *testing.T) {
 				return true, nil, apierrors.NewServiceUnavailable("etcd is down")
 			})
 		},
-		want:    []action{create(newDeployment(foo))},
+		want:    []action{create(reconcile.NewDeployment(foo))},
 		wantErr: true,
 	}}
 	for _, tc := range tests {
@@ -573,12 +580,15 @@ func TestSyncHandler(t *testing.T) {
 // refusedMessage is the condition message for refuse's answer.
 const refusedMessage = `The API server refused to write Deployment "web": deployments.apps "web" is forbidden: ValidatingAdmissionPolicy 'no-web' denied request: not here`
 
-// refuse makes the API server refuse verb on the Deployment named name, as an
-// admission policy would.
-func refuse(f *fixture, verb, name string) {
+// refusal is the answer of an admission policy that refuses writes of Deployment "web".
+var refusal = apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
+	errors.New("ValidatingAdmissionPolicy 'no-web' denied request: not here"))
+
+// refuse makes the API server refuse verb on Deployment "web", as an admission policy
+// would.
+func refuse(f *fixture, verb string) {
 	f.kubeclient.PrependReactor(verb, "deployments", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, name,
-			errors.New("ValidatingAdmissionPolicy 'no-web' denied request: not here"))
+		return true, nil, refusal
 	})
 }
 
@@ -611,45 +621,6 @@ func TestSyncHandlerMarksRefusals(t *testing.T) {
 				t.Errorf("errors.Is(%v, errRejected) = %v, want %v", err, got, tt.want)
 			}
 		})
-	}
-}
-
-func TestIsRejected(t *testing.T) {
-	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
-	tests := []struct {
-		err  error
-		want bool
-	}{
-		{apierrors.NewForbidden(gr, "web", errors.New("exceeded quota")), true},
-		{apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil), true},
-		{apierrors.NewBadRequest("bad"), true},
-		{apierrors.NewRequestEntityTooLargeError("too large"), true},
-		{fmt.Errorf("creating Deployment default/web: %w", apierrors.NewForbidden(gr, "web", errors.New("no"))), true},
-		{apierrors.NewConflict(gr, "web", errors.New("stale")), false},
-		{apierrors.NewServiceUnavailable("etcd is down"), false},
-		{apierrors.NewTooManyRequests("slow down", 1), false},
-		{apierrors.NewInternalError(errors.New("webhook timed out")), false},
-		{context.DeadlineExceeded, false},
-		{nil, false},
-	}
-	for _, tt := range tests {
-		if got := isRejected(tt.err); got != tt.want {
-			t.Errorf("isRejected(%v) = %v, want %v", tt.err, got, tt.want)
-		}
-	}
-}
-
-func TestRejectedMessage(t *testing.T) {
-	foo := newFoo("web", nil)
-	if got, want := rejectedMessage(foo, errors.New("plain")), `The API server refused to write Deployment "web": plain`; got != want {
-		t.Errorf("rejectedMessage = %q, want %q", got, want)
-	}
-	// A webhook chooses its message; a long one is cut, on a rune boundary, to fit an
-	// event's note.
-	long := apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New(strings.Repeat("é", 2000)))
-	got := rejectedMessage(foo, long)
-	if len(got) > maxMessageLength || !utf8.ValidString(got) || !strings.HasSuffix(got, "é...") {
-		t.Errorf("rejectedMessage of a long answer: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[len(got)-10:])
 	}
 }
 
@@ -860,7 +831,7 @@ func TestProcessNextWorkItem(t *testing.T) {
 
 	t.Run("a refused write is retried with backoff", func(t *testing.T) {
 		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
-		refuse(f, "create", "web")
+		refuse(f, "create")
 		_, ctx := ktesting.NewTestContext(t)
 		c := f.controller
 		clk := f.useQueueClock()
@@ -895,7 +866,7 @@ func TestProcessNextWorkItem(t *testing.T) {
 	})
 
 	t.Run("a taken name is looked at again later, not in a tight loop", func(t *testing.T) {
-		f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{foreignDeployment("web", map[string]string{fooUIDLabel: "x"})}, nil)
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{foreignDeployment("web", map[string]string{reconcile.FooUIDLabel: "x"})}, nil)
 		_, ctx := ktesting.NewTestContext(t)
 		c := f.controller
 		c.workqueue.Add(key)

@@ -10,6 +10,7 @@ import (
 
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // newInformerFactories builds the informer factories the controller reads from,
@@ -23,7 +24,7 @@ func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientse
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, resync,
 		kubeinformers.WithNamespace(namespace),
 		kubeinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
-			options.LabelSelector = fooUIDLabel
+			options.LabelSelector = reconcile.FooUIDLabel
 		}),
 		kubeinformers.WithTransform(dropManagedFields),
 	)

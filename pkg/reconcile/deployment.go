@@ -1,4 +1,7 @@
-package main
+// Package reconcile holds the pure decisions of the Foo controller: the Deployment a Foo
+// asks for, and the status that reports how far it got. It has no clients and no
+// caches, so the controller, its tests and the benchmark share one definition.
+package reconcile
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,23 +14,23 @@ import (
 )
 
 const (
-	// fooUIDLabel marks a Deployment, and the Pods it selects, as belonging to the Foo
+	// FooUIDLabel marks a Deployment, and the Pods it selects, as belonging to the Foo
 	// with that UID. The Deployment informer selects on this key, so the cache holds
 	// only the Deployments this controller manages. A UID, unlike a Foo's name, is
 	// always a valid label value and is never reused by a later Foo of the same name.
-	fooUIDLabel = samplecontroller.GroupName + "/foo-uid"
+	FooUIDLabel = samplecontroller.GroupName + "/foo-uid"
 
-	// containerName and containerImage describe the one container a Foo runs.
-	containerName  = "nginx"
-	containerImage = "nginx:latest"
+	// ContainerName and ContainerImage describe the one container a Foo runs.
+	ContainerName  = "nginx"
+	ContainerImage = "nginx:latest"
 )
 
-// fooGVK is the group, version and kind written into owner references.
-var fooGVK = samplev1alpha1.SchemeGroupVersion.WithKind("Foo")
+// FooGVK is the group, version and kind written into owner references.
+var FooGVK = samplev1alpha1.SchemeGroupVersion.WithKind("Foo")
 
-// desiredReplicas is the replica count a Foo asks for. The CRD defaults a missing
+// DesiredReplicas is the replica count a Foo asks for. The CRD defaults a missing
 // value to 1; this covers Foos that bypassed the schema's defaulting.
-func desiredReplicas(foo *samplev1alpha1.Foo) int32 {
+func DesiredReplicas(foo *samplev1alpha1.Foo) int32 {
 	if foo.Spec.Replicas == nil {
 		return 1
 	}
@@ -36,34 +39,34 @@ func desiredReplicas(foo *samplev1alpha1.Foo) int32 {
 
 // deploymentLabels are the labels a Foo's Deployment carries and selects its Pods by.
 func deploymentLabels(foo *samplev1alpha1.Foo) map[string]string {
-	return map[string]string{fooUIDLabel: string(foo.UID)}
+	return map[string]string{FooUIDLabel: string(foo.UID)}
 }
 
-// newDeployment builds the Deployment a Foo asks for, controlled by the Foo so that
+// NewDeployment builds the Deployment a Foo asks for, controlled by the Foo so that
 // deleting the Foo garbage-collects it.
-func newDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
+func NewDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            foo.Spec.DeploymentName,
 			Namespace:       foo.Namespace,
 			Labels:          deploymentLabels(foo),
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(foo, fooGVK)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(foo, FooGVK)},
 		},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(desiredReplicas(foo)),
+			Replicas: ptr.To(DesiredReplicas(foo)),
 			Selector: &metav1.LabelSelector{MatchLabels: deploymentLabels(foo)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: deploymentLabels(foo)},
 				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: containerName, Image: containerImage}},
+					Containers: []corev1.Container{{Name: ContainerName, Image: ContainerImage}},
 				},
 			},
 		},
 	}
 }
 
-// reconcileDeployment returns a copy of current, a Deployment that foo controls, with
-// every field newDeployment sets brought back to what foo asks for, and whether
+// UpdateDeployment returns a copy of current, a Deployment that foo controls, with
+// every field NewDeployment sets brought back to what foo asks for, and whether
 // anything had to change. Everything else is left as it is: annotations such as the
 // one `kubectl rollout restart` adds, labels and containers that others added, and
 // the defaults the apiserver filled in.
@@ -71,14 +74,14 @@ func newDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 // The selector is immutable, so a Deployment created by an older controller keeps its
 // own, and its Pod template keeps the labels that selector needs. That also means an
 // adopted Deployment is not rolled out again just to relabel its Pods.
-func reconcileDeployment(foo *samplev1alpha1.Foo, current *appsv1.Deployment) (*appsv1.Deployment, bool) {
+func UpdateDeployment(foo *samplev1alpha1.Foo, current *appsv1.Deployment) (*appsv1.Deployment, bool) {
 	d := current.DeepCopy()
 	changed := false
 
 	if ensureLabels(&d.Labels, deploymentLabels(foo)) {
 		changed = true
 	}
-	if want := desiredReplicas(foo); d.Spec.Replicas == nil || *d.Spec.Replicas != want {
+	if want := DesiredReplicas(foo); d.Spec.Replicas == nil || *d.Spec.Replicas != want {
 		d.Spec.Replicas = ptr.To(want)
 		changed = true
 	}
@@ -87,10 +90,10 @@ func reconcileDeployment(foo *samplev1alpha1.Foo, current *appsv1.Deployment) (*
 	}
 	containers := d.Spec.Template.Spec.Containers
 	if len(containers) == 0 {
-		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: containerName, Image: containerImage}}
+		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: ContainerName, Image: ContainerImage}}
 		changed = true
-	} else if c := &containers[0]; c.Name != containerName || c.Image != containerImage {
-		c.Name, c.Image = containerName, containerImage
+	} else if c := &containers[0]; c.Name != ContainerName || c.Image != ContainerImage {
+		c.Name, c.Image = ContainerName, ContainerImage
 		changed = true
 	}
 	return d, changed

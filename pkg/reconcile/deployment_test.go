@@ -1,4 +1,4 @@
-package main
+package reconcile
 
 import (
 	"testing"
@@ -35,23 +35,23 @@ func TestNewDeployment(t *testing.T) {
 			},
 		},
 	}
-	if diff := cmp.Diff(want, newDeployment(foo)); diff != "" {
-		t.Errorf("newDeployment() mismatch (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, NewDeployment(foo)); diff != "" {
+		t.Errorf("NewDeployment() mismatch (-want +got):\n%s", diff)
 	}
 
 	t.Run("replicas nil defaults to 1", func(t *testing.T) {
-		if got := *newDeployment(newFoo("web", nil)).Spec.Replicas; got != 1 {
+		if got := *NewDeployment(newFoo("web", nil)).Spec.Replicas; got != 1 {
 			t.Errorf("replicas = %d, want 1", got)
 		}
 	})
 	t.Run("replicas zero is kept", func(t *testing.T) {
-		if got := *newDeployment(newFoo("web", ptr.To[int32](0))).Spec.Replicas; got != 0 {
+		if got := *NewDeployment(newFoo("web", ptr.To[int32](0))).Spec.Replicas; got != 0 {
 			t.Errorf("replicas = %d, want 0", got)
 		}
 	})
 }
 
-func TestReconcileDeployment(t *testing.T) {
+func TestUpdateDeployment(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](2))
 	tests := []struct {
 		name        string
@@ -105,14 +105,14 @@ func TestReconcileDeployment(t *testing.T) {
 	}, {
 		name: "label drift is reverted and other labels kept",
 		mutate: func(d *appsv1.Deployment) {
-			d.Labels = map[string]string{"team": "blue", fooUIDLabel: "someone-else"}
+			d.Labels = map[string]string{"team": "blue", FooUIDLabel: "someone-else"}
 		},
-		want:        func(d *appsv1.Deployment) { d.Labels[fooUIDLabel] = "web-uid" },
+		want:        func(d *appsv1.Deployment) { d.Labels[FooUIDLabel] = "web-uid" },
 		wantChanged: true,
 	}, {
 		name:        "missing labels are added",
 		mutate:      func(d *appsv1.Deployment) { d.Labels = nil },
-		want:        func(d *appsv1.Deployment) { d.Labels = map[string]string{fooUIDLabel: "web-uid"} },
+		want:        func(d *appsv1.Deployment) { d.Labels = map[string]string{FooUIDLabel: "web-uid"} },
 		wantChanged: true,
 	}, {
 		name: "a classic controller's selector is kept and its pods are not relabelled",
@@ -122,17 +122,17 @@ func TestReconcileDeployment(t *testing.T) {
 			d.Spec.Selector = &metav1.LabelSelector{MatchLabels: classic}
 			d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
 		},
-		want:        func(d *appsv1.Deployment) { d.Labels = map[string]string{fooUIDLabel: "web-uid"} },
+		want:        func(d *appsv1.Deployment) { d.Labels = map[string]string{FooUIDLabel: "web-uid"} },
 		wantChanged: true,
 	}, {
 		name:        "template labels the selector needs are restored",
 		mutate:      func(d *appsv1.Deployment) { d.Spec.Template.Labels = map[string]string{"extra": "x"} },
-		want:        func(d *appsv1.Deployment) { d.Spec.Template.Labels[fooUIDLabel] = "web-uid" },
+		want:        func(d *appsv1.Deployment) { d.Spec.Template.Labels[FooUIDLabel] = "web-uid" },
 		wantChanged: true,
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			current := newDeployment(foo)
+			current := NewDeployment(foo)
 			tc.mutate(current)
 			input := current.DeepCopy()
 			want := current.DeepCopy()
@@ -140,15 +140,15 @@ func TestReconcileDeployment(t *testing.T) {
 				tc.want(want)
 			}
 
-			got, changed := reconcileDeployment(foo, current)
+			got, changed := UpdateDeployment(foo, current)
 			if changed != tc.wantChanged {
 				t.Errorf("changed = %v, want %v", changed, tc.wantChanged)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("reconcileDeployment() mismatch (-want +got):\n%s", diff)
+				t.Errorf("UpdateDeployment() mismatch (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(input, current); diff != "" {
-				t.Errorf("reconcileDeployment() modified its input (-before +after):\n%s", diff)
+				t.Errorf("UpdateDeployment() modified its input (-before +after):\n%s", diff)
 			}
 		})
 	}

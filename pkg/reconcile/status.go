@@ -1,0 +1,170 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+)
+
+// MaxMessageLength bounds the messages of events and conditions built from an API
+// server's answer, which an admission webhook chooses; an event's note may have at
+// most 1 kB.
+const MaxMessageLength = 1000
+
+// ErrNotOwned reports that the Foo's Deployment name belongs to a Deployment the Foo
+// does not control.
+var ErrNotOwned = errors.New("deployment is not controlled by the Foo")
+
+// CalculateStatus computes the status a Foo should have after a sync of its
+// Deployment ended with syncErr. d is the Deployment as last observed: the one the
+// Foo controls, or nil when it does not exist (yet); with ErrNotOwned, the one in the
+// way. A refused write (IsRejected) reports the API server's answer with d's replica
+// counts. Any other error says nothing new, and the stored status is kept.
+//
+// now stamps a Ready condition whose status or reason changes; an unchanged
+// condition keeps its transition time, so an unchanged world computes a status equal
+// to the stored one and nothing is written.
+func CalculateStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, syncErr error, now metav1.Time) samplev1alpha1.FooStatus {
+	status := samplev1alpha1.FooStatus{
+		ObservedGeneration: foo.Generation,
+		Conditions:         cloneConditions(foo.Status.Conditions),
+	}
+	ready := metav1.Condition{
+		Type:               samplev1alpha1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		ObservedGeneration: foo.Generation,
+		LastTransitionTime: now,
+	}
+	switch {
+	case errors.Is(syncErr, ErrNotOwned):
+		// The Deployment in the way is someone else's; its replicas are not the Foo's.
+		ready.Reason, ready.Message = samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo)
+		meta.SetStatusCondition(&status.Conditions, ready)
+		return status
+	case IsRejected(syncErr):
+		ready.Reason, ready.Message = samplev1alpha1.ReasonDeploymentRejected, RejectedMessage(foo, syncErr)
+	case syncErr != nil:
+		return *foo.Status.DeepCopy()
+	case d == nil:
+		ready.Reason = samplev1alpha1.ReasonDeploymentProgressing
+		ready.Message = fmt.Sprintf("Deployment %q does not exist yet", foo.Spec.DeploymentName)
+	default:
+		ready.Status, ready.Reason, ready.Message = deploymentReadiness(d, DesiredReplicas(foo))
+	}
+	if d != nil {
+		status.Replicas = d.Status.Replicas
+		status.ReadyReplicas = d.Status.ReadyReplicas
+		status.AvailableReplicas = d.Status.AvailableReplicas
+		if selector, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
+			status.Selector = selector.String()
+		}
+	}
+	meta.SetStatusCondition(&status.Conditions, ready)
+	return status
+}
+
+// IsRejected tells whether err is the API server refusing a Deployment write for a
+// reason that the same write cannot overcome by itself: admission (a policy, a
+// webhook, a quota), validation, or authorization.
+func IsRejected(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// RejectedMessage is the condition message and event note for err, a refused write
+// of foo's Deployment: the API server's own words, which name the policy, webhook or
+// quota that refused it, cut at MaxMessageLength on a rune boundary.
+func RejectedMessage(foo *samplev1alpha1.Foo, err error) string {
+	answer := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		answer = status.Status().Message
+	}
+	message := fmt.Sprintf("The API server refused to write Deployment %q: %s", foo.Spec.DeploymentName, answer)
+	if len(message) > MaxMessageLength {
+		cut := MaxMessageLength - len("...")
+		for cut > 0 && !utf8.RuneStart(message[cut]) {
+			cut--
+		}
+		message = message[:cut] + "..."
+	}
+	return message
+}
+
+// NotOwnedMessage tells the Foo's author that its deploymentName is taken.
+func NotOwnedMessage(foo *samplev1alpha1.Foo) string {
+	return fmt.Sprintf("Deployment %q already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName", foo.Spec.DeploymentName)
+}
+
+// RejectedReported tells whether foo's status already reports the refusal message.
+func RejectedReported(foo *samplev1alpha1.Foo, message string) bool {
+	return readyReason(foo, samplev1alpha1.ReasonDeploymentRejected, message)
+}
+
+// NotOwnedReported tells whether foo's status already says that its current
+// deploymentName is taken.
+func NotOwnedReported(foo *samplev1alpha1.Foo) bool {
+	return readyReason(foo, samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo))
+}
+
+// SpecApplied tells whether the controller had applied foo's current spec to its
+// Deployment, as far as the status tells: it has observed this generation, and not as
+// refused or taken. After a refusal the status cannot tell a new spec from a reverted
+// hand edit, so the update that finally goes through records no DeploymentUpdated
+// event either way; the Ready condition's change from DeploymentRejected says it.
+func SpecApplied(foo *samplev1alpha1.Foo) bool {
+	if foo.Status.ObservedGeneration != foo.Generation {
+		return false
+	}
+	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+	return ready == nil || (ready.Reason != samplev1alpha1.ReasonDeploymentRejected && ready.Reason != samplev1alpha1.ReasonDeploymentNotOwned)
+}
+
+func readyReason(foo *samplev1alpha1.Foo, reason, message string) bool {
+	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+	return ready != nil && ready.Reason == reason && ready.Message == message
+}
+
+// deploymentReadiness tells whether d has rolled out its current spec with want
+// replicas, all available, as the status, reason and message of a Ready condition.
+func deploymentReadiness(d *appsv1.Deployment, want int32) (metav1.ConditionStatus, string, string) {
+	progressing := func(format string, args ...any) (metav1.ConditionStatus, string, string) {
+		return metav1.ConditionFalse, samplev1alpha1.ReasonDeploymentProgressing, fmt.Sprintf(format, args...)
+	}
+	switch {
+	case d.DeletionTimestamp != nil:
+		return progressing("Deployment %q is being deleted", d.Name)
+	case d.Status.ObservedGeneration < d.Generation:
+		return progressing("Waiting for Deployment %q to observe its latest spec", d.Name)
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == "False" {
+			return metav1.ConditionFalse, samplev1alpha1.ReasonDeploymentFailed,
+				fmt.Sprintf("Deployment %q is not progressing: %s", d.Name, c.Message)
+		}
+	}
+	switch {
+	case d.Status.UpdatedReplicas < want:
+		return progressing("Rolling out: %d of %d replicas updated", d.Status.UpdatedReplicas, want)
+	case d.Status.Replicas > d.Status.UpdatedReplicas:
+		return progressing("Rolling out: %d old replicas pending termination", d.Status.Replicas-d.Status.UpdatedReplicas)
+	case d.Status.AvailableReplicas < want:
+		return progressing("%d of %d replicas available", d.Status.AvailableReplicas, want)
+	}
+	return metav1.ConditionTrue, samplev1alpha1.ReasonDeploymentAvailable,
+		fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, want)
+}
+
+func cloneConditions(in []metav1.Condition) []metav1.Condition {
+	if in == nil {
+		return nil
+	}
+	return append(make([]metav1.Condition, 0, len(in)), in...)
+}
