@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
+)
+
+// newFoo returns a Foo named name in namespace default, whose deploymentName is name.
+func newFoo(name string, replicas *int32) *samplev1alpha1.Foo {
+	return &samplev1alpha1.Foo{
+		TypeMeta: metav1.TypeMeta{APIVersion: samplev1alpha1.SchemeGroupVersion.String(), Kind: "Foo"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       metav1.NamespaceDefault,
+			UID:             types.UID(name + "-uid"),
+			Generation:      1,
+			ResourceVersion: "1",
+		},
+		Spec: samplev1alpha1.FooSpec{DeploymentName: name, Replicas: replicas},
+	}
+}
+
+// availableDeployment returns foo's Deployment as it looks once every replica is up.
+func availableDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
+	d := reconcile.NewDeployment(foo)
+	d.UID = types.UID(d.Name + "-deployment-uid")
+	d.ResourceVersion = "1"
+	d.Generation = 1
+	n := reconcile.DesiredReplicas(foo)
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	return d
+}
+
+// withStatus returns foo with the status the controller computes from d.
+func withStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment) *samplev1alpha1.Foo {
+	foo = foo.DeepCopy()
+	foo.Status = reconcile.CalculateStatus(foo, d, nil, now)
+	return foo
+}
+
+// calculatedStatus is the status of a Foo whose sync went through, with d.
+func calculatedStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, at metav1.Time) samplev1alpha1.FooStatus {
+	return reconcile.CalculateStatus(foo, d, nil, at)
+}
+
+// foreignDeployment returns a Deployment named name that something else controls.
+func foreignDeployment(name string, labels map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: metav1.NamespaceDefault, UID: "foreign-uid", ResourceVersion: "7", Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Foo", Name: name, UID: "other", Controller: ptr.To(true)}},
+		},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](5)},
+	}
+}
+
+var (
+	earlier = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	now     = metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+
+	deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	foosResource        = samplev1alpha1.SchemeGroupVersion.WithResource("foos")
+)
+
+// fixture is a controller on fake clientsets whose caches are filled by hand.
+type fixture struct {
+	t          *testing.T
+	kubeclient *k8sfake.Clientset
+	client     *fake.Clientset
+	controller *Controller
+	recorder   *events.FakeRecorder
+}
+
+// newFixture builds a controller whose caches hold foos and cached, and whose fake
+// API server holds those plus serverOnly: Deployments the filtered cache cannot see.
+func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*appsv1.Deployment) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	var kubeObjects, sampleObjects []runtime.Object
+	for _, d := range append(append([]*appsv1.Deployment{}, cached...), serverOnly...) {
+		kubeObjects = append(kubeObjects, d.DeepCopy())
+	}
+	for _, foo := range foos {
+		sampleObjects = append(sampleObjects, foo.DeepCopy())
+	}
+	f := &fixture{
+		t:          t,
+		kubeclient: k8sfake.NewClientset(kubeObjects...),
+		client:     fake.NewClientset(sampleObjects...),
+		recorder:   events.NewFakeRecorder(100),
+	}
+	kubeFactory, sampleFactory := newInformerFactories(f.kubeclient, f.client, "", 0)
+	c, err := NewController(ctx, f.kubeclient, f.client,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), f.recorder)
+	if err != nil {
+		t.Fatalf("NewController: %v", err)
+	}
+	c.clock = testingclock.NewFakePassiveClock(now.Time)
+	for _, foo := range foos {
+		if err := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer().GetIndexer().Add(foo.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range cached {
+		if err := kubeFactory.Apps().V1().Deployments().Informer().GetIndexer().Add(d.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.controller = c
+	t.Cleanup(c.workqueue.ShutDown)
+	return f
+}
+
+// useQueueClock gives the controller a work queue, with the same rate limiter, whose
+// delays run on a fake clock, and returns the clock: a test sees exactly when a
+// requeued key comes back, whatever the machine's load.
+func (f *fixture) useQueueClock() *testingclock.FakeClock {
+	clk := testingclock.NewFakeClock(now.Time)
+	c := f.controller
+	c.workqueue.ShutDown()
+	c.workqueue = workqueue.NewTypedRateLimitingQueueWithConfig(c.rateLimiter,
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos", Clock: clk})
+	f.t.Cleanup(c.workqueue.ShutDown)
+	return clk
+}
+
+// waitRequeued steps clk until key is back in the queue, which it must be within the
+// given backoff, and fails the test if it comes back before.
+func (f *fixture) waitRequeued(ctx context.Context, clk *testingclock.FakeClock, backoff time.Duration) {
+	f.t.Helper()
+	q := f.controller.workqueue
+	if got := q.Len(); got != 0 {
+		f.t.Fatalf("queue length right after the failure = %d, want 0 until %v pass", got, backoff)
+	}
+	clk.Step(backoff - time.Millisecond)
+	if got := q.Len(); got != 0 {
+		f.t.Fatalf("queue length %v after the failure = %d, want 0", backoff-time.Millisecond, got)
+	}
+	// The queue's timer may be set after a step; step again until it fires.
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		clk.Step(time.Millisecond)
+		return q.Len() == 1, nil
+	}); err != nil {
+		f.t.Fatalf("the failed key was not requeued: %v", err)
+	}
+}
+
+// sync runs one sync of foo and returns its error.
+func (f *fixture) sync(foo *samplev1alpha1.Foo) error {
+	_, ctx := ktesting.NewTestContext(f.t)
+	return f.controller.syncHandler(ctx, cache.MetaObjectToName(foo))
+}
+
+// action is an expected API request: verb, resource, subresource, name, and for
+// creates and updates the object sent.
+type action struct {
+	verb, subresource string
+	resource          schema.GroupVersionResource
+	name              string
+	object            runtime.Object
+}
+
+func create(obj runtime.Object) action {
+	return action{verb: "create", resource: resourceOf(obj), name: nameOf(obj), object: obj}
+}
+func update(obj runtime.Object) action {
+	return action{verb: "update", resource: resourceOf(obj), name: nameOf(obj), object: obj}
+}
+func updateStatus(foo *samplev1alpha1.Foo) action {
+	return action{verb: "update", subresource: "status", resource: foosResource, name: foo.Name, object: foo}
+}
+func get(resource schema.GroupVersionResource, name string) action {
+	return action{verb: "get", resource: resource, name: name}
+}
+func del(resource schema.GroupVersionResource, name string) action {
+	return action{verb: "delete", resource: resource, name: name}
+}
+
+func resourceOf(obj runtime.Object) schema.GroupVersionResource {
+	if _, ok := obj.(*appsv1.Deployment); ok {
+		return deploymentsResource
+	}
+	return foosResource
+}
+
+func nameOf(obj runtime.Object) string {
+	m, _ := obj.(metav1.Object)
+	return m.GetName()
+}
+
+// checkActions asserts that the fake clientsets saw exactly want, in order.
+func (f *fixture) checkActions(want []action) {
+	f.t.Helper()
+	got := append(append([]core.Action{}, f.kubeclient.Actions()...), f.client.Actions()...)
+	if len(got) != len(want) {
+		var names []string
+		for _, a := range got {
+			names = append(names, fmt.Sprintf("%s %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource()))
+		}
+		f.t.Fatalf("got %d actions %v, want %d", len(got), names, len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.GetVerb() != w.verb || g.GetResource() != w.resource || g.GetSubresource() != w.subresource {
+			f.t.Errorf("action %d: got %s %s/%s, want %s %s/%s", i, g.GetVerb(), g.GetResource().Resource, g.GetSubresource(), w.verb, w.resource.Resource, w.subresource)
+			continue
+		}
+		var name string
+		var object runtime.Object
+		switch g := g.(type) {
+		case core.CreateAction:
+			object = g.GetObject()
+			name = nameOf(object)
+		case core.UpdateAction:
+			object = g.GetObject()
+			name = nameOf(object)
+		case core.GetAction:
+			name = g.GetName()
+		case core.DeleteAction:
+			name = g.GetName()
+		}
+		if name != w.name {
+			f.t.Errorf("action %d (%s %s): name %q, want %q", i, w.verb, w.resource.Resource, name, w.name)
+		}
+		if w.object != nil {
+			if diff := cmp.Diff(w.object, object); diff != "" {
+				f.t.Errorf("action %d (%s %s): object mismatch (-want +got):\n%s", i, w.verb, w.resource.Resource, diff)
+			}
+		}
+	}
+}
+
+// checkEvents asserts that the recorder saw exactly want, in order.
+func (f *fixture) checkEvents(want ...string) {
+	f.t.Helper()
+	var got []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			got = append(got, e)
+			continue
+		default:
+		}
+		break
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		f.t.Errorf("events mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// refusedMessage is the condition message for refuse's answer.
+const refusedMessage = `The API server refused to write Deployment "web": deployments.apps "web" is forbidden: ValidatingAdmissionPolicy 'no-web' denied request: not here`
+
+// refusal is the answer of an admission policy that refuses writes of Deployment "web".
+var refusal = apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
+	errors.New("ValidatingAdmissionPolicy 'no-web' denied request: not here"))
+
+// refuse makes the API server refuse verb on Deployment "web", as an admission policy
+// would.
+func refuse(f *fixture, verb string) {
+	f.kubeclient.PrependReactor(verb, "deployments", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, refusal
+	})
+}
+
+// conflictOnce makes the first status write fail with a conflict.
+func conflictOnce(f *fixture) {
+	conflicted := false
+	f.client.PrependReactor("update", "foos", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" || conflicted {
+			return false, nil, nil
+		}
+		conflicted = true
+		return true, nil, apierrors.NewConflict(foosResource.GroupResource(), "web", errors.New("the object has been modified"))
+	})
+}
+
+func modified(d *appsv1.Deployment, mutate func(*appsv1.Deployment)) *appsv1.Deployment {
+	d = d.DeepCopy()
+	mutate(d)
+	return d
+}
+
+func modifiedFoo(foo *samplev1alpha1.Foo, mutate func(*samplev1alpha1.Foo)) *samplev1alpha1.Foo {
+	foo = foo.DeepCopy()
+	mutate(foo)
+	return foo
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
+)
+
+func TestHandleObject(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	owned := availableDeployment(foo)
+	tests := []struct {
+		name string
+		obj  any
+		want []cache.ObjectName
+	}{{
+		name: "deployment controlled by a foo",
+		obj:  owned,
+		want: []cache.ObjectName{{Namespace: "default", Name: "web"}},
+	}, {
+		name: "tombstone of a deployment controlled by a foo",
+		obj:  cache.DeletedFinalStateUnknown{Key: "default/web", Obj: owned},
+		want: []cache.ObjectName{{Namespace: "default", Name: "web"}},
+	}, {
+		name: "tombstone holding something else",
+		obj:  cache.DeletedFinalStateUnknown{Key: "default/web", Obj: "not an object"},
+	}, {
+		name: "not an object",
+		obj:  42,
+	}, {
+		name: "no controller",
+		obj:  modified(owned, func(d *appsv1.Deployment) { d.OwnerReferences = nil }),
+	}, {
+		name: "owner of kind Foo in another group",
+		obj:  foreignDeployment("web", nil),
+	}, {
+		name: "owner of another kind in our group",
+		obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].Kind = "Bar"
+		}),
+	}, {
+		name: "foo that was replaced by one of the same name",
+		obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].UID = "old-uid"
+		}),
+	}, {
+		name: "foo that no longer exists",
+		obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].Name = "gone"
+		}),
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+			_, ctx := ktesting.NewTestContext(t)
+			f.controller.handleObject(ctx, tc.obj)
+			if diff := cmp.Diff(tc.want, queued(f.controller)); diff != "" {
+				t.Errorf("queued mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// queued drains the controller's queue and returns what it held.
+func queued(c *Controller) []cache.ObjectName {
+	var keys []cache.ObjectName
+	for c.workqueue.Len() > 0 {
+		key, _ := c.workqueue.Get()
+		keys = append(keys, key)
+		c.workqueue.Done(key)
+	}
+	return keys
+}
+
+func TestFooEventHandlers(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	f := newFixture(t, nil, nil, nil)
+	c := f.controller
+
+	c.enqueueFoo(foo)
+	if diff := cmp.Diff([]cache.ObjectName{{Namespace: "default", Name: "web"}}, queued(c)); diff != "" {
+		t.Errorf("enqueueFoo: queued mismatch (-want +got):\n%s", diff)
+	}
+	c.enqueueFoo("not a foo")
+	if got := queued(c); len(got) != 0 {
+		t.Errorf("enqueueFoo(non-Foo) queued %v, want nothing", got)
+	}
+	if !sameResourceVersion(foo, foo.DeepCopy()) {
+		t.Errorf("sameResourceVersion(resync) = false, want true")
+	}
+	if sameResourceVersion(foo, modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "2" })) {
+		t.Errorf("sameResourceVersion(change) = true, want false")
+	}
+}
+
+func TestProcessNextWorkItem(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	key := cache.MetaObjectToName(foo)
+
+	t.Run("requeues with backoff on error", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		})
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		clk := f.useQueueClock()
+		c.workqueue.Add(key)
+		if !c.processNextWorkItem(ctx) {
+			t.Fatal("processNextWorkItem() = false, want true")
+		}
+		if got := c.workqueue.NumRequeues(key); got != 1 {
+			t.Errorf("NumRequeues = %d, want 1", got)
+		}
+		// The retry waits out its backoff, 5 ms, rather than coming straight back.
+		f.waitRequeued(ctx, clk, 5*time.Millisecond)
+		// Another failure backs off further: 10 ms.
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 2 {
+			t.Errorf("NumRequeues after another failure = %d, want 2", got)
+		}
+		f.waitRequeued(ctx, clk, 10*time.Millisecond)
+	})
+
+	t.Run("forgets the key on success", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		c.workqueue.AddRateLimited(key) // as if an earlier attempt had failed
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return c.workqueue.Len() == 1, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !c.processNextWorkItem(ctx) {
+			t.Fatal("processNextWorkItem() = false, want true")
+		}
+		if got := c.workqueue.NumRequeues(key); got != 0 {
+			t.Errorf("NumRequeues = %d, want 0", got)
+		}
+		if got := c.workqueue.Len(); got != 0 {
+			t.Errorf("queue length = %d, want 0", got)
+		}
+	})
+
+	t.Run("returns false once the queue shuts down", func(t *testing.T) {
+		f := newFixture(t, nil, nil, nil)
+		_, ctx := ktesting.NewTestContext(t)
+		f.controller.workqueue.ShutDown()
+		if f.controller.processNextWorkItem(ctx) {
+			t.Error("processNextWorkItem() = true after shutdown, want false")
+		}
+	})
+
+	t.Run("a refused write is retried with backoff", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		refuse(f, "create")
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		clk := f.useQueueClock()
+		rejected, failed := testutil.ToFloat64(syncsTotal.WithLabelValues(syncRejected)), testutil.ToFloat64(syncsTotal.WithLabelValues(syncError))
+		c.workqueue.Add(key)
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 1 {
+			t.Errorf("NumRequeues = %d, want 1", got)
+		}
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncRejected)) - rejected; got != 1 {
+			t.Errorf("rejected syncs counted = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncError)) - failed; got != 0 {
+			t.Errorf("error syncs counted for a refusal = %v, want 0", got)
+		}
+		f.waitRequeued(ctx, clk, 5*time.Millisecond)
+	})
+
+	t.Run("a refused write waits at most a minute between tries", func(t *testing.T) {
+		f := newFixture(t, nil, nil, nil)
+		c := f.controller
+		if got := c.rejectedBackoff(key); got != 5*time.Millisecond {
+			t.Errorf("first backoff = %v, want 5ms", got)
+		}
+		var got time.Duration
+		for range 30 {
+			got = c.rejectedBackoff(key)
+		}
+		if got != rejectedRecheckInterval {
+			t.Errorf("backoff after 31 refusals = %v, want %v", got, rejectedRecheckInterval)
+		}
+	})
+
+	t.Run("a taken name is looked at again later, not in a tight loop", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{foreignDeployment("web", map[string]string{reconcile.FooUIDLabel: "x"})}, nil)
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		c.workqueue.Add(key)
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 0 {
+			t.Errorf("NumRequeues = %d, want 0 (not an error)", got)
+		}
+		if got := c.workqueue.Len(); got != 0 {
+			t.Errorf("queue length = %d, want 0 (the recheck waits %v)", got, notOwnedRecheckInterval)
+		}
+	})
+}
