@@ -37,24 +37,11 @@ func startServers(ctx context.Context, opts options, synced func() bool, watchdo
 		servers = append(servers, srv)
 	}
 	if opts.healthProbeBindAddress != "0" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if watchdog != nil {
-				if err := watchdog.Check(r); err != nil {
-					http.Error(w, fmt.Sprintf("leader election: %v", err), http.StatusInternalServerError)
-					return
-				}
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-			if !synced() {
-				http.Error(w, "informer caches have not synced", http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		srv, err := serve(ctx, "health probes", opts.healthProbeBindAddress, mux)
+		var healthz func(*http.Request) error
+		if watchdog != nil {
+			healthz = watchdog.Check
+		}
+		srv, err := serve(ctx, "health probes", opts.healthProbeBindAddress, probesHandler(synced, healthz))
 		if err != nil {
 			servers.shutdown(klog.FromContext(ctx))
 			return nil, err
@@ -62,6 +49,29 @@ func startServers(ctx context.Context, opts options, synced func() bool, watchdo
 		servers = append(servers, srv)
 	}
 	return servers, nil
+}
+
+// probesHandler serves /healthz, which fails when healthz (if any) does, and /readyz,
+// which fails until synced says the caches have synced.
+func probesHandler(synced func() bool, healthz func(*http.Request) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if healthz != nil {
+			if err := healthz(r); err != nil {
+				http.Error(w, fmt.Sprintf("leader election: %v", err), http.StatusInternalServerError)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !synced() {
+			http.Error(w, "informer caches have not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
 }
 
 // metricsHandler serves /metrics, and with profiling Go's profiles.
