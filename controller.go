@@ -464,9 +464,10 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 			if err != nil {
 				return err
 			}
-			if fresh.Generation != generation || fresh.DeletionTimestamp != nil {
-				// The spec changed since this sync read it; the informer brings the
-				// new Foo back to the queue, and that sync writes the status.
+			if fresh.UID != foo.UID || fresh.Generation != generation || fresh.DeletionTimestamp != nil {
+				// Another Foo under the same name, or a new spec: this sync's view of
+				// the Deployment is not for it. The informer brings it back to the
+				// queue, and that sync writes its status.
 				return nil
 			}
 			foo, status = fresh, compute(fresh)

@@ -400,4 +400,27 @@ func TestSyncHandlerStatusConflict(t *testing.T) {
 			get(foosResource, "web"),
 		})
 	})
+
+	// The new Foo has the same name and generation, but not the old one's Deployment:
+	// the old status (Ready, a selector of the old Pods) must not reach it.
+	t.Run("leaves a foo recreated under the same name to its own sync", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{stale}, []*appsv1.Deployment{ready}, nil)
+		conflictOnce(f)
+		recreated := modifiedFoo(fresh, func(f *samplev1alpha1.Foo) { f.UID = "web-uid-2" })
+		if err := f.client.Tracker().Delete(foosResource, stale.Namespace, stale.Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.client.Tracker().Add(recreated); err != nil {
+			t.Fatal(err)
+		}
+		f.client.ClearActions()
+
+		if err := f.sync(stale); err != nil {
+			t.Fatalf("syncHandler() = %v, want nil", err)
+		}
+		f.checkActions([]action{
+			updateStatus(withStatus(stale, ready)),
+			get(foosResource, "web"),
+		})
+	})
 }
