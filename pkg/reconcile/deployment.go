@@ -4,6 +4,8 @@
 package reconcile
 
 import (
+	"slices"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,8 +70,8 @@ func NewDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 // UpdateDeployment returns a copy of current, a Deployment that foo controls, with
 // every field NewDeployment sets brought back to what foo asks for, and whether
 // anything had to change. Everything else is left as it is: annotations such as the
-// one `kubectl rollout restart` adds, labels and containers that others added, and
-// the defaults the apiserver filled in.
+// one `kubectl rollout restart` adds, labels and containers that others added
+// (wherever they stand), and the defaults the apiserver filled in.
 //
 // The selector is immutable, so a Deployment created by an older controller keeps its
 // own, and its Pod template keeps the labels that selector needs. That also means an
@@ -88,12 +90,15 @@ func UpdateDeployment(foo *samplev1alpha1.Foo, current *appsv1.Deployment) (*app
 	if d.Spec.Selector != nil && ensureLabels(&d.Spec.Template.Labels, d.Spec.Selector.MatchLabels) {
 		changed = true
 	}
-	containers := d.Spec.Template.Spec.Containers
-	if len(containers) == 0 {
-		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: ContainerName, Image: ContainerImage}}
+	// The Foo's container is the one named ContainerName, wherever it stands: others
+	// may add containers before or after it, and those are left alone.
+	spec := &d.Spec.Template.Spec
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName })
+	if i < 0 {
+		spec.Containers = append(spec.Containers, corev1.Container{Name: ContainerName, Image: ContainerImage})
 		changed = true
-	} else if c := &containers[0]; c.Name != ContainerName || c.Image != ContainerImage {
-		c.Name, c.Image = ContainerName, ContainerImage
+	} else if c := &spec.Containers[i]; c.Image != ContainerImage {
+		c.Image = ContainerImage
 		changed = true
 	}
 	return d, changed

@@ -91,9 +91,24 @@ func TestUpdateDeployment(t *testing.T) {
 		want:        func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:latest" },
 		wantChanged: true,
 	}, {
-		name:        "container name drift is reverted",
-		mutate:      func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "web" },
-		want:        func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "nginx" },
+		// A renamed container is no longer the Foo's: it stays, and the Foo's comes back.
+		name:   "a renamed container is left alone and the foo's is added back",
+		mutate: func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "web" },
+		want: func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, corev1.Container{Name: "nginx", Image: "nginx:latest"})
+		},
+		wantChanged: true,
+	}, {
+		name: "a container inserted before the foo's is left alone",
+		mutate: func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers = append([]corev1.Container{{Name: "sidecar", Image: "envoy"}}, d.Spec.Template.Spec.Containers...)
+		},
+	}, {
+		name: "image drift of the foo's container is reverted wherever it stands",
+		mutate: func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "sidecar", Image: "envoy"}, {Name: "nginx", Image: "nginx:1.0"}}
+		},
+		want:        func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[1].Image = "nginx:latest" },
 		wantChanged: true,
 	}, {
 		name:   "missing container is added",
