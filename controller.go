@@ -42,9 +42,14 @@ const fieldManager = controllerAgentName
 // them, so a sync finds a Foo's Deployments without scanning its namespace.
 const byControllerUID = "byControllerUID"
 
+// byDeploymentName indexes the cached Foos by the namespace and name of the Deployment
+// they ask for, so that a Deployment that goes away or changes hands wakes every Foo
+// waiting for its name.
+const byDeploymentName = "byDeploymentName"
+
 // notOwnedRecheckInterval is how often a Foo whose Deployment name is taken looks
-// again. The taken Deployment is not in the filtered cache, so no event would tell
-// the controller that it went away.
+// again. A Deployment the controller never labelled is not in the filtered cache, so
+// no event would tell the controller that it went away.
 const notOwnedRecheckInterval = time.Minute
 
 // rejectedRecheckInterval is the longest a Foo whose Deployment write the API server
@@ -73,6 +78,7 @@ type Controller struct {
 	deploymentsIndexer cache.Indexer
 	deploymentsSynced  cache.InformerSynced
 	foosLister         listers.FooLister
+	foosIndexer        cache.Indexer
 	foosSynced         cache.InformerSynced
 
 	// workqueue holds the names of Foos to sync. It is rate limited so that a Foo
@@ -106,6 +112,7 @@ func NewController(
 		deploymentsLister:  deploymentInformer.Lister(),
 		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
 		foosLister:         fooInformer.Lister(),
+		foosIndexer:        fooInformer.Informer().GetIndexer(),
 		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			rateLimiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos"},
@@ -118,6 +125,9 @@ func NewController(
 
 	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
 		return nil, fmt.Errorf("adding the Deployment index: %w", err)
+	}
+	if err := fooInformer.Informer().AddIndexers(cache.Indexers{byDeploymentName: indexByDeploymentName}); err != nil {
+		return nil, fmt.Errorf("adding the Foo index: %w", err)
 	}
 
 	fooRegistration, err := fooInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -142,6 +152,10 @@ func NewController(
 				return
 			}
 			c.handleObject(ctx, new)
+			if !sameController(old, new) {
+				// Its former controller must learn that it lost it.
+				c.handleObject(ctx, old)
+			}
 		},
 		DeleteFunc: func(obj any) { c.handleObject(ctx, obj) },
 	})
@@ -166,8 +180,10 @@ func (c *Controller) enqueueFoo(obj any) {
 	c.workqueue.Add(cache.MetaObjectToName(foo))
 }
 
-// handleObject enqueues the Foo that controls a Deployment that was added, changed or
-// deleted. Objects controlled by anything else are ignored.
+// handleObject enqueues, for a Deployment that was added, changed or deleted, the Foo
+// that controls it, and every Foo that asks for its name: a Foo recreated under the
+// same name, or one waiting for a name another Foo gives up, learns at once that the
+// name is free or taken.
 func (c *Controller) handleObject(ctx context.Context, obj any) {
 	logger := klog.FromContext(ctx)
 	object, ok := obj.(metav1.Object)
@@ -185,16 +201,22 @@ func (c *Controller) handleObject(ctx context.Context, obj any) {
 			return
 		}
 	}
-	ref := metav1.GetControllerOf(object)
-	if !isFooRef(ref) {
+	if ref := metav1.GetControllerOf(object); isFooRef(ref) {
+		foo, err := c.foosLister.Foos(object.GetNamespace()).Get(ref.Name)
+		if err == nil && foo.UID == ref.UID {
+			c.enqueueFoo(foo)
+		} else {
+			logger.V(4).Info("Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
+		}
+	}
+	waiting, err := c.foosIndexer.ByIndex(byDeploymentName, object.GetNamespace()+"/"+object.GetName())
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Listing the Foos that ask for a Deployment", "deployment", klog.KObj(object))
 		return
 	}
-	foo, err := c.foosLister.Foos(object.GetNamespace()).Get(ref.Name)
-	if err != nil || foo.UID != ref.UID {
-		logger.V(4).Info("Ignoring Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
-		return
+	for _, foo := range waiting {
+		c.enqueueFoo(foo)
 	}
-	c.enqueueFoo(foo)
 }
 
 // Run waits for the caches to sync, then runs workers until ctx is cancelled. On
@@ -532,6 +554,30 @@ func indexByControllerUID(obj any) ([]string, error) {
 		return []string{string(ref.UID)}, nil
 	}
 	return nil, nil
+}
+
+// indexByDeploymentName is the index function of byDeploymentName.
+func indexByDeploymentName(obj any) ([]string, error) {
+	foo, ok := obj.(*samplev1alpha1.Foo)
+	if !ok {
+		return nil, nil
+	}
+	return []string{foo.Namespace + "/" + foo.Spec.DeploymentName}, nil
+}
+
+// sameController tells whether two states of an object name the same controller, by
+// UID; neither having one counts as the same.
+func sameController(old, new any) bool {
+	o, err1 := meta.Accessor(old)
+	n, err2 := meta.Accessor(new)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	oref, nref := metav1.GetControllerOf(o), metav1.GetControllerOf(n)
+	if oref == nil || nref == nil {
+		return oref == nil && nref == nil
+	}
+	return oref.UID == nref.UID
 }
 
 // sameResourceVersion tells whether an update event carries no change, as during a

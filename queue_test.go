@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +24,13 @@ import (
 func TestHandleObject(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](1))
 	owned := availableDeployment(foo)
+	// Foos that ask for the name "shared", which someone else's Deployment holds.
+	waiting := modifiedFoo(newFoo("waiting", nil), func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "shared" })
+	alsoWaiting := modifiedFoo(newFoo("also-waiting", nil), func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "shared" })
+	// other is a Deployment no Foo asks for by name.
+	other := func(mutate func(d *appsv1.Deployment)) *appsv1.Deployment {
+		return modified(owned, func(d *appsv1.Deployment) { d.Name = "other"; mutate(d) })
+	}
 	tests := []struct {
 		name string
 		obj  any
@@ -43,32 +51,45 @@ func TestHandleObject(t *testing.T) {
 		obj:  42,
 	}, {
 		name: "no controller",
-		obj:  modified(owned, func(d *appsv1.Deployment) { d.OwnerReferences = nil }),
+		obj:  other(func(d *appsv1.Deployment) { d.OwnerReferences = nil }),
 	}, {
 		name: "owner of kind Foo in another group",
-		obj:  foreignDeployment("web", nil),
+		obj:  foreignDeployment("other", nil),
 	}, {
 		name: "owner of another kind in our group",
-		obj: modified(owned, func(d *appsv1.Deployment) {
-			d.OwnerReferences[0].Kind = "Bar"
-		}),
+		obj:  other(func(d *appsv1.Deployment) { d.OwnerReferences[0].Kind = "Bar" }),
 	}, {
 		name: "foo that was replaced by one of the same name",
-		obj: modified(owned, func(d *appsv1.Deployment) {
-			d.OwnerReferences[0].UID = "old-uid"
-		}),
+		obj:  other(func(d *appsv1.Deployment) { d.OwnerReferences[0].UID = "old-uid" }),
 	}, {
 		name: "foo that no longer exists",
-		obj: modified(owned, func(d *appsv1.Deployment) {
-			d.OwnerReferences[0].Name = "gone"
-		}),
+		obj:  other(func(d *appsv1.Deployment) { d.OwnerReferences[0].Name = "gone" }),
+	}, {
+		// Its predecessor's Deployment, going away, frees the name for it.
+		name: "foo recreated under the same name, by its predecessor's deployment",
+		obj: cache.DeletedFinalStateUnknown{Key: "default/web", Obj: modified(owned, func(d *appsv1.Deployment) {
+			d.OwnerReferences[0].UID = "old-uid"
+		})},
+		want: []cache.ObjectName{{Namespace: "default", Name: "web"}},
+	}, {
+		name: "foos waiting for a name, by a deployment of that name someone else controls",
+		obj:  foreignDeployment("shared", nil),
+		want: []cache.ObjectName{{Namespace: "default", Name: "also-waiting"}, {Namespace: "default", Name: "waiting"}},
+	}, {
+		name: "foos waiting for a name, and the foo that gives it up",
+		obj:  modified(owned, func(d *appsv1.Deployment) { d.Name = "shared" }),
+		want: []cache.ObjectName{{Namespace: "default", Name: "also-waiting"}, {Namespace: "default", Name: "waiting"}, {Namespace: "default", Name: "web"}},
+	}, {
+		name: "a deployment of the same name in another namespace",
+		obj:  modified(foreignDeployment("shared", nil), func(d *appsv1.Deployment) { d.Namespace = "elsewhere" }),
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+			f := newFixture(t, []*samplev1alpha1.Foo{foo, waiting, alsoWaiting}, nil, nil)
 			_, ctx := ktesting.NewTestContext(t)
 			f.controller.handleObject(ctx, tc.obj)
-			if diff := cmp.Diff(tc.want, queued(f.controller)); diff != "" {
+			byName := cmpopts.SortSlices(func(a, b cache.ObjectName) bool { return a.String() < b.String() })
+			if diff := cmp.Diff(tc.want, queued(f.controller), byName); diff != "" {
 				t.Errorf("queued mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -215,4 +236,29 @@ func TestProcessNextWorkItem(t *testing.T) {
 			t.Errorf("queue length = %d, want 0 (the recheck waits %v)", got, notOwnedRecheckInterval)
 		}
 	})
+}
+
+func TestSameController(t *testing.T) {
+	owned := availableDeployment(newFoo("web", nil))
+	orphan := modified(owned, func(d *appsv1.Deployment) { d.OwnerReferences = nil })
+	adopted := modified(owned, func(d *appsv1.Deployment) { d.OwnerReferences[0].UID = "other-uid" })
+	notController := modified(owned, func(d *appsv1.Deployment) { d.OwnerReferences[0].Controller = nil })
+	tests := []struct {
+		name     string
+		old, new any
+		want     bool
+	}{
+		{"unchanged", owned, modified(owned, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }), true},
+		{"owner reference removed", owned, orphan, false},
+		{"adopted", orphan, owned, false},
+		{"handed to another foo", owned, adopted, false},
+		{"no longer the controller", owned, notController, false},
+		{"no controller either way", orphan, notController, true},
+		{"not objects", 1, 2, false},
+	}
+	for _, tt := range tests {
+		if got := sameController(tt.old, tt.new); got != tt.want {
+			t.Errorf("%s: sameController() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

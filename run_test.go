@@ -8,8 +8,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 )
 
@@ -135,4 +138,85 @@ func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Client
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, workers) }()
 	return c, done
+}
+
+// TestRunWakesFoosWhenDeploymentsChangeHands checks, on real informers, that a change
+// that can end a Foo's wait wakes it at once rather than at the next recheck: an owner
+// reference removed by hand, and a Foo recreated under the same name whose
+// predecessor's Deployment goes away.
+func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	foo := newFoo("web", ptr.To[int32](1))
+	kubeclient := k8sfake.NewClientset()
+	client := fake.NewClientset(foo)
+	runController(t, ctx, kubeclient, client, 2)
+	deployments := kubeclient.AppsV1().Deployments("default")
+	foos := client.SamplecontrollerV1alpha1().Foos("default")
+
+	// Well within notOwnedRecheckInterval.
+	const within = 10 * time.Second
+	waitFor := func(what string, cond func(ctx context.Context) bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+			return cond(ctx), nil
+		}); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	readyReason := func(ctx context.Context) string {
+		got, err := foos.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		if c := meta.FindStatusCondition(got.Status.Conditions, samplev1alpha1.ConditionReady); c != nil && c.ObservedGeneration == got.Generation {
+			return c.Reason
+		}
+		return ""
+	}
+	controlledBy := func(ctx context.Context, uid types.UID) bool {
+		d, err := deployments.Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && metav1.GetControllerOf(d) != nil && metav1.GetControllerOf(d).UID == uid
+	}
+
+	waitFor("the Deployment", func(ctx context.Context) bool { return controlledBy(ctx, foo.UID) })
+	waitFor("the status", func(ctx context.Context) bool { return readyReason(ctx) == samplev1alpha1.ReasonDeploymentProgressing })
+
+	// Someone takes the Deployment away from the Foo.
+	d, err := deployments.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.OwnerReferences = nil
+	d.ResourceVersion = "100" // the fake API server keeps the resourceVersion it is given
+	if _, err := deployments.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the Foo to report that it lost its Deployment", func(ctx context.Context) bool {
+		return readyReason(ctx) == samplev1alpha1.ReasonDeploymentNotOwned
+	})
+
+	// The Foo is deleted and created again; the fake clientsets have no garbage
+	// collector, so its predecessor's Deployment stays until this test deletes it.
+	if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a new Deployment", func(ctx context.Context) bool { return controlledBy(ctx, foo.UID) })
+	if err := foos.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recreated := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.UID = "web-uid-2"; f.ResourceVersion = "200" })
+	// Through the tracker: the fake's managed fields know no schema for Foo creates.
+	if err := client.Tracker().Add(recreated); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the recreated Foo to find the name taken", func(ctx context.Context) bool {
+		return readyReason(ctx) == samplev1alpha1.ReasonDeploymentNotOwned
+	})
+	if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the recreated Foo's Deployment", func(ctx context.Context) bool { return controlledBy(ctx, recreated.UID) })
 }
