@@ -90,6 +90,10 @@ type Controller struct {
 	recorder    events.EventRecorder
 	clock       clock.PassiveClock
 
+	// statusWrites holds, for each Foo, the resourceVersion of the controller's last
+	// status write until the informer delivers it.
+	statusWrites sync.Map // cache.ObjectName -> string
+
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
 	shutdownTimeout time.Duration
@@ -134,12 +138,14 @@ func NewController(
 		AddFunc: c.enqueueFoo,
 		UpdateFunc: func(old, new any) {
 			// A resync replays every cached Foo; one whose resourceVersion did not
-			// change has nothing new to act on.
-			if sameResourceVersion(old, new) {
+			// change has nothing new to act on. Nor has the Foo as this controller's
+			// own status write left it, and requeuing it would undo its backoff.
+			if sameResourceVersion(old, new) || c.ownStatusWrite(new) {
 				return
 			}
 			c.enqueueFoo(new)
 		},
+		DeleteFunc: c.forgetStatusWrite,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the Foo event handler: %w", err)
@@ -178,6 +184,27 @@ func (c *Controller) enqueueFoo(obj any) {
 		return
 	}
 	c.workqueue.Add(cache.MetaObjectToName(foo))
+}
+
+// ownStatusWrite tells whether obj is a Foo as the controller's last status write left
+// it: the sync that wrote it had nothing more to do, so it needs no other.
+func (c *Controller) ownStatusWrite(obj any) bool {
+	foo, ok := obj.(*samplev1alpha1.Foo)
+	if !ok {
+		return false
+	}
+	return c.statusWrites.CompareAndDelete(cache.MetaObjectToName(foo), foo.ResourceVersion)
+}
+
+// forgetStatusWrite drops what statusWrites holds for a deleted Foo, whose write the
+// informer may never deliver.
+func (c *Controller) forgetStatusWrite(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
+		c.statusWrites.Delete(cache.MetaObjectToName(foo))
+	}
 }
 
 // handleObject enqueues, for a Deployment that was added, changed or deleted, the Foo
@@ -499,7 +526,10 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		}
 		updated := foo.DeepCopy()
 		updated.Status = status
-		_, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+		written, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+		if err == nil {
+			c.statusWrites.Store(cache.MetaObjectToName(written), written.ResourceVersion)
+		}
 		return err
 	})
 	if apierrors.IsNotFound(err) {

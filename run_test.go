@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,6 +154,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](1))
 	kubeclient := k8sfake.NewClientset()
 	client := fake.NewClientset(foo)
+	likeAnAPIServer(client)
 	runController(t, ctx, kubeclient, client, 2)
 	deployments := kubeclient.AppsV1().Deployments("default")
 	foos := client.SamplecontrollerV1alpha1().Foos("default")
@@ -219,4 +222,64 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the recreated Foo's Deployment", func(ctx context.Context) bool { return controlledBy(ctx, recreated.UID) })
+}
+
+// TestRunRefusalsBackOff refuses every Deployment create with a message that differs
+// on every try, as a webhook that quotes the request does. Each refusal is a new
+// status, and the controller's own status write must not bring the Foo back before
+// its backoff says so.
+func TestRunRefusalsBackOff(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	kubeclient := k8sfake.NewClientset()
+	var creates atomic.Int32
+	kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		n := creates.Add(1)
+		return true, nil, apierrors.NewForbidden(deploymentsResource.GroupResource(), "web", fmt.Errorf("denied request %d", n))
+	})
+	client := fake.NewClientset(newFoo("web", nil))
+	likeAnAPIServer(client)
+	runController(t, ctx, kubeclient, client, 2)
+
+	// The first refusal is reported.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.SamplecontrollerV1alpha1().Foos("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, samplev1alpha1.ConditionReady)
+		return c != nil && c.Reason == samplev1alpha1.ReasonDeploymentRejected, nil
+	}); err != nil {
+		t.Fatalf("the refusals were never reported: %v", err)
+	}
+	// Backoff from 5 ms, doubling: about 10 tries in the next 3 s. A status write
+	// that requeued the Foo at once would make hundreds.
+	start := creates.Load()
+	<-time.After(3 * time.Second)
+	if tries := creates.Load() - start; tries > 20 {
+		t.Errorf("%d refused creates in 3 s, want at most 20: the controller's status writes undo its backoff", tries)
+	}
+}
+
+// likeAnAPIServer makes the fake clientset's Foo updates behave as a real API server's
+// do where the controller relies on it: every write gets a new resourceVersion, and an
+// update whose UID is not the stored object's is refused.
+func likeAnAPIServer(client *fake.Clientset) {
+	var version atomic.Int64
+	version.Store(1000)
+	client.PrependReactor("update", "foos", func(a core.Action) (bool, runtime.Object, error) {
+		obj := a.(core.UpdateAction).GetObject().(metav1.Object)
+		stored, err := client.Tracker().Get(foosResource, obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if uid := stored.(metav1.Object).GetUID(); uid != obj.GetUID() {
+			return true, nil, apierrors.NewConflict(foosResource.GroupResource(), obj.GetName(),
+				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", obj.GetUID(), uid))
+		}
+		obj.SetResourceVersion(strconv.FormatInt(version.Add(1), 10))
+		return false, nil, nil
+	})
 }
