@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -23,7 +24,9 @@ const leaderElectionName = "sample-controller"
 // On cancellation, run stops first and the Lease is released after, so that the next
 // leader never works alongside this one; releasing hands over in about one retry
 // period instead of a lease duration. A process that loses the Lease without being
-// asked to stop exits at once, for the same reason.
+// asked to stop exits at once, for the same reason, and does not release it: the
+// elector's own release on cancel would come before that exit, and a standby could
+// start while this process still works.
 func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	hostname, err := os.Hostname()
@@ -61,7 +64,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 		LeaseDuration:   opts.leaderElectLeaseDuration,
 		RenewDeadline:   opts.leaderElectRenewDeadline,
 		RetryPeriod:     opts.leaderElectRetryPeriod,
-		ReleaseOnCancel: true,
+		ReleaseOnCancel: false, // released below, once run has returned
 		WatchDog:        watchdog,
 		Name:            leaderElectionName,
 		Callbacks: leaderelection.LeaderCallbacks{
@@ -88,14 +91,10 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 				endElection()
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() != nil {
-					logger.Info("Released the lease", "identity", identity)
-					return
-				}
 				mu.Lock()
 				lost := leading && !ran
 				mu.Unlock()
-				if lost {
+				if lost && ctx.Err() == nil {
 					logger.Error(nil, "Lost the lease; exiting so that two leaders never act at once", "identity", identity)
 					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 				}
@@ -115,8 +114,35 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 
 	select {
 	case err := <-runErr:
+		// run has returned: hand the Lease over now rather than after it expires.
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.leaderElectRenewDeadline)
+		defer cancel()
+		if releaseErr := releaseLease(releaseCtx, lock, identity); releaseErr != nil {
+			logger.Error(releaseErr, "Releasing the lease; another replica takes over once it expires", "identity", identity)
+		} else {
+			logger.Info("Released the lease", "identity", identity)
+		}
 		return err
 	default:
 		return nil
 	}
+}
+
+// releaseLease empties the Lease if identity still holds it, with a duration of one
+// second, as client-go's elector does when it releases on cancel.
+func releaseLease(ctx context.Context, lock resourcelock.Interface, identity string) error {
+	record, _, err := lock.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the lease: %w", err)
+	}
+	if record.HolderIdentity != identity {
+		return nil
+	}
+	now := metav1.NewTime(time.Now())
+	return lock.Update(ctx, resourcelock.LeaderElectionRecord{
+		LeaderTransitions:    record.LeaderTransitions,
+		LeaseDurationSeconds: 1,
+		AcquireTime:          now,
+		RenewTime:            now,
+	})
 }
