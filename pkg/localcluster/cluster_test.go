@@ -78,6 +78,19 @@ func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
 		}
 	}
 
+	t.Run("InstallCRD creates, then updates, and waits until served", func(t *testing.T) {
+		root, err := RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := filepath.Join(root, "artifacts", "examples", "crd.yaml")
+		for range 2 {
+			if err := InstallCRD(ctx, c.RESTConfig(), manifest); err != nil {
+				t.Fatalf("InstallCRD: %v", err)
+			}
+		}
+	})
+
 	t.Run("a paused etcd is stopped and resumes", func(t *testing.T) {
 		etcd := c.Component(ComponentEtcd)
 		if err := c.Pause(ComponentEtcd); err != nil {
@@ -109,6 +122,13 @@ func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
 		}
 		if _, err := client.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, deploy.Name, metav1.GetOptions{}); err != nil {
 			t.Errorf("reading the Deployment after the restart: %v", err)
+		}
+		m, err := c.APIServerMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := m.Sum("apiserver_request_total", map[string]string{"resource": "deployments", "verb": "GET"}); n < 1 {
+			t.Errorf("apiserver_request_total for GET deployments = %v, want the one just made", n)
 		}
 	})
 
