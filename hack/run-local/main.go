@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -30,9 +29,9 @@ const (
 	controllerBin   = "_output/bin/sample-controller"
 	clusterDir      = "_output/local"
 
-	// controllerStopGrace is how long the controller may take to finish after SIGTERM;
-	// longer than the grace period it gives its own workers.
-	controllerStopGrace = 40 * time.Second
+	// The controller's own defaults: `make run` serves where the README says.
+	metricsAddress = ":8080"
+	probeAddress   = ":8081"
 )
 
 func main() {
@@ -79,7 +78,7 @@ func run(ctx context.Context, kubeconfig string, nodes int, controllerArgs []str
 	}
 	if kubeconfig != "" {
 		say("running the controller against %s", kubeconfig)
-		return runController(ctx, root, kubeconfig, controllerArgs)
+		return runController(ctx, root, kubeconfig, filepath.Join(root, "_output"), controllerArgs)
 	}
 
 	binDir, err := localcluster.DefaultBinDir()
@@ -104,24 +103,18 @@ func run(ctx context.Context, kubeconfig string, nodes int, controllerArgs []str
 		}
 	}()
 
-	kubectl := func(args ...string) error {
-		args = append([]string{"--kubeconfig=" + cluster.KubeconfigPath()}, args...)
-		return runCommand(ctx, root, filepath.Join(binDir, "kubectl"), args...)
+	if err := localcluster.InstallCRD(ctx, cluster.RESTConfig(), filepath.Join(root, crdManifest)); err != nil {
+		return fmt.Errorf("installing the CRD: %w", err)
 	}
-	if err := kubectl("apply", "-f", crdManifest); err != nil {
-		return fmt.Errorf("applying the CRD: %w", err)
-	}
-	if err := kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crdManifest); err != nil {
-		return fmt.Errorf("waiting for the CRD: %w", err)
-	}
-	if err := kubectl("apply", "-f", exampleManifest); err != nil {
+	kubectl := filepath.Join(binDir, "kubectl")
+	if err := runCommand(ctx, root, kubectl, "--kubeconfig="+cluster.KubeconfigPath(), "apply", "-f", exampleManifest); err != nil {
 		return fmt.Errorf("applying the example: %w", err)
 	}
 
 	say("local cluster is up; component logs are in %s", cluster.LogDir())
 	say("in another terminal:\n\n    export KUBECONFIG=%s\n    %s get foos,deployments,pods\n",
-		cluster.KubeconfigPath(), filepath.Join(binDir, "kubectl"))
-	return runController(ctx, root, cluster.KubeconfigPath(), controllerArgs)
+		cluster.KubeconfigPath(), kubectl)
+	return runController(ctx, root, cluster.KubeconfigPath(), cluster.LogDir(), controllerArgs)
 }
 
 // buildTools runs hack/build-tools.sh, which returns at once when everything is built.
@@ -138,44 +131,39 @@ func buildTools(ctx context.Context, root, binDir string) error {
 
 func buildController(ctx context.Context, root string) error {
 	say("building the controller")
-	if err := runCommand(ctx, root, "go", "build", "-o", controllerBin, "."); err != nil {
-		return fmt.Errorf("building the controller: %w", err)
-	}
-	return nil
+	return localcluster.BuildController(ctx, root, filepath.Join(root, controllerBin))
 }
 
-// runController runs the controller in the foreground until it exits or ctx ends; then
-// it asks the controller to stop and waits for it, so that the cluster outlives it.
-func runController(ctx context.Context, root, kubeconfig string, args []string) error {
-	cmd := exec.Command(filepath.Join(root, controllerBin), append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
-	cmd.Dir = root
-	cmd.Stdout = os.Stdout
-	cmd.Stderr = os.Stderr
-	// Its own process group, so that Ctrl-C reaches this program only and the
-	// controller is stopped in order; it dies with this program if that is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the controller: %w", err)
+// runController runs the controller in the foreground, its output on the terminal and
+// in <logDir>/sample-controller.log, until it exits or ctx ends; then it stops the
+// controller and waits for it, so that the cluster outlives it.
+func runController(ctx context.Context, root, kubeconfig, logDir string, args []string) error {
+	controller, err := localcluster.StartController(ctx, localcluster.ControllerOptions{
+		Bin:            filepath.Join(root, controllerBin),
+		Kubeconfig:     kubeconfig,
+		LogDir:         logDir,
+		Name:           "sample-controller",
+		Args:           args,
+		Stdout:         os.Stderr,
+		MetricsAddress: metricsAddress,
+		ProbeAddress:   probeAddress,
+	})
+	if err != nil {
+		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-controller.Exited():
+		if err := controller.Err(); err != nil {
 			return fmt.Errorf("controller: %w", err)
 		}
 		return nil
 	case <-ctx.Done():
 	}
 	say("stopping the controller; press Ctrl-C again to kill everything at once")
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(controllerStopGrace):
-		say("the controller did not exit within %v; killing it", controllerStopGrace)
-		_ = cmd.Process.Kill()
-		<-exited
+	err = controller.Stop(localcluster.ControllerStopGrace)
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && exitErr.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+		say("the controller did not exit within %v; killed it", localcluster.ControllerStopGrace)
 	}
 	return nil
 }

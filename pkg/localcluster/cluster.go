@@ -21,13 +21,25 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Names of the components, as used for log files and in Options.ExtraArgs.
+// Names of the components, as used for log files, in Options.ExtraArgs and by
+// Cluster.Component.
 const (
-	Etcd              = "etcd"
-	APIServer         = "kube-apiserver"
-	ControllerManager = "kube-controller-manager"
-	Scheduler         = "kube-scheduler"
-	Kwok              = "kwok"
+	ComponentEtcd              = "etcd"
+	ComponentAPIServer         = "kube-apiserver"
+	ComponentControllerManager = "kube-controller-manager"
+	ComponentScheduler         = "kube-scheduler"
+	ComponentKwok              = "kwok"
+)
+
+// The components' earlier names.
+//
+// Deprecated: use the Component constants.
+const (
+	Etcd              = ComponentEtcd
+	APIServer         = ComponentAPIServer
+	ControllerManager = ComponentControllerManager
+	Scheduler         = ComponentScheduler
+	Kwok              = ComponentKwok
 )
 
 const (
@@ -51,7 +63,7 @@ const (
 
 // Binaries lists the files Start needs in the bin directory, with kubectl for people
 // and scripts using the cluster.
-var Binaries = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok, "kubectl", KwokStagesFile}
+var Binaries = []string{ComponentEtcd, ComponentAPIServer, ComponentControllerManager, ComponentScheduler, ComponentKwok, "kubectl", KwokStagesFile}
 
 const (
 	// startTimeout bounds the wait for one component to become ready.
@@ -95,15 +107,26 @@ type Cluster struct {
 	dir       string
 	removeDir bool
 	logDir    string
+	binDir    string
 
 	adminKubeconfig string
 	restConfig      *rest.Config
 
-	// procs are in start order; Stop walks them backwards.
-	procs []*process
+	// components are in start order; Stop walks them backwards. mu guards their
+	// processes, which Restart replaces.
+	mu         sync.Mutex
+	components []*component
 
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// component is one process of the control plane, and how to start it again.
+type component struct {
+	opts  ProcessOptions
+	ready func(context.Context) error
+	grace time.Duration
+	proc  *Process
 }
 
 // Start starts a cluster and returns once every component is ready and the simulated
@@ -130,7 +153,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("invalid number of nodes %d", opts.Nodes)
 	}
 
-	c := &Cluster{dir: opts.Dir}
+	c := &Cluster{dir: opts.Dir, binDir: opts.BinDir}
 	if c.dir == "" {
 		dir, err := os.MkdirTemp("", "localcluster-")
 		if err != nil {
@@ -160,19 +183,100 @@ func (c *Cluster) LogDir() string { return c.logDir }
 // Dir is the cluster's state directory.
 func (c *Cluster) Dir() string { return c.dir }
 
+// BinDir holds the binaries the cluster runs, kubectl among them.
+func (c *Cluster) BinDir() string { return c.binDir }
+
+// Component returns the running process of the named component, or nil if the cluster
+// does not run it.
+func (c *Cluster) Component(name string) *Process {
+	_, p := c.lookup(name)
+	return p
+}
+
+// lookup returns the named component and its current process, or nils.
+func (c *Cluster) lookup(name string) (*component, *Process) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, comp := range c.components {
+		if comp.opts.Name == name {
+			return comp, comp.proc
+		}
+	}
+	return nil, nil
+}
+
+// Restart stops the named component and starts it again with the same flags, appending
+// to the same log, and returns once it is ready again: a crash and a restart by a
+// supervisor, for fault tests.
+func (c *Cluster) Restart(ctx context.Context, name string) error {
+	comp, p := c.lookup(name)
+	if p == nil {
+		return fmt.Errorf("restarting %s: the cluster does not run it", name)
+	}
+	// How it exits does not matter; that it is gone does.
+	_ = p.Stop(comp.grace)
+	return c.startComponent(ctx, comp)
+}
+
+// Pause stops the named component with SIGSTOP, so that it holds its connections and
+// ports but answers nothing, as a hung process does.
+func (c *Cluster) Pause(name string) error {
+	p := c.Component(name)
+	if p == nil {
+		return fmt.Errorf("pausing %s: the cluster does not run it", name)
+	}
+	return p.Pause()
+}
+
+// Resume continues a paused component.
+func (c *Cluster) Resume(name string) error {
+	p := c.Component(name)
+	if p == nil {
+		return fmt.Errorf("resuming %s: the cluster does not run it", name)
+	}
+	return p.Resume()
+}
+
+// startComponent starts a component's process and waits until it is ready, within
+// startTimeout.
+func (c *Cluster) startComponent(ctx context.Context, comp *component) error {
+	began := time.Now()
+	p, err := StartProcess(comp.opts)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	comp.proc = p
+	c.mu.Unlock()
+	if err := waitStarted(ctx, p, comp.opts.Name, comp.ready); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Component is ready", "component", comp.opts.Name, "pid", p.Pid(), "duration", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// waitStarted is waitFor within startTimeout.
+func waitStarted(ctx context.Context, p *Process, what string, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	return waitFor(ctx, p, what, check)
+}
+
 // Stop stops the components in the reverse order of their start: kwok, scheduler and
 // controller manager first, so that nothing talks to an apiserver that is going away,
 // then the apiserver, then etcd, which the apiserver needs until it has exited. It
 // returns once every process has exited. Calling it again returns the first result.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		for i := len(c.procs) - 1; i >= 0; i-- {
-			p := c.procs[i]
-			grace := stopGrace
-			if p.name == APIServer {
-				grace = apiserverStopGrace
+		c.mu.Lock()
+		components := c.components
+		c.mu.Unlock()
+		for i := len(components) - 1; i >= 0; i-- {
+			// Nil when it failed to start; a component stopped on purpose may exit
+			// with any status.
+			if comp, p := c.lookup(components[i].opts.Name); p != nil {
+				_ = p.Stop(comp.grace)
 			}
-			p.stop(grace)
 		}
 		if c.removeDir {
 			if err := os.RemoveAll(c.dir); err != nil {
@@ -253,7 +357,7 @@ func newLayout(dir string) layout {
 		kwokDir:     filepath.Join(dir, "kwok"),
 		kubeconfigs: map[string]string{},
 	}
-	for _, who := range []string{"admin", ControllerManager, Scheduler, Kwok} {
+	for _, who := range []string{"admin", ComponentControllerManager, ComponentScheduler, ComponentKwok} {
 		l.kubeconfigs[who] = filepath.Join(dir, who+".kubeconfig")
 	}
 	return l
@@ -293,7 +397,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	c.logDir = l.logDir
 	c.adminKubeconfig = l.kubeconfigs["admin"]
 
-	ports, err := freePorts(6)
+	ports, err := FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -315,18 +419,25 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 
 	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
 	run := func(name string, args []string, env []string, ready func(context.Context) error) error {
-		began := time.Now()
-		args = append(args, opts.ExtraArgs[name]...)
-		p, err := startProcess(name, bin(name), args, env, l.logDir)
-		if err != nil {
-			return err
+		grace := stopGrace
+		if name == ComponentAPIServer {
+			grace = apiserverStopGrace
 		}
-		c.procs = append(c.procs, p)
-		if err := waitReady(ctx, p, ready); err != nil {
-			return err
+		comp := &component{
+			opts: ProcessOptions{
+				Name:   name,
+				Bin:    bin(name),
+				Args:   append(args, opts.ExtraArgs[name]...),
+				Env:    env,
+				LogDir: l.logDir,
+			},
+			ready: ready,
+			grace: grace,
 		}
-		klog.FromContext(ctx).Info("Component is ready", "component", name, "pid", p.pid(), "duration", time.Since(began).Round(time.Millisecond))
-		return nil
+		c.mu.Lock()
+		c.components = append(c.components, comp)
+		c.mu.Unlock()
+		return c.startComponent(ctx, comp)
 	}
 
 	// componentFlags are what kube-controller-manager and kube-scheduler share: their
@@ -347,7 +458,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 
 	etcdClientURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
 	etcdPeerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
-	err = run(Etcd, []string{
+	err = run(ComponentEtcd, []string{
 		"--name=localcluster",
 		"--data-dir=" + l.etcdDir,
 		"--listen-client-urls=" + etcdClientURL,
@@ -362,7 +473,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	err = run(APIServer, []string{
+	err = run(ComponentAPIServer, []string{
 		"--etcd-servers=" + etcdClientURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -380,6 +491,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--service-account-signing-key-file=" + creds.saKey,
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--profiling=false",
+		// Without it, on SIGTERM the apiserver waits for its clients to end their
+		// watches, which they never do: it would be killed after apiserverStopGrace.
+		"--shutdown-watch-termination-grace-period=2s",
 	}, nil, probes.apiserver(c.restConfig))
 	if err != nil {
 		return err
@@ -390,7 +504,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 
 	if !opts.SkipControllerManager {
-		err = run(ControllerManager, append(componentFlags(ControllerManager, kcmPort), []string{
+		err = run(ComponentControllerManager, append(componentFlags(ComponentControllerManager, kcmPort), []string{
 			// Each controller acts as its own service account, as in a kubeadm cluster,
 			// so RBAC is the real one.
 			"--use-service-account-credentials=true",
@@ -409,13 +523,13 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		// Pods cannot be created in a namespace before its default ServiceAccount
 		// exists; wait for the one in "default" so that the first Deployment does not
 		// start with a backoff.
-		if err := waitFor(ctx, c.procs[len(c.procs)-1], "the default service account", client.defaultServiceAccountExists); err != nil {
+		if err := waitStarted(ctx, c.Component(ComponentControllerManager), "the default service account", client.defaultServiceAccountExists); err != nil {
 			return err
 		}
 	}
 
 	if !opts.SkipScheduler {
-		err = run(Scheduler, componentFlags(Scheduler, schedulerPort), nil, probes.https(schedulerPort))
+		err = run(ComponentScheduler, componentFlags(ComponentScheduler, schedulerPort), nil, probes.https(schedulerPort))
 		if err != nil {
 			return err
 		}
@@ -427,8 +541,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			return err
 		}
 		kwokAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(kwokPort))
-		err = run(Kwok, []string{
-			"--kubeconfig=" + l.kubeconfigs[Kwok],
+		err = run(ComponentKwok, []string{
+			"--kubeconfig=" + l.kubeconfigs[ComponentKwok],
 			"--config=" + bin(KwokStagesFile),
 			"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=" + kwokNodeAnnotationValue,
 			"--server-address=" + kwokAddr,
@@ -448,7 +562,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		nodesReady := func(ctx context.Context) error {
 			return client.nodesReady(ctx, nodes, !opts.SkipControllerManager)
 		}
-		if err := waitFor(ctx, c.procs[len(c.procs)-1], "the simulated nodes", nodesReady); err != nil {
+		if err := waitStarted(ctx, c.Component(ComponentKwok), "the simulated nodes", nodesReady); err != nil {
 			return err
 		}
 	}
@@ -499,10 +613,10 @@ func writeCredentials(l layout, apiserverURL string) (credentials, *authority, e
 		user   string
 		groups []string
 	}{
-		"admin":           {AdminUser, []string{"system:masters"}},
-		ControllerManager: {"system:kube-controller-manager", nil},
-		Scheduler:         {"system:kube-scheduler", nil},
-		Kwok:              {"localcluster-kwok", []string{"system:masters"}},
+		"admin":                    {AdminUser, []string{"system:masters"}},
+		ComponentControllerManager: {"system:kube-controller-manager", nil},
+		ComponentScheduler:         {"system:kube-scheduler", nil},
+		ComponentKwok:              {"localcluster-kwok", []string{"system:masters"}},
 	}
 	for who, id := range identities {
 		cert, err := ca.issueClient(id.user, id.groups...)

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,18 +78,72 @@ func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
 		}
 	}
 
+	t.Run("InstallCRD creates, then updates, and waits until served", func(t *testing.T) {
+		root, err := RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := filepath.Join(root, "artifacts", "examples", "crd.yaml")
+		for range 2 {
+			if err := InstallCRD(ctx, c.RESTConfig(), manifest); err != nil {
+				t.Fatalf("InstallCRD: %v", err)
+			}
+		}
+	})
+
+	t.Run("a paused etcd is stopped and resumes", func(t *testing.T) {
+		etcd := c.Component(ComponentEtcd)
+		if err := c.Pause(ComponentEtcd); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, etcd.Pid(), "stopped", func(state byte) bool { return state == 'T' })
+		if err := c.Resume(ComponentEtcd); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, etcd.Pid(), "running again", func(state byte) bool { return state != 'T' })
+		if _, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{}); err != nil {
+			t.Errorf("reading through the apiserver after etcd resumed: %v", err)
+		}
+	})
+
+	t.Run("a restarted apiserver serves again", func(t *testing.T) {
+		old := c.Component(ComponentAPIServer)
+		began := time.Now()
+		if err := c.Restart(ctx, ComponentAPIServer); err != nil {
+			t.Fatalf("Restart: %v", err)
+		}
+		t.Logf("apiserver restarted in %v", time.Since(began).Round(time.Millisecond))
+		restarted := c.Component(ComponentAPIServer)
+		if restarted.Pid() == old.Pid() || !processGone(old.Pid()) {
+			t.Errorf("the apiserver before the restart (pid %d) is still there", old.Pid())
+		}
+		if restarted.LogPath() != old.LogPath() {
+			t.Errorf("restarted apiserver logs to %s, want %s", restarted.LogPath(), old.LogPath())
+		}
+		if _, err := client.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, deploy.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("reading the Deployment after the restart: %v", err)
+		}
+		m, err := c.APIServerMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := m.Sum("apiserver_request_total", map[string]string{"resource": "deployments", "verb": "GET"}); n < 1 {
+			t.Errorf("apiserver_request_total for GET deployments = %v, want the one just made", n)
+		}
+	})
+
 	began = time.Now()
 	if err := c.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	t.Logf("cluster stopped in %v", time.Since(began).Round(time.Millisecond))
 
-	if len(c.procs) != 5 {
-		t.Errorf("started %d processes, want 5", len(c.procs))
+	if len(c.components) != 5 {
+		t.Errorf("started %d components, want 5", len(c.components))
 	}
-	for _, p := range c.procs {
-		if !processGone(p.pid()) {
-			t.Errorf("%s (pid %d) or its process group is still there after Stop", p.name, p.pid())
+	for _, comp := range c.components {
+		if p := comp.proc; !processGone(p.Pid()) {
+			t.Errorf("%s (pid %d) or its process group is still there after Stop", p.Name(), p.Pid())
 		}
 	}
 	if err := c.Stop(); err != nil {
@@ -98,7 +153,7 @@ func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
 
 func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, Etcd), nil, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ComponentEtcd), nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	err := CheckBinaries(dir)
@@ -110,7 +165,7 @@ func TestCheckBinariesNamesWhatIsMissing(t *testing.T) {
 		t.Errorf("got %d missing (%v), want %d", got, missing.Missing, want)
 	}
 	for _, name := range missing.Missing {
-		if name == Etcd {
+		if name == ComponentEtcd {
 			t.Errorf("etcd reported missing although it is there")
 		}
 	}
@@ -166,5 +221,34 @@ func reportLogs(t *testing.T, logDir string) {
 	for _, e := range entries {
 		path := filepath.Join(logDir, e.Name())
 		t.Log(fmt.Sprintf("--- last lines of %s:\n%s", path, tailFile(path, 30)))
+	}
+}
+
+// processState is the state letter of /proc/<pid>/stat: R, S, D, T (stopped), Z, ...
+func processState(pid int) (byte, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name in parentheses may hold spaces; the state follows it.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat %q", pid, stat)
+	}
+	return stat[i+2], nil
+}
+
+// waitState waits until the state of pid satisfies ok; a signal takes effect
+// asynchronously.
+func waitState(t *testing.T, pid int, what string, ok func(byte) bool) {
+	t.Helper()
+	var state byte
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		state, err = processState(pid)
+		return err == nil && ok(state), err
+	})
+	if err != nil {
+		t.Fatalf("waiting for pid %d to be %s, last state %q: %v", pid, what, state, err)
 	}
 }

@@ -1,64 +1,119 @@
 package localcluster
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// process is one running component. It runs in its own process group so that a signal
+// groupGoneTimeout bounds the wait for the rest of a killed process group to be reaped.
+const groupGoneTimeout = 5 * time.Second
+
+// ProcessOptions says what StartProcess runs and where its output goes.
+type ProcessOptions struct {
+	// Name names the process in errors and its log: <LogDir>/<Name>.log.
+	Name string
+	Bin  string
+	Args []string
+	// Env is added to this program's environment.
+	Env []string
+	// Dir is the working directory; empty means this program's.
+	Dir    string
+	LogDir string
+	// Stdout, if set, also receives the output, for example to show it on a terminal.
+	Stdout io.Writer
+}
+
+// Process is a running child program. It runs in its own process group so that a signal
 // sent to the program that started it (Ctrl-C in a terminal, a test timeout) does not
 // reach it, and so that stopping it also stops anything it started.
-type process struct {
-	name    string
+type Process struct {
+	opts    ProcessOptions
 	cmd     *exec.Cmd
 	logPath string
+
 	// exited is closed once the process has exited and been reaped; waitErr is set then.
 	exited  chan struct{}
 	waitErr error
+
+	stopMu  sync.Mutex
+	stopped bool
 }
 
-// startProcess runs bin with args, appending stdout and stderr to <logDir>/<name>.log.
-func startProcess(name, bin string, args, env []string, logDir string) (*process, error) {
-	logPath := filepath.Join(logDir, name+".log")
+// StartProcess starts opts.Bin, appending its stdout and stderr to its log after a line
+// with the command. The process is killed when this program dies (Pdeathsig), so that
+// nothing runs on unowned when a test binary or a terminal program dies without Stop.
+func StartProcess(opts ProcessOptions) (*Process, error) {
+	logPath := filepath.Join(opts.LogDir, opts.Name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("opening log of %s: %w", name, err)
+		return nil, fmt.Errorf("opening the log of %s: %w", opts.Name, err)
 	}
-	defer logFile.Close() // the child holds its own descriptor
+	// With Stdout the output is copied through a pipe, so the log stays open until the
+	// process has exited; the waiter closes it.
+	var out io.Writer = logFile
+	if opts.Stdout != nil {
+		out = io.MultiWriter(logFile, opts.Stdout)
+	}
 
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid: true,
-		// If the program that started the cluster dies without calling Stop, the
-		// components die with it instead of running on unowned.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	fmt.Fprintf(logFile, "+ %s %s\n", bin, quoteArgs(args))
+	cmd := exec.Command(opts.Bin, opts.Args...)
+	cmd.Env = append(os.Environ(), opts.Env...)
+	cmd.Dir = opts.Dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Children that outlive the process keep a copied output's pipe open; Stop kills
+	// them, and this bounds the wait for them in any case.
+	cmd.WaitDelay = time.Second
+	fmt.Fprintf(logFile, "+ %s %s\n", opts.Bin, quoteArgs(opts.Args))
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", opts.Name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	p := &Process{opts: opts, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
+		logFile.Close()
 		close(p.exited)
 	}()
 	return p, nil
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// Name is ProcessOptions.Name.
+func (p *Process) Name() string { return p.opts.Name }
 
-func (p *process) hasExited() bool {
+// Pid is the process's id, which is also its process group's.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// LogPath is the file holding the process's output.
+func (p *Process) LogPath() string { return p.logPath }
+
+// Exited is closed once the process has exited and been reaped.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Err is how the process exited, as exec.Cmd.Wait reports it; valid once Exited is
+// closed, nil before.
+func (p *Process) Err() error {
+	if !p.hasExited() {
+		return nil
+	}
+	return p.waitErr
+}
+
+func (p *Process) hasExited() bool {
 	select {
 	case <-p.exited:
 		return true
@@ -67,24 +122,99 @@ func (p *process) hasExited() bool {
 	}
 }
 
-// exitError describes an unexpected exit, with the end of the log, which usually says why.
-func (p *process) exitError() error {
-	return fmt.Errorf("%s exited: %v; last lines of %s:\n%s", p.name, p.waitErr, p.logPath, tailFile(p.logPath, 20))
+// ExitError describes an unexpected exit with the end of the log, which usually says why.
+func (p *Process) ExitError() error {
+	return fmt.Errorf("%s exited: %v; last lines of %s:\n%s", p.Name(), p.Err(), p.logPath, tailFile(p.logPath, 20))
 }
 
-// stop sends SIGTERM to the process group, waits up to grace for the process to exit,
-// then sends SIGKILL. It returns once the process has been reaped and the group is gone.
-func (p *process) stop(grace time.Duration) {
-	if !p.hasExited() {
-		_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
+// Signal sends sig to the process group, so that whatever the process started gets it too.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.hasExited() {
+		return fmt.Errorf("signalling %s: %w", p.Name(), os.ErrProcessDone)
+	}
+	if err := syscall.Kill(-p.Pid(), sig); err != nil {
+		return fmt.Errorf("signalling %s: %w", p.Name(), err)
+	}
+	return nil
+}
+
+// Pause stops the process group with SIGSTOP, as a hung process would look from outside.
+func (p *Process) Pause() error { return p.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process group.
+func (p *Process) Resume() error { return p.Signal(syscall.SIGCONT) }
+
+// Stop sends SIGTERM to the process group, waits up to grace for the process to exit,
+// then kills the group. It returns once the process and its group are gone, with Err;
+// calling it again returns the same.
+func (p *Process) Stop(grace time.Duration) error { return p.stop(&grace) }
+
+// Kill kills the process group at once, without a SIGTERM first, as a crash or an OOM
+// kill would, and returns once the process has been reaped, with Err.
+func (p *Process) Kill() error { return p.stop(nil) }
+
+// stop ends the process group, with a SIGTERM and a grace period first unless grace is
+// nil.
+func (p *Process) stop(grace *time.Duration) error {
+	p.stopMu.Lock()
+	defer p.stopMu.Unlock()
+	if p.stopped {
+		return p.Err()
+	}
+	p.stopped = true
+	if grace != nil && !p.hasExited() {
+		_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+		// A paused process would keep the SIGTERM pending until the grace is over.
+		_ = syscall.Kill(-p.Pid(), syscall.SIGCONT)
+		timer := time.NewTimer(*grace)
 		select {
 		case <-p.exited:
-		case <-time.After(grace):
+		case <-timer.C:
 		}
+		timer.Stop()
 	}
-	// Children the component started may outlive it; the group still names them.
-	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	// Children the process started may outlive it; the group still names them.
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
 	<-p.exited
+	// Orphaned children are reaped by init, a moment after they die.
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, groupGoneTimeout, true, func(context.Context) (bool, error) {
+		return errors.Is(syscall.Kill(-p.Pid(), 0), syscall.ESRCH), nil
+	})
+	return p.Err()
+}
+
+// RSSBytes is the resident set size of the process (not of its children).
+func (p *Process) RSSBytes() (int64, error) {
+	if p.hasExited() {
+		return 0, p.ExitError()
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return vmRSS(f)
+}
+
+// vmRSS reads the VmRSS line of a /proc/<pid>/status file, which the kernel writes in kB.
+func vmRSS(status io.Reader) (int64, error) {
+	scanner := bufio.NewScanner(status)
+	for scanner.Scan() {
+		key, value, ok := strings.Cut(scanner.Text(), ":")
+		if !ok || key != "VmRSS" {
+			continue
+		}
+		kb, found := strings.CutSuffix(strings.TrimSpace(value), " kB")
+		n, err := strconv.ParseInt(kb, 10, 64)
+		if !found || err != nil {
+			return 0, fmt.Errorf("reading VmRSS %q", value)
+		}
+		return n << 10, nil
+	}
+	if err := scanner.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no VmRSS in the process status")
 }
 
 // tailFile returns the last n lines of a file, for error messages.
@@ -101,33 +231,46 @@ func tailFile(path string, n int) string {
 }
 
 func quoteArgs(args []string) string {
-	var b bytes.Buffer
+	quoted := make([]string, len(args))
 	for i, a := range args {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(strconv.Quote(a))
+		quoted[i] = strconv.Quote(a)
 	}
-	return b.String()
+	return strings.Join(quoted, " ")
 }
 
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago. All
-// listeners stay open until every port is chosen so that no port is handed out twice.
-func freePorts(n int) ([]int, error) {
+// handedOut holds every port FreePorts returned, so that two callers in one program
+// (parallel tests) never get the same port, even once the first has released it.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago, for
+// passing to a child as flags. Another program may still take one before the child
+// binds it; within this program no port is handed out twice.
+func FreePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	ports := make([]int, 0, n)
+	// Every listener stays open until all ports are chosen, so the kernel offers each
+	// once; ports handed out before are held too, and passed over.
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
 			l.Close()
 		}
 	}()
-	for range n {
+	for len(ports) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			ports = append(ports, port)
+		}
 	}
 	return ports, nil
 }

@@ -18,29 +18,27 @@ import (
 
 const pollInterval = 100 * time.Millisecond
 
-// waitReady waits until ready succeeds, failing early when the process exits.
-func waitReady(ctx context.Context, p *process, ready func(context.Context) error) error {
-	return waitFor(ctx, p, p.name, ready)
-}
-
-// waitFor polls check until it succeeds, startTimeout passes, or p exits. The last error
-// of check is part of a timeout error, because it usually says what is missing.
-func waitFor(ctx context.Context, p *process, what string, check func(context.Context) error) error {
+// waitFor polls check until it succeeds, ctx ends, or p exits. The last error of check
+// is part of a timeout error, because it usually says what is missing.
+func waitFor(ctx context.Context, p *Process, what string, check func(context.Context) error) error {
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, startTimeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if p.hasExited() {
-			return false, p.exitError()
+			return false, p.ExitError()
 		}
 		last = check(ctx)
 		return last == nil, nil
 	})
-	if err != nil && last != nil && !p.hasExited() {
-		return fmt.Errorf("waiting for %s to become ready: %w (last check: %v); see %s", what, err, last, p.logPath)
+	switch {
+	case err == nil:
+		return nil
+	case p.hasExited():
+		return fmt.Errorf("waiting for %s: %w", what, p.ExitError())
+	case last != nil:
+		return fmt.Errorf("waiting for %s: %w (last check: %v); see %s", what, err, last, p.LogPath())
+	default:
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
-	if err != nil {
-		return fmt.Errorf("waiting for %s to become ready: %w", what, err)
-	}
-	return nil
 }
 
 // prober checks health endpoints. Every component serves with a certificate from the

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,11 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
-
-// timeout bounds each wait for the controller and the cluster to converge. Pods on
-// kwok nodes are Running within seconds; the margin is for a loaded CI machine.
-const timeout = 90 * time.Second
 
 // fooYAML is a Foo manifest as a user writes it.
 func fooYAML(name, deploymentName string, replicas int) string {
@@ -50,9 +47,9 @@ func waitReady(t *testing.T, ns, name string, want int32) *samplev1alpha1.Foo {
 func waitReadyWithin(t *testing.T, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
 	t.Helper()
 	var foo *samplev1alpha1.Foo
-	eventually(t, within, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, within, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
 		var err error
-		foo, err = env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
+		foo, err = env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -67,7 +64,7 @@ func waitReadyWithin(t *testing.T, within time.Duration, ns, name string, want i
 // getDeployment returns the Deployment, failing the test on error.
 func getDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
 	t.Helper()
-	d, err := env.kube.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
+	d, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("getting Deployment %s/%s: %v", ns, name, err)
 	}
@@ -76,7 +73,7 @@ func getDeployment(t *testing.T, ns, name string) *appsv1.Deployment {
 
 // runningPods returns the Running Pods that the Foo's status selector selects.
 func runningPods(ctx context.Context, ns, selector string) ([]corev1.Pod, error) {
-	pods, err := env.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +89,7 @@ func runningPods(ctx context.Context, ns, selector string) ([]corev1.Pod, error)
 func waitRunningPods(t *testing.T, ns, selector string, want int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	eventually(t, timeout, fmt.Sprintf("%d Running Pods for %q", want, selector), func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, timeout, fmt.Sprintf("%d Running Pods for %q", want, selector), func(ctx context.Context) (bool, string) {
 		var err error
 		pods, err = runningPods(ctx, ns, selector)
 		if err != nil {
@@ -106,22 +103,23 @@ func waitRunningPods(t *testing.T, ns, selector string, want int) []corev1.Pod {
 // TestExampleFoo follows the README: apply the example Foo, see its Deployment and
 // Pods come up, look at it with kubectl, and scale it.
 func TestExampleFoo(t *testing.T) {
-	ns := newNamespace(t)
-	kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.repoRoot, "artifacts", "examples", "example-foo.yaml"))
+	t.Parallel()
+	ns, _ := env.NamespaceWithController(t)
+	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
 
-	foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(t.Context(), "example-foo", metav1.GetOptions{})
+	foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(t.Context(), "example-foo", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, timeout, "the Deployment owned by the Foo", func(ctx context.Context) (bool, string) {
-		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "example-foo", metav1.GetOptions{})
+	framework.Eventually(t, timeout, "the Deployment owned by the Foo", func(ctx context.Context) (bool, string) {
+		d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "example-foo", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		return metav1.IsControlledBy(d, foo), fmt.Sprintf("owner references %v", d.OwnerReferences)
 	})
 
-	kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "--timeout=90s", "foo/example-foo")
+	env.Kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "--timeout=90s", "foo/example-foo")
 	foo = waitReady(t, ns, "example-foo", 1)
 	pods := waitRunningPods(t, ns, foo.Status.Selector, 1)
 	if node := pods[0].Spec.NodeName; !strings.HasPrefix(node, "kwok-") {
@@ -129,7 +127,7 @@ func TestExampleFoo(t *testing.T) {
 	}
 
 	t.Run("kubectl get shows the printer columns", func(t *testing.T) {
-		out := kubectl(t, "get", "foo", "-n", ns)
+		out := env.Kubectl(t, "get", "foo", "-n", ns)
 		header := regexp.MustCompile(`NAME\s+DEPLOYMENT\s+DESIRED\s+AVAILABLE\s+READY\s+AGE`)
 		row := regexp.MustCompile(`example-foo\s+example-foo\s+1\s+1\s+True\s+\S+`)
 		if !header.MatchString(out) || !row.MatchString(out) {
@@ -138,7 +136,7 @@ func TestExampleFoo(t *testing.T) {
 	})
 
 	t.Run("kubectl explain shows the field docs", func(t *testing.T) {
-		out := kubectl(t, "explain", "foo.spec")
+		out := env.Kubectl(t, "explain", "foo.spec")
 		for _, want := range []string{"deploymentName", "<string> -required-", "valid DNS-1123 subdomain", "replicas", "Defaults to 1"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("kubectl explain foo.spec does not mention %q:\n%s", want, out)
@@ -147,13 +145,13 @@ func TestExampleFoo(t *testing.T) {
 	})
 
 	t.Run("kubectl scale reaches the Deployment and the Pods", func(t *testing.T) {
-		kubectl(t, "scale", "-n", ns, "foo/example-foo", "--replicas=3")
+		env.Kubectl(t, "scale", "-n", ns, "foo/example-foo", "--replicas=3")
 		foo := waitReady(t, ns, "example-foo", 3)
 		if got := *getDeployment(t, ns, "example-foo").Spec.Replicas; got != 3 {
 			t.Errorf("Deployment replicas = %d, want 3", got)
 		}
 		waitRunningPods(t, ns, foo.Status.Selector, 3)
-		out := kubectl(t, "get", "foo/example-foo", "-n", ns, "-o", "jsonpath={.spec.replicas} {.status.replicas} {.status.selector}")
+		out := env.Kubectl(t, "get", "foo/example-foo", "-n", ns, "-o", "jsonpath={.spec.replicas} {.status.replicas} {.status.selector}")
 		if want := "3 3 " + foo.Status.Selector; out != want {
 			t.Errorf("scale fields = %q, want %q", out, want)
 		}
@@ -162,16 +160,17 @@ func TestExampleFoo(t *testing.T) {
 
 // TestDriftIsReverted edits the Deployment by hand the ways users do.
 func TestDriftIsReverted(t *testing.T) {
-	ns := newNamespace(t)
-	kubectlIn(t, fooYAML("drift", "drift", 2), "apply", "-n", ns, "-f", "-")
+	t.Parallel()
+	ns, _ := env.NamespaceWithController(t)
+	env.KubectlIn(t, fooYAML("drift", "drift", 2), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "drift", 2)
 
 	waitSpec := func(what string) *appsv1.Deployment {
 		t.Helper()
 		var d *appsv1.Deployment
-		eventually(t, timeout, what, func(ctx context.Context) (bool, string) {
+		framework.Eventually(t, timeout, what, func(ctx context.Context) (bool, string) {
 			var err error
-			d, err = env.kube.AppsV1().Deployments(ns).Get(ctx, "drift", metav1.GetOptions{})
+			d, err = env.Kube.AppsV1().Deployments(ns).Get(ctx, "drift", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -182,20 +181,20 @@ func TestDriftIsReverted(t *testing.T) {
 		return d
 	}
 
-	kubectl(t, "scale", "-n", ns, "deployment/drift", "--replicas=5")
+	env.Kubectl(t, "scale", "-n", ns, "deployment/drift", "--replicas=5")
 	waitSpec("replicas to be reverted to 2")
 
-	kubectl(t, "set", "image", "-n", ns, "deployment/drift", "nginx=httpd:2")
+	env.Kubectl(t, "set", "image", "-n", ns, "deployment/drift", "nginx=httpd:2")
 	waitSpec("the image to be reverted to nginx:latest")
 
-	kubectl(t, "rollout", "restart", "-n", ns, "deployment/drift")
+	env.Kubectl(t, "rollout", "restart", "-n", ns, "deployment/drift")
 	restartedAt := getDeployment(t, ns, "drift").Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"]
 	if restartedAt == "" {
 		t.Fatal("kubectl rollout restart left no restartedAt annotation")
 	}
 	// Make the controller act on the Deployment once more after the restart, and check
 	// that the restart survived it.
-	kubectl(t, "scale", "-n", ns, "deployment/drift", "--replicas=4")
+	env.Kubectl(t, "scale", "-n", ns, "deployment/drift", "--replicas=4")
 	d := waitSpec("replicas to be reverted to 2 after a rollout restart")
 	if got := d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"]; got != restartedAt {
 		t.Errorf("restartedAt annotation = %q, want %q kept", got, restartedAt)
@@ -205,26 +204,28 @@ func TestDriftIsReverted(t *testing.T) {
 
 // TestDeletingFooDeletesDeployment relies on the owner reference and the garbage collector.
 func TestDeletingFooDeletesDeployment(t *testing.T) {
-	ns := newNamespace(t)
-	kubectlIn(t, fooYAML("gc", "gc-deploy", 1), "apply", "-n", ns, "-f", "-")
+	t.Parallel()
+	ns, _ := env.NamespaceWithController(t)
+	env.KubectlIn(t, fooYAML("gc", "gc-deploy", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "gc", 1)
 
-	kubectl(t, "delete", "-n", ns, "foo/gc")
-	eventually(t, timeout, "the Deployment to be garbage collected", func(ctx context.Context) (bool, string) {
-		_, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "gc-deploy", metav1.GetOptions{})
+	env.Kubectl(t, "delete", "-n", ns, "foo/gc")
+	framework.Eventually(t, timeout, "the Deployment to be garbage collected", func(ctx context.Context) (bool, string) {
+		_, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "gc-deploy", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
 }
 
 // TestForeignDeploymentIsLeftAlone gives a Foo the name of a Deployment it does not own.
 func TestForeignDeploymentIsLeftAlone(t *testing.T) {
-	ns := newNamespace(t)
-	kubectl(t, "create", "deployment", "taken", "-n", ns, "--image=httpd:2", "--replicas=2")
+	t.Parallel()
+	ns, _ := env.NamespaceWithController(t)
+	env.Kubectl(t, "create", "deployment", "taken", "-n", ns, "--image=httpd:2", "--replicas=2")
 	// Let the Deployment settle first, so that nothing but the controller could change it.
 	var before *appsv1.Deployment
-	eventually(t, timeout, "the foreign Deployment to settle", func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, timeout, "the foreign Deployment to settle", func(ctx context.Context) (bool, string) {
 		var err error
-		before, err = env.kube.AppsV1().Deployments(ns).Get(ctx, "taken", metav1.GetOptions{})
+		before, err = env.Kube.AppsV1().Deployments(ns).Get(ctx, "taken", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -232,9 +233,9 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 			fmt.Sprintf("status %+v", before.Status)
 	})
 
-	kubectlIn(t, fooYAML("intruder", "taken", 1), "apply", "-n", ns, "-f", "-")
-	eventually(t, timeout, "Ready=False DeploymentNotOwned on the Foo", func(ctx context.Context) (bool, string) {
-		foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "intruder", metav1.GetOptions{})
+	env.KubectlIn(t, fooYAML("intruder", "taken", 1), "apply", "-n", ns, "-f", "-")
+	framework.Eventually(t, timeout, "Ready=False DeploymentNotOwned on the Foo", func(ctx context.Context) (bool, string) {
+		foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "intruder", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -295,14 +296,14 @@ spec:
 // until it refuses probe, a Deployment manifest it must refuse with want.
 func applyPolicy(t *testing.T, ns, policy, probe, want string) {
 	t.Helper()
-	kubectlIn(t, policy, "apply", "-f", "-")
+	env.KubectlIn(t, policy, "apply", "-f", "-")
 	t.Cleanup(func() {
-		if out, err := kubectlRun(context.Background(), policy, "delete", "--ignore-not-found", "-f", "-"); err != nil {
+		if out, err := env.KubectlRun(context.Background(), policy, "delete", "--ignore-not-found", "-f", "-"); err != nil {
 			t.Logf("deleting the policy: %v\n%s", err, out)
 		}
 	})
-	eventually(t, timeout, "the policy to refuse Deployments", func(ctx context.Context) (bool, string) {
-		out, err := kubectlRun(ctx, probe, "create", "-n", ns, "--dry-run=server", "-f", "-")
+	framework.Eventually(t, timeout, "the policy to refuse Deployments", func(ctx context.Context) (bool, string) {
+		out, err := env.KubectlRun(ctx, probe, "create", "-n", ns, "--dry-run=server", "-f", "-")
 		return err != nil && strings.Contains(out, want), out
 	})
 }
@@ -331,8 +332,8 @@ spec:
 // whose message begins with message.
 func waitWarning(t *testing.T, ns, name, reason, message string) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("a Warning event %s on Foo %s", reason, name), func(ctx context.Context) (bool, string) {
-		out, err := kubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason="+reason,
+	framework.Eventually(t, timeout, fmt.Sprintf("a Warning event %s on Foo %s", reason, name), func(ctx context.Context) (bool, string) {
+		out, err := env.KubectlRun(ctx, "", "get", "events", "-n", ns, "--field-selector", "type=Warning,reason="+reason,
 			"-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name}: {.message}{\"\\n\"}{end}")
 		return err == nil && strings.Contains(out, "Foo/"+name+": "+message), out
 	})
@@ -343,8 +344,8 @@ func waitWarning(t *testing.T, ns, name, reason, message string) {
 func waitRejected(t *testing.T, ns, name string) string {
 	t.Helper()
 	var message string
-	eventually(t, timeout, fmt.Sprintf("Ready=False DeploymentRejected on Foo %s", name), func(ctx context.Context) (bool, string) {
-		foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
+	framework.Eventually(t, timeout, fmt.Sprintf("Ready=False DeploymentRejected on Foo %s", name), func(ctx context.Context) (bool, string) {
+		foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -362,9 +363,8 @@ func waitRejected(t *testing.T, ns, name string) string {
 // noHotLoop watches the controller's failed syncs for a few seconds and fails the test
 // if they grow like a tight loop's: the per-item backoff doubles from 5 ms, so a few
 // seconds hold about ten tries where a loop would make thousands.
-func noHotLoop(t *testing.T) {
+func noHotLoop(t *testing.T, p *localcluster.Controller) {
 	t.Helper()
-	p := sharedController()
 	const window, most = 5 * time.Second, 20
 	failed := func() float64 {
 		failed, rejected := failedSyncs(t, p)
@@ -387,7 +387,8 @@ func noHotLoop(t *testing.T) {
 // its Ready condition and a Warning event; the controller retries with backoff, not in
 // a loop; and once the policy is gone the Foos converge without anyone touching them.
 func TestRefusedDeploymentIsReported(t *testing.T) {
-	ns := newNamespace(t)
+	t.Parallel()
+	ns, p := env.NamespaceWithController(t)
 	const (
 		refusedName   = "Deployments named refused-* are not allowed in this namespace"
 		capped        = "Deployments named capped-* may have at most 2 replicas"
@@ -399,9 +400,8 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 	applyPolicy(t, ns, policy, probeDeployment("refused-probe", "nginx"), refusedName)
 
 	// A refused create.
-	p := sharedController()
 	_, rejectedBefore := failedSyncs(t, p)
-	kubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("refused", "refused-web", 1), "apply", "-n", ns, "-f", "-")
 	message := waitRejected(t, ns, "refused")
 	if _, rejected := failedSyncs(t, p); rejected <= rejectedBefore {
 		t.Errorf(`sample_controller_syncs_total{result="rejected"} stayed at %v after a refusal`, rejected)
@@ -411,18 +411,18 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 			t.Errorf("Ready message %q does not contain %q", message, want)
 		}
 	}
-	noHotLoop(t)
+	noHotLoop(t, p)
 
 	// A refused update of a new spec: the Deployment keeps running its 2 replicas, and
 	// the Foo reports them.
-	kubectlIn(t, fooYAML("capped", "capped-web", 2), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("capped", "capped-web", 2), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "capped", 2)
-	kubectl(t, "scale", "-n", ns, "foo/capped", "--replicas=3")
+	env.Kubectl(t, "scale", "-n", ns, "foo/capped", "--replicas=3")
 	if message := waitRejected(t, ns, "capped"); !strings.Contains(message, capped) {
 		t.Errorf("Ready message %q does not name the policy's rule", message)
 	}
-	noHotLoop(t)
-	foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ns).Get(t.Context(), "capped", metav1.GetOptions{})
+	noHotLoop(t, p)
+	foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(t.Context(), "capped", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,17 +431,17 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 	}
 
 	// A refused revert of a hand edit, while the edited Deployment is itself available.
-	kubectlIn(t, fooYAML("pinned", "pinned-web", 1), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("pinned", "pinned-web", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "pinned", 1)
 	pinned := admissionPolicy("e2e-"+ns+"-pinned", ns,
 		policyRule{"!object.metadata.name.startsWith('pinned-') || object.spec.template.spec.containers.all(c, !c.image.endsWith(':latest'))", latestRefused})
 	applyPolicy(t, ns, pinned, probeDeployment("pinned-probe", "nginx:latest"), latestRefused)
-	kubectl(t, "set", "image", "-n", ns, "deployment/pinned-web", "nginx=httpd:2")
+	env.Kubectl(t, "set", "image", "-n", ns, "deployment/pinned-web", "nginx=httpd:2")
 	if message := waitRejected(t, ns, "pinned"); !strings.Contains(message, latestRefused) {
 		t.Errorf("Ready message %q does not name the policy's rule", message)
 	}
-	eventually(t, timeout, "the hand-edited Deployment to roll out", func(ctx context.Context) (bool, string) {
-		d, err := env.kube.AppsV1().Deployments(ns).Get(ctx, "pinned-web", metav1.GetOptions{})
+	framework.Eventually(t, timeout, "the hand-edited Deployment to roll out", func(ctx context.Context) (bool, string) {
+		d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "pinned-web", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -449,12 +449,12 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 		return s.ObservedGeneration == d.Generation && s.Replicas == 1 && s.UpdatedReplicas == 1 && s.AvailableReplicas == 1,
 			fmt.Sprintf("image %s, status %+v", d.Spec.Template.Spec.Containers[0].Image, s)
 	})
-	noHotLoop(t)
+	noHotLoop(t, p)
 
 	// A refused Foo retries at least once a minute (rejectedRecheckInterval), and
 	// nothing else brings it back when a policy goes away: allow that minute on top.
-	kubectlIn(t, policy, "delete", "-f", "-")
-	kubectlIn(t, pinned, "delete", "-f", "-")
+	env.KubectlIn(t, policy, "delete", "-f", "-")
+	env.KubectlIn(t, pinned, "delete", "-f", "-")
 	recovery := time.Minute + timeout
 	waitReadyWithin(t, recovery, ns, "refused", 1)
 	waitReadyWithin(t, recovery, ns, "capped", 3)
@@ -466,7 +466,8 @@ func TestRefusedDeploymentIsReported(t *testing.T) {
 
 // TestInvalidFoosAreRejected checks the CRD's validation messages.
 func TestInvalidFoosAreRejected(t *testing.T) {
-	ns := newNamespace(t)
+	t.Parallel()
+	ns := env.NewNamespace(t)
 	tests := []struct {
 		name     string
 		manifest string
@@ -498,7 +499,7 @@ func TestInvalidFoosAreRejected(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := kubectlRun(t.Context(), tc.manifest, "apply", "-n", ns, "-f", "-")
+			out, err := env.KubectlRun(t.Context(), tc.manifest, "apply", "-n", ns, "-f", "-")
 			if err == nil {
 				t.Fatalf("kubectl apply accepted the Foo:\n%s", out)
 			}
@@ -511,8 +512,8 @@ func TestInvalidFoosAreRejected(t *testing.T) {
 	}
 
 	t.Run("defaults replicas to 1", func(t *testing.T) {
-		kubectlIn(t, "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: defaulted\nspec:\n  deploymentName: defaulted\n", "apply", "-n", ns, "-f", "-")
-		if out := kubectl(t, "get", "foo/defaulted", "-n", ns, "-o", "jsonpath={.spec.replicas}"); out != "1" {
+		env.KubectlIn(t, "apiVersion: samplecontroller.k8s.io/v1alpha1\nkind: Foo\nmetadata:\n  name: defaulted\nspec:\n  deploymentName: defaulted\n", "apply", "-n", ns, "-f", "-")
+		if out := env.Kubectl(t, "get", "foo/defaulted", "-n", ns, "-o", "jsonpath={.spec.replicas}"); out != "1" {
 			t.Errorf("spec.replicas = %q, want 1", out)
 		}
 	})
@@ -520,14 +521,15 @@ func TestInvalidFoosAreRejected(t *testing.T) {
 
 // TestRenamingDeployment changes deploymentName and expects one Deployment, under the new name.
 func TestRenamingDeployment(t *testing.T) {
-	ns := newNamespace(t)
-	kubectlIn(t, fooYAML("renamed", "first", 1), "apply", "-n", ns, "-f", "-")
+	t.Parallel()
+	ns, _ := env.NamespaceWithController(t)
+	env.KubectlIn(t, fooYAML("renamed", "first", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "renamed", 1)
 
-	kubectlIn(t, fooYAML("renamed", "second", 1), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("renamed", "second", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "renamed", 1)
-	eventually(t, timeout, "only the Deployment under the new name", func(ctx context.Context) (bool, string) {
-		list, err := env.kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	framework.Eventually(t, timeout, "only the Deployment under the new name", func(ctx context.Context) (bool, string) {
+		list, err := env.Kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -544,42 +546,35 @@ func TestRenamingDeployment(t *testing.T) {
 // TestControllerKilledMidWork kills the controller while it is creating Deployments
 // and checks that a new one finishes the work without duplicates.
 func TestControllerKilledMidWork(t *testing.T) {
-	withoutSharedController(t)
-	ns := newNamespace(t)
+	t.Parallel()
+	ns := env.NewNamespace(t)
 	const n = 40
 	var manifests []string
 	for i := range n {
 		manifests = append(manifests, fooYAML(fmt.Sprintf("foo-%02d", i), fmt.Sprintf("deploy-%02d", i), 1))
 	}
-	kubectlIn(t, strings.Join(manifests, "---\n"), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, strings.Join(manifests, "---\n"), "apply", "-n", ns, "-f", "-")
 
-	p, err := startController()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, timeout, "the controller to start creating Deployments", func(ctx context.Context) (bool, string) {
-		list, err := env.kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	p := env.StartController(t, ns)
+	framework.Eventually(t, timeout, "the controller to start creating Deployments", func(ctx context.Context) (bool, string) {
+		list, err := env.Kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		return len(list.Items) > 0, fmt.Sprintf("%d Deployments", len(list.Items))
 	})
-	_ = p.stop(syscall.SIGKILL)
-	list, err := env.kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	_ = p.Kill()
+	list, err := env.Kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("killed the controller with %d of %d Deployments created", len(list.Items), n)
 
-	p, err = startController()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.stop(syscall.SIGTERM) })
+	env.StartController(t, ns)
 	for i := range n {
 		waitReady(t, ns, fmt.Sprintf("foo-%02d", i), 1)
 	}
-	list, err = env.kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	list, err = env.Kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,25 +600,22 @@ func TestControllerKilledMidWork(t *testing.T) {
 // TestNamespaceFlag runs the controller with --namespace and checks that Foos
 // elsewhere are ignored.
 func TestNamespaceFlag(t *testing.T) {
-	withoutSharedController(t)
-	watched, ignored := newNamespace(t), newNamespace(t)
+	t.Parallel()
+	watched, ignored := env.NewNamespace(t), env.NewNamespace(t)
 	// The ignored Foo comes first: a controller that saw it would handle it first.
-	kubectlIn(t, fooYAML("elsewhere", "elsewhere", 1), "apply", "-n", ignored, "-f", "-")
-	kubectlIn(t, fooYAML("here", "here", 1), "apply", "-n", watched, "-f", "-")
+	env.KubectlIn(t, fooYAML("elsewhere", "elsewhere", 1), "apply", "-n", ignored, "-f", "-")
+	env.KubectlIn(t, fooYAML("here", "here", 1), "apply", "-n", watched, "-f", "-")
 
-	p, err := startController("--namespace", watched)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := env.StartController(t, watched)
 	waitReady(t, watched, "here", 1)
-	if err := p.stop(syscall.SIGTERM); err != nil {
+	if err := p.Stop(localcluster.ControllerStopGrace); err != nil {
 		t.Errorf("controller exited with %v after SIGTERM, want a clean exit", err)
 	}
 
-	if _, err := env.kube.AppsV1().Deployments(ignored).Get(t.Context(), "elsewhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Kube.AppsV1().Deployments(ignored).Get(t.Context(), "elsewhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Deployment for the Foo in the ignored namespace: err = %v, want NotFound", err)
 	}
-	foo, err := env.sample.SamplecontrollerV1alpha1().Foos(ignored).Get(t.Context(), "elsewhere", metav1.GetOptions{})
+	foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ignored).Get(t.Context(), "elsewhere", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

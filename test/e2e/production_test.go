@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,12 +18,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
 
 // TestDeployManifests checks artifacts/deploy against the API server, and that its
 // Pods are admitted under the restricted Pod Security level of their namespace.
 func TestDeployManifests(t *testing.T) {
-	out := kubectl(t, "apply", "-k", filepath.Join(env.repoRoot, "artifacts", "deploy"), "--dry-run=server")
+	t.Parallel()
+	out := env.Kubectl(t, "apply", "-k", filepath.Join(env.RepoRoot, "artifacts", "deploy"), "--dry-run=server")
 	for _, want := range []string{"namespace/sample-controller-system", "clusterrole.rbac.authorization.k8s.io/sample-controller", "deployment.apps/sample-controller"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run does not mention %s:\n%s", want, out)
@@ -35,7 +36,7 @@ func TestDeployManifests(t *testing.T) {
 
 	// The setup applied the same manifests: both replicas' Pods got through admission.
 	selector := labels.Set{"app.kubernetes.io/name": "sample-controller"}.String()
-	pods := waitRunningPods(t, deployNamespace, selector, 2)
+	pods := waitRunningPods(t, framework.DeployNamespace, selector, 2)
 	for _, p := range pods {
 		sc := p.Spec.Containers[0].SecurityContext
 		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
@@ -54,15 +55,16 @@ spec:
   - name: c
     image: busybox
 `
-	out, err := kubectlRun(t.Context(), plain, "apply", "-n", deployNamespace, "-f", "-")
+	out, err := env.KubectlRun(t.Context(), plain, "apply", "-n", framework.DeployNamespace, "-f", "-")
 	if err == nil || !strings.Contains(out, `violates PodSecurity "restricted:latest"`) {
-		t.Errorf("an unrestricted Pod in %s: err = %v, output:\n%s\nwant a PodSecurity refusal", deployNamespace, err, out)
+		t.Errorf("an unrestricted Pod in %s: err = %v, output:\n%s\nwant a PodSecurity refusal", framework.DeployNamespace, err, out)
 	}
 }
 
 // TestRBACRefusesTheRest runs requests the controller's role does not allow.
 func TestRBACRefusesTheRest(t *testing.T) {
-	ns := newNamespace(t)
+	t.Parallel()
+	ns := env.NewNamespace(t)
 	tests := []struct {
 		args []string
 		want string
@@ -74,8 +76,7 @@ func TestRBACRefusesTheRest(t *testing.T) {
 		{[]string{"auth", "can-i", "patch", "deployments", "-n", ns}, "no"},
 	}
 	for _, tc := range tests {
-		args := append([]string{"--kubeconfig", env.controllerKubeconfig}, tc.args...)
-		out, err := runBinary(t.Context(), env.kubectl, args...)
+		out, err := env.KubectlAs(t.Context(), env.ControllerKubeconfig, "", tc.args...)
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("kubectl %s as the controller: %v\n%s", strings.Join(tc.args, " "), err, out)
@@ -91,52 +92,50 @@ func TestRBACRefusesTheRest(t *testing.T) {
 // TestReadyzWaitsForCacheSync starts the controller as a ServiceAccount that may not
 // list anything yet: it is alive but not ready until it may, and its caches sync.
 func TestReadyzWaitsForCacheSync(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
-	sa, err := env.kube.CoreV1().ServiceAccounts(deployNamespace).Create(ctx, &corev1.ServiceAccount{
+	ns := env.NewNamespace(t)
+	sa, err := env.Kube.CoreV1().ServiceAccounts(framework.DeployNamespace).Create(ctx, &corev1.ServiceAccount{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "not-yet-allowed-"},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.kube.CoreV1().ServiceAccounts(deployNamespace).Delete(context.Background(), sa.Name, metav1.DeleteOptions{})
+		_ = env.Kube.CoreV1().ServiceAccounts(framework.DeployNamespace).Delete(context.Background(), sa.Name, metav1.DeleteOptions{})
 	})
-	kubeconfig := filepath.Join(env.outDir, sa.Name+".kubeconfig")
-	if err := writeServiceAccountKubeconfig(ctx, deployNamespace, sa.Name, kubeconfig); err != nil {
+	kubeconfig := filepath.Join(env.OutDir, sa.Name+".kubeconfig")
+	if err := env.WriteServiceAccountKubeconfig(ctx, framework.DeployNamespace, sa.Name, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	p, err := startControllerAs(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.stop(syscall.SIGKILL) })
+	p := env.StartControllerAs(t, kubeconfig, "--namespace="+ns)
 
 	// The informers are refused: wait until the log says so, and check the probes then.
-	eventually(t, timeout, "the controller's list requests to be refused", func(context.Context) (bool, string) {
-		log, _ := os.ReadFile(p.logPath)
+	framework.Eventually(t, timeout, "the controller's list requests to be refused", func(context.Context) (bool, string) {
+		log, _ := os.ReadFile(p.LogPath())
 		return strings.Contains(string(log), "forbidden"), "no 'forbidden' in the log yet"
 	})
-	if code, body := p.get(ctx, "/readyz"); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz before the caches synced = %d %q, want 503", code, body)
+	if code, body, err := p.Get(ctx, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before the caches synced = %d %q (%v), want 503", code, body, err)
 	}
-	if code, body := p.get(ctx, "/healthz"); code != http.StatusOK {
-		t.Errorf("/healthz = %d %q, want 200", code, body)
+	if code, body, err := p.Get(ctx, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d %q (%v), want 200", code, body, err)
 	}
 
-	binding, err := env.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+	binding, err := env.Kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: sa.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sample-controller"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: deployNamespace}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: framework.DeployNamespace}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		_ = env.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})
-	eventually(t, timeout, "/readyz to turn ready once the caches can sync", func(ctx context.Context) (bool, string) {
-		code, body := p.get(ctx, "/readyz")
-		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	framework.Eventually(t, timeout, "/readyz to turn ready once the caches can sync", func(ctx context.Context) (bool, string) {
+		code, body, err := p.Get(ctx, "/readyz")
+		return code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
 	})
 }
 
@@ -144,21 +143,21 @@ func TestReadyzWaitsForCacheSync(t *testing.T) {
 // does, and takes the leader away twice: by SIGKILL, and by SIGTERM as a rolling
 // update does.
 func TestLeaderElection(t *testing.T) {
-	withoutSharedController(t)
-	ns := newNamespace(t)
+	t.Parallel()
+	ns := env.NewNamespace(t)
 	// The flags of artifacts/deploy's Deployment.
 	const leaseDuration, retryPeriod = 15 * time.Second, time.Second
 	leaderArgs := []string{"--leader-elect", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=1s"}
 
-	a := startReadyController(t, leaderArgs...)
-	b := startReadyController(t, leaderArgs...)
-	leader, holder := waitLeader(t, []*controllerProcess{a, b}, "")
+	a := env.StartReadyController(t, ns, leaderArgs...)
+	b := env.StartReadyController(t, ns, leaderArgs...)
+	leader, holder := waitLeader(t, []*localcluster.Controller{a, b}, "")
 	follower := a
 	if leader == a {
 		follower = b
 	}
 
-	kubectlIn(t, fooYAML("first", "first", 1), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("first", "first", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "first", 1)
 	if n := syncs(t, leader); n == 0 {
 		t.Errorf("the leader made %v syncs, want some", n)
@@ -169,24 +168,30 @@ func TestLeaderElection(t *testing.T) {
 
 	// SIGKILL: nobody releases the Lease; the follower takes it once it expires.
 	killed := time.Now()
-	_ = leader.stop(syscall.SIGKILL)
-	leader, holder = waitLeader(t, []*controllerProcess{follower}, holder)
+	_ = leader.Kill()
+	leader, holder = waitLeader(t, []*localcluster.Controller{follower}, holder)
 	killTakeover := time.Since(killed)
-	kubectlIn(t, fooYAML("second", "second", 1), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("second", "second", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "second", 1)
 
 	// SIGTERM: the leader finishes its work and releases the Lease on the way out.
-	standby := startReadyController(t, leaderArgs...)
+	standby := env.StartReadyController(t, ns, leaderArgs...)
 	terminated := time.Now()
-	if err := leader.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := leader.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = waitLeader(t, []*controllerProcess{standby}, holder)
+	_, _ = waitLeader(t, []*localcluster.Controller{standby}, holder)
 	termTakeover := time.Since(terminated)
-	if err := leader.stop(syscall.SIGTERM); err != nil {
-		t.Errorf("the leader exited with %v after SIGTERM, want a clean exit", err)
+	// Stop would send a second SIGTERM, on which the controller exits at once.
+	select {
+	case <-leader.Exited():
+		if err := leader.Err(); err != nil {
+			t.Errorf("the leader exited with %v after SIGTERM, want a clean exit", err)
+		}
+	case <-time.After(localcluster.ControllerStopGrace):
+		t.Errorf("the leader did not exit within %v of SIGTERM", localcluster.ControllerStopGrace)
 	}
-	kubectlIn(t, fooYAML("third", "third", 1), "apply", "-n", ns, "-f", "-")
+	env.KubectlIn(t, fooYAML("third", "third", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "third", 1)
 
 	fmt.Printf("leader election: takeover %.2fs after SIGKILL of the leader (lease duration %v + retry period %v), %.2fs after SIGTERM\n",
@@ -197,7 +202,7 @@ func TestLeaderElection(t *testing.T) {
 		t.Errorf("takeover after SIGTERM took %v: the Lease was not released", termTakeover)
 	}
 
-	list, err := env.kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
+	list, err := env.Kube.AppsV1().Deployments(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,12 +219,12 @@ func TestLeaderElection(t *testing.T) {
 
 // waitLeader waits until the Lease is held by one of procs, other than previous, and
 // returns that process and its identity.
-func waitLeader(t *testing.T, procs []*controllerProcess, previous string) (*controllerProcess, string) {
+func waitLeader(t *testing.T, procs []*localcluster.Controller, previous string) (*localcluster.Controller, string) {
 	t.Helper()
-	var leader *controllerProcess
+	var leader *localcluster.Controller
 	var holder string
-	eventually(t, timeout, "a new leader", func(ctx context.Context) (bool, string) {
-		lease, err := env.kube.CoordinationV1().Leases(deployNamespace).Get(ctx, "sample-controller", metav1.GetOptions{})
+	framework.Eventually(t, timeout, "a new leader", func(ctx context.Context) (bool, string) {
+		lease, err := env.Kube.CoordinationV1().Leases(framework.DeployNamespace).Get(ctx, "sample-controller", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -228,7 +233,7 @@ func waitLeader(t *testing.T, procs []*controllerProcess, previous string) (*con
 		}
 		holder = *lease.Spec.HolderIdentity
 		for _, p := range procs {
-			log, _ := os.ReadFile(p.logPath)
+			log, _ := os.ReadFile(p.LogPath())
 			if strings.Contains(string(log), fmt.Sprintf(`"Became the leader" identity=%q`, holder)) {
 				leader = p
 				return true, ""
@@ -239,86 +244,60 @@ func waitLeader(t *testing.T, procs []*controllerProcess, previous string) (*con
 	return leader, holder
 }
 
-// TestMetrics scrapes the shared controller after it has done some work.
+// TestMetrics scrapes a controller after it has done some work.
 func TestMetrics(t *testing.T) {
-	ns := newNamespace(t)
-	kubectlIn(t, fooYAML("measured", "measured", 1), "apply", "-n", ns, "-f", "-")
+	t.Parallel()
+	ns, p := env.NamespaceWithController(t)
+	env.KubectlIn(t, fooYAML("measured", "measured", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "measured", 1)
 
-	body := scrapeMetrics(t, sharedController())
+	m := scrapeMetrics(t, p)
 	for _, c := range []struct {
 		name   string
-		labels []string
+		labels map[string]string
 	}{
-		{"sample_controller_syncs_total", []string{`result="success"`}},
-		{"sample_controller_sync_duration_seconds_count", nil},
-		{"sample_controller_foos", []string{`ready="True"`}},
-		{"workqueue_adds_total", []string{`name="foos"`}},
-		{"workqueue_work_duration_seconds_count", []string{`name="foos"`}},
-		{"workqueue_queue_duration_seconds_count", []string{`name="foos"`}},
-		{"rest_client_requests_total", []string{`code="201"`, `method="POST"`}},
-		{"rest_client_request_duration_seconds_count", []string{`verb="POST"`}},
+		{"sample_controller_syncs_total", map[string]string{"result": "success"}},
+		{"sample_controller_sync_duration_seconds", nil},
+		{"sample_controller_foos", map[string]string{"ready": "True"}},
+		{"workqueue_adds_total", map[string]string{"name": "foos"}},
+		{"workqueue_work_duration_seconds", map[string]string{"name": "foos"}},
+		{"workqueue_queue_duration_seconds", map[string]string{"name": "foos"}},
+		{"rest_client_requests_total", map[string]string{"code": "201", "method": "POST"}},
+		{"rest_client_request_duration_seconds", map[string]string{"verb": "POST"}},
 	} {
-		if v := metricSum(body, c.name, c.labels...); v <= 0 {
+		// Histograms sum their sample counts, the _count series.
+		if v := m.Sum(c.name, c.labels); v <= 0 {
 			t.Errorf("%s%v = %v, want > 0", c.name, c.labels, v)
 		}
 	}
 	for _, name := range []string{"workqueue_depth", "workqueue_retries_total", "workqueue_longest_running_processor_seconds", "workqueue_unfinished_work_seconds"} {
-		if !strings.Contains(body, "\n"+name+`{name="foos"}`) {
+		if !m.Has(name, map[string]string{"name": "foos"}) {
 			t.Errorf("/metrics has no %s for the foos queue", name)
 		}
 	}
 }
 
 // scrapeMetrics returns a controller's /metrics.
-func scrapeMetrics(t *testing.T, p *controllerProcess) string {
+func scrapeMetrics(t *testing.T, p *localcluster.Controller) localcluster.Metrics {
 	t.Helper()
-	code, body := p.get(t.Context(), "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics = %d", code)
+	m, err := p.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return body
+	return m
 }
 
 // syncs is the total of sample_controller_syncs_total of a controller.
-func syncs(t *testing.T, p *controllerProcess) float64 {
+func syncs(t *testing.T, p *localcluster.Controller) float64 {
 	t.Helper()
-	return metricSum(scrapeMetrics(t, p), "sample_controller_syncs_total")
+	return scrapeMetrics(t, p).Sum("sample_controller_syncs_total", nil)
 }
 
 // failedSyncs is sample_controller_syncs_total of a controller for the results
 // error and rejected.
-func failedSyncs(t *testing.T, p *controllerProcess) (failed, rejected float64) {
+func failedSyncs(t *testing.T, p *localcluster.Controller) (failed, rejected float64) {
 	t.Helper()
-	body := scrapeMetrics(t, p)
-	return metricSum(body, "sample_controller_syncs_total", `result="error"`),
-		metricSum(body, "sample_controller_syncs_total", `result="rejected"`)
-}
-
-var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
-
-// metricSum adds up the samples of a metric that carry all of labels (each
-// name="value"), from the Prometheus text format.
-func metricSum(body, name string, labels ...string) float64 {
-	var sum float64
-	scanner := bufio.NewScanner(strings.NewReader(body))
-	for scanner.Scan() {
-		m := sample.FindStringSubmatch(scanner.Text())
-		if m == nil || m[1] != name || !hasAll(m[2], labels) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(m[3], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
-func hasAll(s string, subs []string) bool {
-	for _, sub := range subs {
-		if !strings.Contains(s, sub) {
-			return false
-		}
-	}
-	return true
+	m := scrapeMetrics(t, p)
+	return m.Sum("sample_controller_syncs_total", map[string]string{"result": "error"}),
+		m.Sum("sample_controller_syncs_total", map[string]string{"result": "rejected"})
 }

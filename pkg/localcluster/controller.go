@@ -1,0 +1,161 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+)
+
+// ControllerStopGrace is how long the controller may take to exit after SIGTERM: longer
+// than the 30 s it gives its in-flight syncs by default.
+const ControllerStopGrace = 40 * time.Second
+
+// BuildController builds the controller in the repository root into out, statically
+// and without local paths, as the image does. A failed build's output is in the error.
+func BuildController(ctx context.Context, root, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, ".")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the controller: %w\n%s", err, output)
+	}
+	return nil
+}
+
+// ControllerOptions says how StartController runs the controller binary.
+type ControllerOptions struct {
+	Bin        string
+	Kubeconfig string
+	// LogDir and Name place the log: <LogDir>/<Name>.log.
+	LogDir string
+	Name   string
+	// Args are extra flags, after the ones StartController sets, so they can override.
+	Args []string
+	Env  []string
+	// Stdout, if set, also receives the controller's output.
+	Stdout io.Writer
+
+	// MetricsAddress and ProbeAddress are where the controller serves; empty means a
+	// free port on 127.0.0.1 each, so that several controllers can run at once.
+	MetricsAddress string
+	ProbeAddress   string
+}
+
+// Controller is a running controller and the addresses it was told to serve on.
+type Controller struct {
+	*Process
+	// MetricsURL is http://host:port/metrics.
+	MetricsURL string
+	// ProbesURL is http://host:port, where /healthz and /readyz are.
+	ProbesURL string
+}
+
+// controllerClient is for the controller's own endpoints on loopback.
+var controllerClient = &http.Client{Timeout: 10 * time.Second}
+
+// StartController starts the controller with the kubeconfig and its serving addresses
+// as flags, and returns once it has started, before it serves anything.
+func StartController(ctx context.Context, opts ControllerOptions) (*Controller, error) {
+	if opts.MetricsAddress == "" || opts.ProbeAddress == "" {
+		ports, err := FreePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		if opts.MetricsAddress == "" {
+			opts.MetricsAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		}
+		if opts.ProbeAddress == "" {
+			opts.ProbeAddress = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+		}
+	}
+	metricsURL, err := loopbackURL(opts.MetricsAddress)
+	if err != nil {
+		return nil, err
+	}
+	probesURL, err := loopbackURL(opts.ProbeAddress)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--kubeconfig=" + opts.Kubeconfig,
+		"--metrics-bind-address=" + opts.MetricsAddress,
+		"--health-probe-bind-address=" + opts.ProbeAddress,
+	}, opts.Args...)
+	p, err := StartProcess(ProcessOptions{
+		Name:   opts.Name,
+		Bin:    opts.Bin,
+		Args:   args,
+		Env:    opts.Env,
+		LogDir: opts.LogDir,
+		Stdout: opts.Stdout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{Process: p, MetricsURL: metricsURL + "/metrics", ProbesURL: probesURL}, nil
+}
+
+// loopbackURL is the http URL to reach a bind address from this machine: an address
+// with no host or a wildcard one is reached on 127.0.0.1.
+func loopbackURL(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("controller bind address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// Get fetches path from the probes server, or the metrics URL for "/metrics", and
+// returns the status code and the body.
+func (c *Controller) Get(ctx context.Context, path string) (int, string, error) {
+	url := c.ProbesURL + path
+	if path == "/metrics" {
+		url = c.MetricsURL
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := controllerClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// WaitServing waits until /healthz answers at all, which means both servers listen:
+// the controller opens them together. ctx bounds the wait.
+func (c *Controller) WaitServing(ctx context.Context) error {
+	return waitFor(ctx, c.Process, c.Name()+" to serve", func(ctx context.Context) error {
+		_, _, err := c.Get(ctx, "/healthz")
+		return err
+	})
+}
+
+// WaitReady waits until /readyz answers 200, once the informer caches have synced.
+// ctx bounds the wait.
+func (c *Controller) WaitReady(ctx context.Context) error {
+	return waitFor(ctx, c.Process, c.Name()+" to be ready", func(ctx context.Context) error {
+		code, body, err := c.Get(ctx, "/readyz")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("/readyz: %d %s", code, body)
+		}
+		return err
+	})
+}
+
+// Metrics scrapes the controller's /metrics.
+func (c *Controller) Metrics(ctx context.Context) (Metrics, error) {
+	return ScrapeMetrics(ctx, controllerClient, c.MetricsURL)
+}

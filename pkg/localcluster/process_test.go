@@ -1,0 +1,183 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+func TestStopLeavesNoProcessOrGroup(t *testing.T) {
+	var terminal bytes.Buffer
+	// The child starts a grandchild in its group and waits for it, as a wrapper
+	// script would.
+	p, err := StartProcess(ProcessOptions{
+		Name:   "sleeper",
+		Bin:    "sh",
+		Args:   []string{"-c", "echo started; sleep 100 & sleep 100"},
+		LogDir: t.TempDir(),
+		Stdout: &terminal,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, p, "started\n")
+
+	began := time.Now()
+	err = p.Stop(5 * time.Second)
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("Stop = %v, want the process ended by SIGTERM", err)
+	}
+	if d := time.Since(began); d > 4*time.Second {
+		t.Errorf("Stop took %v for a process that exits on SIGTERM", d)
+	}
+	if !processGone(p.Pid()) {
+		t.Errorf("pid %d or its process group is still there after Stop", p.Pid())
+	}
+	if again := p.Stop(time.Second); again != err {
+		t.Errorf("second Stop = %v, want the first result %v", again, err)
+	}
+	select {
+	case <-p.Exited():
+	default:
+		t.Error("Exited is not closed after Stop")
+	}
+
+	log, err := os.ReadFile(p.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(log), `+ sh "-c"`) || !strings.Contains(string(log), "started\n") {
+		t.Errorf("log = %q, want the command line, then the output", log)
+	}
+	if terminal.String() != "started\n" {
+		t.Errorf("output copied to Stdout = %q, want %q", terminal.String(), "started\n")
+	}
+}
+
+func TestStopKillsWhatIgnoresSIGTERM(t *testing.T) {
+	p, err := StartProcess(ProcessOptions{
+		Name:   "stubborn",
+		Bin:    "sh",
+		Args:   []string{"-c", "trap '' TERM; echo trapped; sleep 100"},
+		LogDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, p, "trapped\n")
+	began := time.Now()
+	_ = p.Stop(200 * time.Millisecond)
+	if d := time.Since(began); d < 200*time.Millisecond {
+		t.Errorf("Stop returned after %v, before the grace period was over", d)
+	}
+	if !processGone(p.Pid()) {
+		t.Errorf("pid %d or its process group is still there after Stop", p.Pid())
+	}
+}
+
+func TestPauseAndResume(t *testing.T) {
+	p, err := StartProcess(ProcessOptions{Name: "sleeper", Bin: "sleep", Args: []string{"100"}, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, p.Pid(), "stopped", func(state byte) bool { return state == 'T' })
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, p.Pid(), "running again", func(state byte) bool { return state != 'T' })
+
+	// A paused process still gets its SIGTERM: Stop continues it.
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, p.Pid(), "stopped", func(state byte) bool { return state == 'T' })
+	began := time.Now()
+	_ = p.Stop(10 * time.Second)
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("stopping a paused process took %v: it waited for the grace period", d)
+	}
+	if err := p.Resume(); !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("Resume after Stop = %v, want os.ErrProcessDone", err)
+	}
+}
+
+func TestExitErrorShowsTheLog(t *testing.T) {
+	p, err := StartProcess(ProcessOptions{Name: "failing", Bin: "sh", Args: []string{"-c", "echo cannot bind; exit 3"}, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Exited()
+	msg := p.ExitError().Error()
+	if !strings.Contains(msg, "failing exited: exit status 3") || !strings.Contains(msg, "cannot bind") {
+		t.Errorf("ExitError = %q, want the exit status and the end of the log", msg)
+	}
+	if _, err := p.RSSBytes(); err == nil {
+		t.Error("RSSBytes of an exited process succeeded")
+	}
+}
+
+func TestRSSBytes(t *testing.T) {
+	p, err := StartProcess(ProcessOptions{Name: "sleeper", Bin: "sleep", Args: []string{"100"}, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	rss, err := p.RSSBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss < 4096 || rss > 1<<30 {
+		t.Errorf("RSSBytes = %d, want a few hundred kB for sleep", rss)
+	}
+
+	for _, bad := range []string{"Name:\tsleep\n", "VmRSS:\t12 MB\n"} {
+		if _, err := vmRSS(strings.NewReader(bad)); err == nil {
+			t.Errorf("vmRSS(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestFreePortsAreDistinct(t *testing.T) {
+	seen := map[int]bool{}
+	for range 3 {
+		ports, err := FreePorts(5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ports) != 5 {
+			t.Fatalf("FreePorts(5) returned %d ports", len(ports))
+		}
+		for _, port := range ports {
+			if seen[port] {
+				t.Errorf("port %d handed out twice", port)
+			}
+			seen[port] = true
+		}
+	}
+}
+
+// waitLog waits until the process's log contains s.
+func waitLog(t *testing.T, p *Process, s string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		log, err := os.ReadFile(p.LogPath())
+		return strings.Contains(string(log), s), err
+	})
+	if err != nil {
+		t.Fatalf("waiting for %q in the log of %s: %v", s, p.Name(), err)
+	}
+}

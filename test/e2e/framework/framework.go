@@ -1,0 +1,305 @@
+// Package framework is what the e2e tests share: a local cluster with artifacts/deploy
+// applied as a user applies it, the controller binary under test, and helpers that run
+// kubectl, make namespaces and start controllers scoped to one test, cleaned up with it.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+)
+
+const (
+	// DeployNamespace is where artifacts/deploy installs the controller.
+	DeployNamespace = "sample-controller-system"
+	// ServiceAccount is the controller's identity in artifacts/deploy.
+	ServiceAccount = "sample-controller"
+
+	// ImageArchiveEnv names an OCI archive built by hack/build-image.sh. When it is set,
+	// every test runs the binary taken out of that image instead of a fresh build.
+	ImageArchiveEnv = "E2E_IMAGE_ARCHIVE"
+
+	// Timeout bounds each wait for the controller and the cluster to converge. Pods on
+	// kwok nodes are Running within seconds; the margin is for a loaded CI machine.
+	Timeout = 90 * time.Second
+
+	crdName = "foos.samplecontroller.k8s.io"
+)
+
+// Env is the cluster and the controller binary every test shares.
+type Env struct {
+	RepoRoot string
+	// OutDir is _output/e2e: the cluster's state and every log, kept for inspection.
+	OutDir        string
+	KubectlBin    string // the kubectl binary
+	ControllerBin string
+	Kubeconfig    string // the admin's
+	// ControllerKubeconfig authenticates as the ServiceAccount of artifacts/deploy, so
+	// every test that runs a controller also proves that its RBAC suffices.
+	ControllerKubeconfig string
+
+	Cluster *localcluster.Cluster
+	Kube    kubernetes.Interface
+	Sample  clientset.Interface
+
+	// controllers counts the controllers started, to name their logs.
+	controllers atomic.Int64
+}
+
+// Setup gets the controller binary, starts the cluster and installs artifacts/deploy
+// with kubectl. On error nothing is left running.
+func Setup(ctx context.Context) (*Env, error) {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{RepoRoot: root, OutDir: filepath.Join(root, "_output", "e2e")}
+	if err := os.RemoveAll(e.OutDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(e.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	binDir, err := localcluster.DefaultBinDir()
+	if err != nil {
+		return nil, err
+	}
+	e.KubectlBin = filepath.Join(binDir, "kubectl")
+
+	// The controller comes first: a compile error should not wait for a cluster.
+	e.ControllerBin = filepath.Join(e.OutDir, "sample-controller")
+	if archive := os.Getenv(ImageArchiveEnv); archive != "" {
+		err = extractFromImage(ctx, binDir, archive, e.ControllerBin)
+	} else {
+		err = localcluster.BuildController(ctx, root, e.ControllerBin)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	e.Cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(e.OutDir, "cluster"), BinDir: binDir})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.install(ctx); err != nil {
+		return nil, errors.Join(err, e.TearDown())
+	}
+	return e, nil
+}
+
+// install makes the clients, applies artifacts/deploy exactly as a user does, and
+// writes the kubeconfig of its ServiceAccount.
+func (e *Env) install(ctx context.Context) error {
+	e.Kubeconfig = e.Cluster.KubeconfigPath()
+	cfg := e.Cluster.RESTConfig()
+	var err error
+	if e.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if e.Sample, err = clientset.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if out, err := e.KubectlRun(ctx, "", "apply", "-k", filepath.Join(e.RepoRoot, "artifacts", "deploy")); err != nil {
+		return fmt.Errorf("applying artifacts/deploy: %w\n%s", err, out)
+	}
+	if err := localcluster.WaitCRDsEstablished(ctx, cfg, crdName); err != nil {
+		return err
+	}
+	e.ControllerKubeconfig = filepath.Join(e.OutDir, "controller.kubeconfig")
+	return e.WriteServiceAccountKubeconfig(ctx, DeployNamespace, ServiceAccount, e.ControllerKubeconfig)
+}
+
+// TearDown stops the cluster, leaving no process behind; the tests' controllers are
+// stopped by their own cleanup.
+func (e *Env) TearDown() error {
+	return e.Cluster.Stop()
+}
+
+// NamespaceWithController creates a namespace for one test and starts a controller
+// watching only it (StartController), so that tests can run side by side.
+func (e *Env) NamespaceWithController(t *testing.T, args ...string) (string, *localcluster.Controller) {
+	t.Helper()
+	ns := e.NewNamespace(t)
+	return ns, e.StartController(t, ns, args...)
+}
+
+// StartController starts the controller as the ServiceAccount of artifacts/deploy,
+// watching only ns, with extra flags. It returns once the controller serves its probes
+// and stops it when t ends.
+func (e *Env) StartController(t *testing.T, ns string, args ...string) *localcluster.Controller {
+	t.Helper()
+	return e.StartControllerAs(t, e.ControllerKubeconfig, append([]string{"--namespace=" + ns}, args...)...)
+}
+
+// StartReadyController is StartController, returning once /readyz says the caches
+// have synced.
+func (e *Env) StartReadyController(t *testing.T, ns string, args ...string) *localcluster.Controller {
+	t.Helper()
+	c := e.StartController(t, ns, args...)
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// StartControllerAs starts the controller with kubeconfig and flags, its log in
+// OutDir named for the test. It returns once the controller serves its probes and
+// stops it when t ends.
+func (e *Env) StartControllerAs(t *testing.T, kubeconfig string, args ...string) *localcluster.Controller {
+	t.Helper()
+	name := fmt.Sprintf("controller-%d-%s", e.controllers.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
+	c, err := localcluster.StartController(t.Context(), localcluster.ControllerOptions{
+		Bin:        e.ControllerBin,
+		Kubeconfig: kubeconfig,
+		LogDir:     e.OutDir,
+		Name:       name,
+		Args:       append([]string{"-v=2"}, args...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(localcluster.ControllerStopGrace) })
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	defer cancel()
+	if err := c.WaitServing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// KubectlAs runs kubectl with a kubeconfig and stdin, and returns its combined output.
+func (e *Env) KubectlAs(ctx context.Context, kubeconfig, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, e.KubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// KubectlRun runs kubectl as the admin with stdin, and returns its combined output.
+func (e *Env) KubectlRun(ctx context.Context, stdin string, args ...string) (string, error) {
+	return e.KubectlAs(ctx, e.Kubeconfig, stdin, args...)
+}
+
+// Kubectl runs kubectl as the admin and fails the test if it fails.
+func (e *Env) Kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	return e.KubectlIn(t, "", args...)
+}
+
+// KubectlIn runs kubectl as the admin with stdin and fails the test if it fails.
+func (e *Env) KubectlIn(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, err := e.KubectlRun(t.Context(), stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// NewNamespace creates a namespace for one test and deletes it afterwards.
+func (e *Env) NewNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	ns, err := e.Kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		err := e.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting namespace %s: %v", ns.Name, err)
+		}
+	})
+	return ns.Name
+}
+
+// Eventually polls cond every 100 ms until it returns true, failing the test with
+// cond's last description after timeout.
+func Eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, state := cond(ctx)
+		last = state
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, last)
+	}
+}
+
+// WriteServiceAccountKubeconfig writes a kubeconfig that authenticates with a token of
+// the ServiceAccount, against the cluster of the admin kubeconfig, with the
+// ServiceAccount's namespace as the context's.
+func (e *Env) WriteServiceAccountKubeconfig(ctx context.Context, namespace, name, path string) error {
+	tokenRequest, err := e.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	admin, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	adminContext := admin.Contexts[admin.CurrentContext]
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = admin.Clusters[adminContext.Cluster]
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tokenRequest.Status.Token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name, Namespace: namespace}
+	cfg.CurrentContext = name
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// extractFromImage checks that the image runs its static binary as a non-root user,
+// and writes that binary to dest.
+func extractFromImage(ctx context.Context, binDir, archive, dest string) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "image"), "inspect", "--archive", archive, "--extract-entrypoint", dest).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("extracting the controller from %s: %w\n%s", archive, err, out)
+	}
+	var config struct {
+		User       string   `json:"user"`
+		Entrypoint []string `json:"entrypoint"`
+	}
+	if err := json.Unmarshal(out, &config); err != nil {
+		return fmt.Errorf("reading the image config: %w\n%s", err, out)
+	}
+	if uid, _, _ := strings.Cut(config.User, ":"); uid == "" || uid == "0" || uid == "root" {
+		return fmt.Errorf("the image runs as %q, want a non-root user", config.User)
+	}
+	if len(config.Entrypoint) != 1 || config.Entrypoint[0] != "/sample-controller" {
+		return fmt.Errorf("the image's entrypoint is %q, want [/sample-controller]", config.Entrypoint)
+	}
+	klog.FromContext(ctx).Info("Running the controller taken out of the image", "archive", archive, "user", config.User)
+	return nil
+}
