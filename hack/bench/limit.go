@@ -7,13 +7,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // limitName is the column and plot line of the limit.
@@ -148,13 +147,13 @@ func (w *limitWriter) work(ctx context.Context) bool {
 	foo, d := w.latest[i], w.deployments[i].DeepCopy()
 	w.mu.Unlock()
 
-	d.Spec.Replicas = ptr.To(*foo.Spec.Replicas)
+	d, _ = reconcile.UpdateDeployment(foo, d)
 	updated, err := w.g.kube.AppsV1().Deployments(foo.Namespace).Update(ctx, d, metav1.UpdateOptions{})
 	if err == nil {
 		w.mu.Lock()
 		w.deployments[i] = updated
 		w.mu.Unlock()
-		err = writeStatus(ctx, w.g, foo)
+		err = writeStatus(ctx, w.g, foo, updated)
 		if apierrors.IsConflict(err) {
 			// A newer patch of this Foo came in meanwhile, and its change queued the
 			// Foo again: that status write supersedes this one, as a controller's would.
@@ -198,58 +197,20 @@ func (w *limitWriter) stop() {
 // writeLikeController makes a controller's writes for a new Foo: it creates the
 // Deployment, then writes the status. It returns the Deployment created.
 func writeLikeController(ctx context.Context, g *group, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
-	d, err := g.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, limitDeployment(foo), metav1.CreateOptions{})
+	d, err := g.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
 	}
-	return d, writeStatus(ctx, g, foo)
+	return d, writeStatus(ctx, g, foo, d)
 }
 
-// writeStatus writes the status our controller writes for foo while its Deployment
-// has no Pods.
-func writeStatus(ctx context.Context, g *group, foo *samplev1alpha1.Foo) error {
+// writeStatus writes the status our controller writes for foo whose Deployment is d.
+func writeStatus(ctx context.Context, g *group, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
 	withStatus := foo.DeepCopy()
-	withStatus.Status = limitStatus(foo, metav1.Now())
+	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
 	_, err := g.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
 	}
 	return nil
-}
-
-// limitDeployment is a Deployment of the shape our controller creates for foo.
-func limitDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
-	labels := map[string]string{"samplecontroller.k8s.io/foo-uid": string(foo.UID)}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            foo.Spec.DeploymentName,
-			Namespace:       foo.Namespace,
-			Labels:          labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(foo, samplev1alpha1.SchemeGroupVersion.WithKind("Foo"))},
-		},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(*foo.Spec.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "nginx", Image: "nginx:latest"}}},
-			},
-		},
-	}
-}
-
-// limitStatus is the status of a Foo whose Deployment has no Pods (there is no
-// kube-controller-manager), about as our controller writes it.
-func limitStatus(foo *samplev1alpha1.Foo, now metav1.Time) samplev1alpha1.FooStatus {
-	return samplev1alpha1.FooStatus{
-		ObservedGeneration: foo.Generation,
-		Conditions: []metav1.Condition{{
-			Type:               samplev1alpha1.ConditionReady,
-			Status:             metav1.ConditionFalse,
-			Reason:             samplev1alpha1.ReasonDeploymentProgressing,
-			Message:            fmt.Sprintf("0 of %d replicas available", *foo.Spec.Replicas),
-			ObservedGeneration: foo.Generation,
-			LastTransitionTime: now,
-		}},
-	}
 }
