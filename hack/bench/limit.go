@@ -15,7 +15,7 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
-// limitName is the column and plot line of the limit.
+// limitName is the column of the limit.
 const limitName = "limit"
 
 // runLimit measures what a cold start of n Foos cannot beat on this machine: on a

@@ -1,7 +1,6 @@
 // Command bench measures the controller on a local control plane (etcd and
 // kube-apiserver only: no Pods, so Deployments get no status) and prints one markdown
-// table, with every figure also written to results.json and the cold starts plotted
-// to PNG files next to it. With --controller-binary it runs the same cases against
+// table, with every figure also written to results.json. With --controller-binary it runs the same cases against
 // another controller serving the same CRD and prints the two side by side.
 //
 //	cd hack/bench && go run . [flags]
@@ -90,7 +89,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
-	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json, the plots, and the logs (default: <repo>/_output/bench)")
+	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json and the logs (default: <repo>/_output/bench)")
 	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -79,7 +78,7 @@ func newResults(cfg config, controllers []controllerSpec) *results {
 	return res
 }
 
-// writeOutputs writes results.json and one plot per cold-start size to dir.
+// writeOutputs writes results.json to dir.
 func writeOutputs(dir string, res *results) error {
 	data, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
@@ -90,12 +89,5 @@ func writeOutputs(dir string, res *results) error {
 		return err
 	}
 	progressf("wrote %s", path)
-	for _, p := range coldStartPlots(res) {
-		path := filepath.Join(dir, fmt.Sprintf("coldstart-%d.png", p.foos))
-		if err := writePlot(path, p); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		progressf("wrote %s", path)
-	}
 	return nil
 }
