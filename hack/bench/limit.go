@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,202 +14,150 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
-// limitName is the column of the limit.
-const limitName = "limit"
-
-// runLimit measures what a cold start of n Foos cannot beat on this machine: on a
-// fresh cluster with n Foos, a client without rate limit makes the same writes a
-// controller must make, one Deployment create and one status update per Foo, with
-// --workers requests in flight. It is timed from its first request to the moment the
-// watch has seen every Deployment and status, as a controller's cold start is.
+// limit is the bench making a controller's writes itself, with no watch, no cache and
+// no other process in between: what this apiserver accepts from one client without a
+// rate limit and with --workers requests in flight.
 //
-// With rates, the same cluster then measures the limit of the reaction case at each
-// rate: the bench follows every patch of a Foo at once with the Deployment update and
-// the status update a controller would make, so the latency left is the apiserver's.
-func runLimit(ctx context.Context, env *benchEnv, n int, rates []int) (coldStart, []reaction, error) {
-	cs := coldStart{Foos: n}
-	g, err := startGroup(ctx, env, fmt.Sprintf("%s-%d", limitName, n))
-	if err != nil {
-		return cs, nil, err
-	}
-	defer g.stop()
+// In a cold start it makes, per Foo, the Deployment create and the status update. In
+// the reaction case, as each patch returns, the Deployment update and the status
+// update, through a work queue that holds each Foo once, as a controller would.
+type limit struct{}
 
-	foos, before, err := g.seedFoos(ctx, n)
-	if err != nil {
-		return cs, nil, err
-	}
+func (limit) column() string   { return "limit" }
+func (limit) isLimit() bool    { return true }
+func (limit) rule() statusRule { return ruleReady }
 
-	progressf("%s: writing %d Deployments and statuses with %d requests in flight", g.name, n, env.cfg.workers)
-	conv := newConvergence(foos, ruleReady)
-	g.watch.setHandlers(conv.observeDeployment, conv.observeFoo)
-	defer g.watch.setHandlers(nil, nil)
-	start := time.Now()
-	conv.begin(start)
-
-	ctxWrite, cancel := context.WithTimeout(ctx, env.cfg.coldStartTimeout)
-	defer cancel()
-	// The Deployments as last written, for the reaction case's updates.
-	deployments := make([]*appsv1.Deployment, n)
-	writeErr := parallel(ctxWrite, n, env.cfg.workers, func(ctx context.Context, i int) error {
-		var err error
-		deployments[i], err = writeLikeController(ctx, g, foos[i])
-		return err
-	})
-	if writeErr != nil && ctx.Err() == nil && ctxWrite.Err() == nil {
-		return cs, nil, writeErr
-	}
-	if err := waitConverged(ctxWrite, g, conv, nil, env.cfg.coldStartTimeout); err != nil && ctx.Err() != nil {
-		return cs, nil, err
-	}
-	cs.fill(conv, time.Since(start))
-	if cs.Converged {
-		progressf("%s: converged %d Foos in %.2f s", g.name, n, cs.Seconds)
-	} else {
-		progressf("%s: %s", g.name, cs.timedOutText())
-	}
-	if err := cs.countRequests(ctx, g, before); err != nil {
-		return cs, nil, err
-	}
-	g.watch.setHandlers(nil, nil)
-	if len(rates) == 0 {
-		return cs, nil, nil
-	}
-	if !cs.Converged {
-		progressf("%s: skipping the limit of the reaction case", g.name)
-		return cs, nil, nil
-	}
-
-	writer := startLimitWriter(ctx, g, deployments, env.cfg.workers)
-	defer writer.stop()
-	var reactions []reaction
-	for _, rate := range rates {
-		r, err := runReaction(ctx, g, limitName, nil, writer.changed, rate)
-		r.WriteErrors = writer.takeFailures()
-		if r.WriteErrors > 0 {
-			progressf("%s: %d of the limit's writes failed at %d/s", g.name, r.WriteErrors, rate)
-		}
-		if err != nil {
-			return cs, reactions, err
-		}
-		reactions = append(reactions, r)
-	}
-	return cs, reactions, nil
+func (limit) start(ctx context.Context, s *session) error {
+	progressf("%s: writing a Deployment and a status per Foo with %d requests in flight", s.name, s.cfg.workers)
+	s.limit = startLimit(ctx, s)
+	return nil
 }
 
-// limitWriter makes, for the limit of the reaction case, the writes a controller makes
-// when a Foo's spec changed: the Deployment update, then the status update. It hears
-// of each change from the patch's response, so no watch stands in between, and it
-// works as a controller does: a work queue that holds each Foo once, and --workers
-// workers.
-type limitWriter struct {
-	g     *group
-	queue workqueue.TypedInterface[int]
-	wg    sync.WaitGroup
+// limitRun is a limit's writers on one session.
+type limitRun struct {
+	s      *session
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	queue  workqueue.TypedInterface[int] // Foos to follow, by index
 
 	mu          sync.Mutex
-	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
 	deployments []*appsv1.Deployment        // by index, as last written
+	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
 	failed      int
 }
 
-func startLimitWriter(ctx context.Context, g *group, deployments []*appsv1.Deployment, workers int) *limitWriter {
-	w := &limitWriter{
-		g:           g,
+// startLimit makes the cold start's writes, and starts the workers that follow the
+// reaction case's patches.
+func startLimit(ctx context.Context, s *session) *limitRun {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &limitRun{
+		s:           s,
+		cancel:      cancel,
 		queue:       workqueue.NewTyped[int](),
+		deployments: make([]*appsv1.Deployment, len(s.foos)),
 		latest:      map[int]*samplev1alpha1.Foo{},
-		deployments: deployments,
 	}
-	for range workers {
-		w.wg.Go(func() {
-			for w.work(ctx) {
+	l.wg.Go(func() {
+		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return l.create(ctx, i) })
+		if err != nil && ctx.Err() == nil {
+			s.fail(err)
+		}
+	})
+	for range s.cfg.workers {
+		l.wg.Go(func() {
+			for l.work(ctx) {
 			}
 		})
 	}
-	return w
+	return l
 }
 
-// changed is the follower: Foo i was patched to foo.
-func (w *limitWriter) changed(i int, foo *samplev1alpha1.Foo) {
-	w.mu.Lock()
-	w.latest[i] = foo
-	w.mu.Unlock()
-	w.queue.Add(i)
+// create makes a controller's writes for the i-th Foo, new: the Deployment, the status.
+func (l *limitRun) create(ctx context.Context, i int) error {
+	foo := l.s.foos[i]
+	d, err := l.s.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
+	}
+	l.mu.Lock()
+	l.deployments[i] = d
+	l.mu.Unlock()
+	return l.writeStatus(ctx, foo, d)
 }
 
-func (w *limitWriter) work(ctx context.Context) bool {
-	i, shutdown := w.queue.Get()
+// writeStatus writes the status our controller computes for foo whose Deployment is d.
+func (l *limitRun) writeStatus(ctx context.Context, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
+	withStatus := foo.DeepCopy()
+	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
+	if _, err := l.s.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
+	}
+	return nil
+}
+
+// follow queues the writes for the i-th Foo, which a patch changed to foo. It does not
+// block the sender.
+func (l *limitRun) follow(i int, foo *samplev1alpha1.Foo) {
+	l.mu.Lock()
+	l.latest[i] = foo
+	l.mu.Unlock()
+	l.queue.Add(i)
+}
+
+// work makes the writes for one queued Foo: the Deployment update, then the status.
+func (l *limitRun) work(ctx context.Context) bool {
+	i, shutdown := l.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer w.queue.Done(i)
-	w.mu.Lock()
-	foo, d := w.latest[i], w.deployments[i].DeepCopy()
-	w.mu.Unlock()
+	defer l.queue.Done(i)
+	l.mu.Lock()
+	foo, d := l.latest[i], l.deployments[i]
+	l.mu.Unlock()
 
 	d, _ = reconcile.UpdateDeployment(foo, d)
-	updated, err := w.g.kube.AppsV1().Deployments(foo.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+	deployments := l.s.kube.AppsV1().Deployments(foo.Namespace)
+	updated, err := deployments.Update(ctx, d, metav1.UpdateOptions{})
 	if err == nil {
-		w.mu.Lock()
-		w.deployments[i] = updated
-		w.mu.Unlock()
-		err = writeStatus(ctx, w.g, foo, updated)
-		if apierrors.IsConflict(err) {
-			// A newer patch of this Foo came in meanwhile, and its change queued the
-			// Foo again: that status write supersedes this one, as a controller's would.
+		l.mu.Lock()
+		l.deployments[i] = updated
+		l.mu.Unlock()
+		// A conflict means a newer patch of this Foo came in meanwhile and queued it
+		// again: that status write supersedes this one, as a controller's would.
+		if err = l.writeStatus(ctx, foo, updated); apierrors.IsConflict(err) {
 			err = nil
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		w.mu.Lock()
-		w.failed++
-		first := w.failed == 1
-		w.mu.Unlock()
+		l.mu.Lock()
+		l.failed++
+		first := l.failed == 1
+		l.mu.Unlock()
 		if first {
-			progressf("%s: %v", w.g.name, err)
+			progressf("%s: %v", l.s.name, err)
 		}
-		// A Deployment that may have changed on the server is read again, so that one
-		// failure does not make every later update of this Foo conflict.
-		if fresh, getErr := w.g.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
-			w.mu.Lock()
-			w.deployments[i] = fresh
-			w.mu.Unlock()
+		// Read the Deployment again, so that one failure does not make every later
+		// update of this Foo conflict.
+		if fresh, getErr := deployments.Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
+			l.mu.Lock()
+			l.deployments[i] = fresh
+			l.mu.Unlock()
 		}
 	}
 	return true
 }
 
 // takeFailures returns how many writes failed since the last call.
-func (w *limitWriter) takeFailures() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := w.failed
-	w.failed = 0
+func (l *limitRun) takeFailures() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.failed
+	l.failed = 0
 	return n
 }
 
-// stop lets the workers finish what is queued, and waits for them.
-func (w *limitWriter) stop() {
-	w.queue.ShutDownWithDrain()
-	w.wg.Wait()
-}
-
-// writeLikeController makes a controller's writes for a new Foo: it creates the
-// Deployment, then writes the status. It returns the Deployment created.
-func writeLikeController(ctx context.Context, g *group, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
-	d, err := g.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
-	}
-	return d, writeStatus(ctx, g, foo, d)
-}
-
-// writeStatus writes the status our controller writes for foo whose Deployment is d.
-func writeStatus(ctx context.Context, g *group, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
-	withStatus := foo.DeepCopy()
-	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
-	_, err := g.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
-	}
-	return nil
+func (l *limitRun) stop() {
+	l.cancel()
+	l.queue.ShutDown()
+	l.wg.Wait()
 }
