@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
@@ -18,18 +22,32 @@ import (
 // no other process in between: what this apiserver accepts from one client without a
 // rate limit and with --workers requests in flight.
 //
-// In a cold start it makes, per Foo, the Deployment create and the status update. In
-// the reaction case, as each patch returns, the Deployment update and the status
-// update, through a work queue that holds each Foo once, as a controller would.
-type limit struct{}
+// In a cold start it makes, per Foo, what our controller makes: the Deployment create,
+// with Events the DeploymentCreated Event, and the status update. In the reaction case,
+// as each patch returns, the Deployment update and the status update, through a work
+// queue that holds each Foo once, as a controller would; a change of the Foo's own
+// spec records no event.
+type limit struct {
+	Events bool `json:"events"`
+}
 
-func (limit) column() string   { return "limit" }
+func (l limit) column() string {
+	if l.Events {
+		return "limit with events"
+	}
+	return "limit"
+}
+
 func (limit) isLimit() bool    { return true }
 func (limit) rule() statusRule { return ruleReady }
 
-func (limit) start(ctx context.Context, s *session) error {
-	progressf("%s: writing a Deployment and a status per Foo with %d requests in flight", s.name, s.cfg.workers)
-	s.limit = startLimit(ctx, s)
+func (l limit) start(ctx context.Context, s *session) error {
+	writes := "a Deployment and a status"
+	if l.Events {
+		writes = "a Deployment, an Event and a status"
+	}
+	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, s.cfg.workers)
+	s.limit = startLimit(ctx, s, l.Events)
 	return nil
 }
 
@@ -48,7 +66,7 @@ type limitRun struct {
 
 // startLimit makes the cold start's writes, and starts the workers that follow the
 // reaction case's patches.
-func startLimit(ctx context.Context, s *session) *limitRun {
+func startLimit(ctx context.Context, s *session, events bool) *limitRun {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &limitRun{
 		s:           s,
@@ -58,7 +76,7 @@ func startLimit(ctx context.Context, s *session) *limitRun {
 		latest:      map[int]*samplev1alpha1.Foo{},
 	}
 	l.wg.Go(func() {
-		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return l.create(ctx, i) })
+		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return l.create(ctx, i, events) })
 		if err != nil && ctx.Err() == nil {
 			s.fail(err)
 		}
@@ -72,8 +90,9 @@ func startLimit(ctx context.Context, s *session) *limitRun {
 	return l
 }
 
-// create makes a controller's writes for the i-th Foo, new: the Deployment, the status.
-func (l *limitRun) create(ctx context.Context, i int) error {
+// create makes a controller's writes for the i-th Foo, new: the Deployment, the
+// Event if asked, the status.
+func (l *limitRun) create(ctx context.Context, i int, events bool) error {
 	foo := l.s.foos[i]
 	d, err := l.s.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
 	if err != nil {
@@ -82,6 +101,11 @@ func (l *limitRun) create(ctx context.Context, i int) error {
 	l.mu.Lock()
 	l.deployments[i] = d
 	l.mu.Unlock()
+	if events {
+		if _, err := l.s.kube.EventsV1().Events(foo.Namespace).Create(ctx, createdEvent(foo, d, time.Now()), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("recording the creation of Deployment %s: %w", d.Name, err)
+		}
+	}
 	return l.writeStatus(ctx, foo, d)
 }
 
@@ -93,6 +117,27 @@ func (l *limitRun) writeStatus(ctx context.Context, foo *samplev1alpha1.Foo, d *
 		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
 	}
 	return nil
+}
+
+// createdEvent is the Event our controller records when it has created d for foo, as
+// client-go's events.EventRecorder builds it.
+func createdEvent(foo *samplev1alpha1.Foo, d *appsv1.Deployment, now time.Time) *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", foo.Name, now.UnixNano()), Namespace: foo.Namespace},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: "sample-controller",
+		ReportingInstance:   "sample-controller-bench",
+		Action:              "Create",
+		Reason:              reconcile.EventDeploymentCreated,
+		Regarding:           objectReference(reconcile.FooGVK.GroupVersion().String(), "Foo", &foo.ObjectMeta),
+		Related:             ptr.To(objectReference("apps/v1", "Deployment", &d.ObjectMeta)),
+		Note:                fmt.Sprintf("Created Deployment %q", d.Name),
+		Type:                corev1.EventTypeNormal,
+	}
+}
+
+func objectReference(apiVersion, kind string, m *metav1.ObjectMeta) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
 // follow queues the writes for the i-th Foo, which a patch changed to foo. It does not

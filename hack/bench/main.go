@@ -195,6 +195,9 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 			}
 			out = append(out, sessionPlan{limit{}, n, cases})
 		}
+		if limitColdStart {
+			out = append(out, sessionPlan{limit{Events: true}, n, []benchCase{coldStartCase{record: true}}})
+		}
 		for _, c := range controllers {
 			cases := []benchCase{coldStartCase{record: cfg.cases[caseColdStart]}}
 			if full {

@@ -50,8 +50,10 @@ func TestPlan(t *testing.T) {
 		args: []string{"--foos=100,1000", "--rates=25,100"},
 		want: []string{
 			"limit 100: cold start",
+			"limit with events 100: cold start",
 			"ours 100: cold start",
 			"limit 1000: cold start, reaction 25/s, reaction 100/s",
+			"limit with events 1000: cold start",
 			"ours 1000: cold start, steady, memory, reaction 25/s, reaction 100/s",
 		},
 	}, {
@@ -59,8 +61,10 @@ func TestPlan(t *testing.T) {
 		args: []string{"--foos=50, 10", "--steady-foos=20", "--cases=steady,limit"},
 		want: []string{
 			"limit 10: cold start",
+			"limit with events 10: cold start",
 			"ours 20: cold start (unreported), steady",
 			"limit 50: cold start",
+			"limit with events 50: cold start",
 		},
 	}, {
 		name: "the reaction case alone brings its limit",

@@ -36,7 +36,7 @@ func TestRatio(t *testing.T) {
 	}
 }
 
-// sampleResults is a run of ours, a classic controller and the limit on 100 Foos,
+// sampleResults is a run of ours, a classic controller and both limits on 100 Foos,
 // with the later cases on 100 Foos; the classic one timed out on 1000.
 func sampleResults() *results {
 	heap := 6.0 * (1 << 20)
@@ -45,6 +45,13 @@ func sampleResults() *results {
 			Column: "limit", Limit: true, Foos: 100,
 			ColdStart: &coldStartResult{Foos: 100, Converged: true, Seconds: 0.25, PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1}, PerFooTotal: 2},
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, AchievedRate: 100, P50Ms: 8, P99Ms: 20, MaxMs: 30, DeadlineSeconds: 120}},
+		},
+		{
+			Column: "limit with events", Limit: true, Foos: 100,
+			ColdStart: &coldStartResult{
+				Foos: 100, Converged: true, Seconds: 0.5,
+				PerFoo: map[string]float64{"POST deployments": 1, "POST events": 1, "PUT foos/status": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
+			},
 		},
 		{
 			Column: "ours", Foos: 100,
@@ -76,21 +83,22 @@ func sampleResults() *results {
 func TestMarkdownComparison(t *testing.T) {
 	got := buildTable(sampleResults()).markdown()
 	for _, want := range []string{
-		"| case | ours | classic | classic ÷ ours | limit |\n| --- | --: | --: | --: | --: |\n",
-		"| cold start, 100 Foos (s) | 0.500 | 20.0 | 40.0× | 0.250 |\n",
-		"| cold start, 100 Foos ÷ limit (×) | 2.00 | 80.0 | 40.0× |  |\n",
-		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 1.50× | 2.00 |\n",
-		"| requests per Foo, 100 Foos: POST events | 0 | 1.00 | ∞ | 0 |\n",
-		"| events written per Foo, 100 Foos | 1.00 | 1.00 | 1.00× | 0 |\n",
-		"| cold start, 1000 Foos (s) |  | timed out: 812 of 1000 after 600 s |  |  |\n",
-		"| requests per Foo, 1000 Foos: total |  | n/a (timed out) |  |  |\n",
-		"| steady state, 100 Foos: writes per minute | 0 | 300 | ∞ |  |\n",
-		"| RSS per 10000 unrelated Deployments (MiB) | 10.0 | 200 | 20.0× |  |\n",
-		"| heap in use, 100 Foos (MiB) | 6.00 | n/a |  |  |\n",
-		"| reaction, 100 changes/s: sent per second | 100 | 90.0 | 0.900× | 100 |\n",
-		"| reaction, 100 changes/s: delivered within 120 s | 1000 of 1000 | 0 of 1000 | 0× | 1000 of 1000 |\n",
-		"| reaction, 100 changes/s: p50 (ms) | 12.0 | none delivered |  | 8.00 |\n",
-		"| reaction, 100 changes/s: p99 ÷ limit (×) | 2.00 |  |  |  |\n",
+		"| case | ours | classic | classic ÷ ours | limit | limit with events |\n| --- | --: | --: | --: | --: | --: |\n",
+		"| cold start, 100 Foos (s) | 0.500 | 20.0 | 40.0× | 0.250 | 0.500 |\n",
+		"| cold start, 100 Foos ÷ limit (×) | 2.00 | 80.0 | 40.0× |  |  |\n",
+		"| cold start, 100 Foos ÷ limit with events (×) | 1.00 | 40.0 | 40.0× |  |  |\n",
+		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 1.50× | 2.00 | 3.00 |\n",
+		"| requests per Foo, 100 Foos: POST events | 0 | 1.00 | ∞ | 0 | 1.00 |\n",
+		"| events written per Foo, 100 Foos | 1.00 | 1.00 | 1.00× | 0 | 1.00 |\n",
+		"| cold start, 1000 Foos (s) |  | timed out: 812 of 1000 after 600 s |  |  |  |\n",
+		"| requests per Foo, 1000 Foos: total |  | n/a (timed out) |  |  |  |\n",
+		"| steady state, 100 Foos: writes per minute | 0 | 300 | ∞ |  |  |\n",
+		"| RSS per 10000 unrelated Deployments (MiB) | 10.0 | 200 | 20.0× |  |  |\n",
+		"| heap in use, 100 Foos (MiB) | 6.00 | n/a |  |  |  |\n",
+		"| reaction, 100 changes/s: sent per second | 100 | 90.0 | 0.900× | 100 |  |\n",
+		"| reaction, 100 changes/s: delivered within 120 s | 1000 of 1000 | 0 of 1000 | 0× | 1000 of 1000 |  |\n",
+		"| reaction, 100 changes/s: p50 (ms) | 12.0 | none delivered |  | 8.00 |  |\n",
+		"| reaction, 100 changes/s: p99 ÷ limit (×) | 2.00 |  |  |  |  |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q; table:\n%s", want, got)
@@ -107,6 +115,7 @@ func TestMarkdownComparison(t *testing.T) {
 	want := []string{
 		"cold start, 100 Foos (s)",
 		"cold start, 100 Foos ÷ limit (×)",
+		"cold start, 100 Foos ÷ limit with events (×)",
 		"requests per Foo, 100 Foos: total",
 		"requests per Foo, 100 Foos: POST deployments",
 		"requests per Foo, 100 Foos: POST events",
