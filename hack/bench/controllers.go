@@ -53,11 +53,11 @@ func (c controller) command(kubeconfig string) []string {
 
 // start starts the controller process. Its exit ends the session's cases with an
 // error; the session stops it when they are done.
-func (c controller) start(_ context.Context, s *session) error {
+func (c controller) start(ctx context.Context, s *session) error {
 	kubeconfig := s.cluster.KubeconfigPath()
 	name := s.name + "-controller"
 	if c.Ours {
-		ctrl, err := startController(controllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: c.command(kubeconfig)})
+		ctrl, err := startController(ctx, controllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: c.command(kubeconfig)})
 		if err != nil {
 			return err
 		}

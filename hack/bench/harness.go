@@ -72,18 +72,13 @@ func startProcess(o processOptions) (*process, error) {
 // Exited is closed once the process has exited.
 func (p *process) Exited() <-chan struct{} { return p.exited }
 
-// ExitError says how the process ended, or nil while it runs.
+// ExitError describes an exit the bench did not ask for; call it once Exited is closed.
 func (p *process) ExitError() error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s exited: %v; see %s", p.name, p.waitErr, p.logPath)
-	default:
-		return nil
-	}
+	return fmt.Errorf("%s exited: %v; see %s", p.name, p.waitErr, p.logPath)
 }
 
 // Stop sends SIGTERM to the process group, SIGKILL after grace, and waits for the exit.
-func (p *process) Stop(grace time.Duration) {
+func (p *process) Stop(grace time.Duration) error {
 	select {
 	case <-p.exited:
 	default:
@@ -95,12 +90,15 @@ func (p *process) Stop(grace time.Duration) {
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
+	return nil
 }
 
 // RSSBytes is the process's resident set size (VmRSS).
 func (p *process) RSSBytes() (int64, error) {
-	if err := p.ExitError(); err != nil {
-		return 0, err
+	select {
+	case <-p.exited:
+		return 0, p.ExitError()
+	default:
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
@@ -136,7 +134,7 @@ type controllerProcess struct {
 
 // startController runs our controller with its metrics and probes on free loopback
 // ports that it is told, so nothing depends on the wording of its logs.
-func startController(o controllerOptions) (*controllerProcess, error) {
+func startController(_ context.Context, o controllerOptions) (*controllerProcess, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err

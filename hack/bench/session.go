@@ -165,7 +165,9 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 // least 64 MB each); the logs stay.
 func (s *session) stop() {
 	if s.proc != nil {
-		s.proc.Stop(controllerStopGrace)
+		if err := s.proc.Stop(controllerStopGrace); err != nil {
+			progressf("%s: %v", s.name, err)
+		}
 	}
 	if s.limit != nil {
 		s.limit.stop()

@@ -21,9 +21,8 @@ import (
 // change, with the time it arrived, to the collector observing it. It only watches,
 // so the bench adds no requests while a controller is measured.
 type watcher struct {
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-	foos   cache.Store
+	stop func()
+	foos cache.Store
 
 	mu           sync.Mutex
 	onDeployment func(d *appsv1.Deployment, at time.Time)
@@ -31,9 +30,6 @@ type watcher struct {
 }
 
 func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (*watcher, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &watcher{cancel: cancel}
-
 	// Deployments lose their managedFields, of no use here; Foos keep theirs, which
 	// tell whether a status was written.
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
@@ -47,29 +43,24 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0, sampleinformers.WithNamespace(benchNamespace))
 	deployments := kubeFactory.Apps().V1().Deployments().Informer()
 	foos := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
-	w.foos = foos.GetStore()
-
-	_, err := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	ctx, cancel := context.WithCancel(ctx)
+	w := &watcher{foos: foos.GetStore(), stop: func() {
+		cancel()
+		kubeFactory.Shutdown()
+		sampleFactory.Shutdown()
+	}}
+	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.deliver(obj, time.Now()) },
 		UpdateFunc: func(_, obj any) { w.deliver(obj, time.Now()) },
-	})
-	if err == nil {
-		_, err = foos.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { w.deliver(obj, time.Now()) },
-			UpdateFunc: func(_, obj any) { w.deliver(obj, time.Now()) },
-		})
 	}
-	if err != nil {
-		cancel()
-		return nil, err
+	for _, informer := range []cache.SharedIndexInformer{deployments, foos} {
+		if _, err := informer.AddEventHandler(handler); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	kubeFactory.Start(ctx.Done())
 	sampleFactory.Start(ctx.Done())
-	w.done.Go(func() {
-		<-ctx.Done()
-		kubeFactory.Shutdown()
-		sampleFactory.Shutdown()
-	})
 	if !cache.WaitForCacheSync(ctx.Done(), deployments.HasSynced, foos.HasSynced) {
 		w.stop()
 		return nil, fmt.Errorf("watching the bench namespace: caches did not sync: %w", context.Cause(ctx))
@@ -102,8 +93,3 @@ func (w *watcher) deliver(obj any, at time.Time) {
 
 // fooCount is the number of Foos the watch has seen.
 func (w *watcher) fooCount() int { return len(w.foos.ListKeys()) }
-
-func (w *watcher) stop() {
-	w.cancel()
-	w.done.Wait()
-}
