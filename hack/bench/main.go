@@ -246,16 +246,11 @@ func run(ctx context.Context, cfg config) error {
 		cfg.outDir = filepath.Join(root, "_output", "bench")
 	}
 	// The controller is built, and run, from other directories.
-	if cfg.outDir, err = filepath.Abs(cfg.outDir); err != nil {
-		return err
-	}
-	if cfg.controllerBinary != "" {
-		if cfg.controllerBinary, err = filepath.Abs(cfg.controllerBinary); err != nil {
-			return err
+	for _, path := range []*string{&cfg.outDir, &cfg.controllerBinary, &cfg.ourBinary} {
+		if *path == "" {
+			continue
 		}
-	}
-	if cfg.ourBinary != "" {
-		if cfg.ourBinary, err = filepath.Abs(cfg.ourBinary); err != nil {
+		if *path, err = filepath.Abs(*path); err != nil {
 			return err
 		}
 	}
