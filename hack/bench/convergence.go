@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ func (r statusRule) String() string {
 	return "status.observedGeneration == metadata.generation and a Ready condition"
 }
 
+// MarshalText writes the rule into results.json in words.
+func (r statusRule) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 func (r statusRule) satisfied(f *samplev1alpha1.Foo) bool {
 	if r == ruleWritten {
 		return slices.ContainsFunc(f.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
@@ -43,98 +47,73 @@ func (r statusRule) satisfied(f *samplev1alpha1.Foo) bool {
 		meta.FindStatusCondition(f.Status.Conditions, samplev1alpha1.ConditionReady) != nil
 }
 
-// wantDeployment is what a Foo's Deployment must look like.
-type wantDeployment struct {
-	fooUID   types.UID
-	replicas int32
-}
-
-// deploymentMatches says whether d is the Deployment the Foo asks for: its name is
+// deploymentMatches says whether d is the Deployment foo asks for: its name is
 // spec.deploymentName (the key it was looked up by), its replicas are spec.replicas,
-// and the Foo is its controller.
-func deploymentMatches(d *appsv1.Deployment, want wantDeployment) bool {
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != want.replicas {
-		return false
-	}
+// and foo is its controller.
+func deploymentMatches(d *appsv1.Deployment, foo *samplev1alpha1.Foo) bool {
 	owner := metav1.GetControllerOf(d)
-	return owner != nil && owner.UID == want.fooUID
+	return d.Spec.Replicas != nil && *d.Spec.Replicas == *foo.Spec.Replicas && owner != nil && owner.UID == foo.UID
 }
 
-// convergence follows a cold start from the watch events: it records when each
-// Deployment first appeared, and signals done once every Deployment matches its Foo
-// and every Foo's status satisfies the rule, all at once.
+// convergence is the collector of a cold start: from the watch events it records
+// when each Deployment first appeared, and when every Deployment matched its Foo and
+// every Foo's status satisfied the rule, all at once.
 type convergence struct {
-	rule statusRule
+	rule  statusRule
+	start time.Time // the origin of the times: the controller's start, or the limit's
 
-	mu         sync.Mutex
-	start      time.Time
-	want       map[string]wantDeployment // by Deployment name
-	fooUIDs    map[types.UID]bool
-	depOK      map[string]bool
-	fooOK      map[types.UID]bool
-	nDep, nFoo int
-	arrived    map[string]bool
-	arrivals   []time.Duration // since start, in arrival order
-	done       chan struct{}
-	doneAfter  time.Duration
+	mu           sync.Mutex
+	byDeployment map[string]*fooProgress // by spec.deploymentName
+	byUID        map[types.UID]*fooProgress
+	nDep, nFoo   int       // Deployments that match, statuses that satisfy the rule
+	arrivals     []float64 // seconds since start at which each Deployment first appeared
+	doneAfter    time.Duration
+	done         bool
 }
 
-// newConvergence expects the Deployments of foos. Times count from begin.
-func newConvergence(foos []*samplev1alpha1.Foo, rule statusRule) *convergence {
-	c := &convergence{
-		rule:    rule,
-		start:   time.Now(),
-		want:    make(map[string]wantDeployment, len(foos)),
-		fooUIDs: make(map[types.UID]bool, len(foos)),
-		depOK:   make(map[string]bool, len(foos)),
-		fooOK:   make(map[types.UID]bool, len(foos)),
-		arrived: make(map[string]bool, len(foos)),
-		done:    make(chan struct{}),
-	}
+type fooProgress struct {
+	foo                         *samplev1alpha1.Foo
+	arrived, deployment, status bool
+}
+
+// newConvergence expects the Deployments of foos.
+func newConvergence(foos []*samplev1alpha1.Foo, rule statusRule, start time.Time) *convergence {
+	c := &convergence{rule: rule, start: start, byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}}
 	for _, f := range foos {
-		c.want[f.Spec.DeploymentName] = wantDeployment{fooUID: f.UID, replicas: *f.Spec.Replicas}
-		c.fooUIDs[f.UID] = true
+		p := &fooProgress{foo: f}
+		c.byDeployment[f.Spec.DeploymentName], c.byUID[f.UID] = p, p
 	}
 	return c
-}
-
-// begin sets the origin of the times: the start of the controller, or of the limit's
-// requests.
-func (c *convergence) begin(start time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.start = start
 }
 
 func (c *convergence) observeDeployment(d *appsv1.Deployment, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	want, ok := c.want[d.Name]
+	p, ok := c.byDeployment[d.Name]
 	if !ok {
 		return
 	}
-	if !c.arrived[d.Name] {
-		c.arrived[d.Name] = true
-		c.arrivals = append(c.arrivals, at.Sub(c.start))
+	if !p.arrived {
+		p.arrived = true
+		c.arrivals = append(c.arrivals, at.Sub(c.start).Seconds())
 	}
-	c.nDep += flip(c.depOK, d.Name, deploymentMatches(d, want))
+	c.nDep += flip(&p.deployment, deploymentMatches(d, p.foo))
 	c.checkDone(at)
 }
 
 func (c *convergence) observeFoo(f *samplev1alpha1.Foo, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.fooUIDs[f.UID] {
-		return
+	if p, ok := c.byUID[f.UID]; ok {
+		c.nFoo += flip(&p.status, c.rule.satisfied(f))
+		c.checkDone(at)
 	}
-	c.nFoo += flip(c.fooOK, f.UID, c.rule.satisfied(f))
-	c.checkDone(at)
 }
 
-// flip sets m[k] to v and returns the change in the number of true values.
-func flip[K comparable](m map[K]bool, k K, v bool) int {
-	was := m[k]
-	m[k] = v
+// flip sets *b to v and returns the change in the number of true values.
+func flip(b *bool, v bool) int {
+	was := *b
+	*b = v
 	switch {
 	case v && !was:
 		return 1
@@ -145,32 +124,35 @@ func flip[K comparable](m map[K]bool, k K, v bool) int {
 }
 
 func (c *convergence) checkDone(at time.Time) {
-	if c.nDep < len(c.want) || c.nFoo < len(c.fooUIDs) {
-		return
-	}
-	select {
-	case <-c.done:
-	default:
-		c.doneAfter = at.Sub(c.start)
-		close(c.done)
+	if !c.done && c.nDep == len(c.byUID) && c.nFoo == len(c.byUID) {
+		c.done, c.doneAfter = true, at.Sub(c.start)
 	}
 }
 
-// progress is how many Deployments match and how many statuses satisfy the rule.
-func (c *convergence) progress() (deployments, statuses int) {
+func (c *convergence) isDone() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.nDep, c.nFoo
+	return c.done
 }
 
-// arrivalSeconds are the times the Deployments first appeared, in seconds since start.
-func (c *convergence) arrivalSeconds() []float64 {
+// progress says how many Deployments match and how many statuses satisfy the rule.
+func (c *convergence) progress() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]float64, len(c.arrivals))
-	for i, a := range c.arrivals {
-		out[i] = a.Seconds()
+	return fmt.Sprintf("%d of %d Deployments, %d of %d statuses", c.nDep, len(c.byUID), c.nFoo, len(c.byUID))
+}
+
+// result is the cold start as far as it got; waited is the time waited, for one
+// that did not converge.
+func (c *convergence) result(waited time.Duration) coldStartResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := coldStartResult{
+		Foos: len(c.byUID), Converged: c.done, Seconds: waited.Seconds(),
+		DeploymentsDone: c.nDep, StatusesDone: c.nFoo, Arrivals: slices.Sorted(slices.Values(c.arrivals)),
 	}
-	slices.Sort(out)
-	return out
+	if c.done {
+		r.Seconds = c.doneAfter.Seconds()
+	}
+	return r
 }

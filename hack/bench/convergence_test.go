@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -79,7 +80,6 @@ func TestStatusRule(t *testing.T) {
 
 func TestDeploymentMatches(t *testing.T) {
 	foo := newFoo("a", 3)
-	want := wantDeployment{fooUID: foo.UID, replicas: 3}
 	other := newFoo("b", 3)
 	notController := newDeploymentOf(foo, 3)
 	notController.OwnerReferences[0].Controller = nil
@@ -96,7 +96,7 @@ func TestDeploymentMatches(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := deploymentMatches(tt.d, want); got != tt.want {
+			if got := deploymentMatches(tt.d, foo); got != tt.want {
 				t.Errorf("deploymentMatches = %v, want %v", got, tt.want)
 			}
 		})
@@ -107,43 +107,39 @@ func TestConvergence(t *testing.T) {
 	a, b := newFoo("a", 1), newFoo("b", 2)
 	start := time.Unix(100, 0)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	c := newConvergence([]*samplev1alpha1.Foo{a, b}, ruleReady)
-	c.begin(start)
-	isDone := func() bool {
-		select {
-		case <-c.done:
-			return true
-		default:
-			return false
-		}
-	}
+	c := newConvergence([]*samplev1alpha1.Foo{a, b}, ruleReady, start)
 
 	c.observeDeployment(newDeploymentOf(a, 1), at(100))
 	c.observeDeployment(newDeploymentOf(b, 1), at(200)) // wrong replicas: arrived, not done
 	c.observeDeployment(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}, at(250))
 	c.observeFoo(withReadyStatus(a, 1), at(300))
 	c.observeFoo(withReadyStatus(b, 1), at(400))
-	if deps, statuses := c.progress(); deps != 1 || statuses != 2 || isDone() {
-		t.Fatalf("progress = %d, %d, done %v; want 1, 2, not done", deps, statuses, isDone())
+	if got, want := c.progress(), "1 of 2 Deployments, 2 of 2 statuses"; got != want || c.isDone() {
+		t.Fatalf("progress = %q, done %v; want %q, not done", got, c.isDone(), want)
 	}
 	c.observeFoo(withReadyStatus(a, 0), at(450)) // a status can fall behind again
-	if _, statuses := c.progress(); statuses != 1 {
-		t.Fatalf("statuses = %d after one fell behind, want 1", statuses)
+	if got, want := c.progress(), "1 of 2 Deployments, 1 of 2 statuses"; got != want {
+		t.Fatalf("progress = %q after a status fell behind, want %q", got, want)
 	}
 	c.observeFoo(withReadyStatus(a, 1), at(460))
 	c.observeDeployment(newDeploymentOf(b, 2), at(500))
-	if !isDone() {
+	c.observeDeployment(newDeploymentOf(b, 2), at(900)) // later events change nothing
+	if !c.isDone() {
 		t.Fatal("not done with every Deployment and status in place")
 	}
-	if c.doneAfter != 500*time.Millisecond {
-		t.Errorf("doneAfter = %v, want 500ms", c.doneAfter)
+	want := coldStartResult{Foos: 2, Converged: true, Seconds: 0.5, DeploymentsDone: 2, StatusesDone: 2, Arrivals: []float64{0.1, 0.2}}
+	if got := c.result(time.Minute); !reflect.DeepEqual(got, want) {
+		t.Errorf("result = %+v, want %+v", got, want)
 	}
-	if got := c.arrivalSeconds(); len(got) != 2 || got[0] != 0.1 || got[1] != 0.2 {
-		t.Errorf("arrivals = %v, want [0.1 0.2]", got)
-	}
-	// Later events change nothing.
-	c.observeDeployment(newDeploymentOf(b, 2), at(900))
-	if c.doneAfter != 500*time.Millisecond {
-		t.Errorf("doneAfter moved to %v", c.doneAfter)
+}
+
+func TestConvergenceTimedOut(t *testing.T) {
+	a := newFoo("a", 1)
+	c := newConvergence([]*samplev1alpha1.Foo{a, newFoo("b", 1)}, ruleReady, time.Unix(100, 0))
+	c.observeDeployment(newDeploymentOf(a, 1), time.Unix(101, 0))
+	c.observeFoo(withReadyStatus(a, 1), time.Unix(102, 0))
+	r := c.result(time.Minute)
+	if r.Converged || r.Seconds != 60 || r.timedOutText() != "timed out: 1 of 2 after 60 s" {
+		t.Errorf("result = %+v, %q", r, r.timedOutText())
 	}
 }

@@ -1,13 +1,14 @@
 // The benchmark of `make bench`: runs the controller on a local control plane and
-// prints what it costs. Kept out of the product module so that its extra dependencies
-// (the plot's fonts) never reach the controller's.
+// prints what it costs. Kept out of the product module so that what only the bench
+// needs never reaches the controller's dependencies.
 module github.com/seed-e6610ed6/sample-controller/hack/bench
 
 go 1.26.0
 
 require (
+	github.com/prometheus/client_model v0.6.2
+	github.com/prometheus/common v0.70.0
 	github.com/seed-e6610ed6/sample-controller v0.0.0-00010101000000-000000000000
-	golang.org/x/image v0.47.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

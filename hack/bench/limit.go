@@ -8,248 +8,201 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
-// limitName is the column and plot line of the limit.
-const limitName = "limit"
-
-// runLimit measures what a cold start of n Foos cannot beat on this machine: on a
-// fresh cluster with n Foos, a client without rate limit makes the same writes a
-// controller must make, one Deployment create and one status update per Foo, with
-// --workers requests in flight. It is timed from its first request to the moment the
-// watch has seen every Deployment and status, as a controller's cold start is.
+// limit is the bench making a controller's writes itself, with no watch, no cache and
+// no other process in between: what this apiserver accepts from one client without a
+// rate limit and with --workers requests in flight.
 //
-// With rates, the same cluster then measures the limit of the reaction case at each
-// rate: the bench follows every patch of a Foo at once with the Deployment update and
-// the status update a controller would make, so the latency left is the apiserver's.
-func runLimit(ctx context.Context, env *benchEnv, n int, rates []int) (coldStart, []reaction, error) {
-	cs := coldStart{Foos: n}
-	g, err := startGroup(ctx, env, fmt.Sprintf("%s-%d", limitName, n))
-	if err != nil {
-		return cs, nil, err
-	}
-	defer g.stop()
-
-	foos, before, err := g.seedFoos(ctx, n)
-	if err != nil {
-		return cs, nil, err
-	}
-
-	progressf("%s: writing %d Deployments and statuses with %d requests in flight", g.name, n, env.cfg.workers)
-	conv := newConvergence(foos, ruleReady)
-	g.watch.setHandlers(conv.observeDeployment, conv.observeFoo)
-	defer g.watch.setHandlers(nil, nil)
-	start := time.Now()
-	conv.begin(start)
-
-	ctxWrite, cancel := context.WithTimeout(ctx, env.cfg.coldStartTimeout)
-	defer cancel()
-	// The Deployments as last written, for the reaction case's updates.
-	deployments := make([]*appsv1.Deployment, n)
-	writeErr := parallel(ctxWrite, n, env.cfg.workers, func(ctx context.Context, i int) error {
-		var err error
-		deployments[i], err = writeLikeController(ctx, g, foos[i])
-		return err
-	})
-	if writeErr != nil && ctx.Err() == nil && ctxWrite.Err() == nil {
-		return cs, nil, writeErr
-	}
-	if err := waitConverged(ctxWrite, g, conv, nil, env.cfg.coldStartTimeout); err != nil && ctx.Err() != nil {
-		return cs, nil, err
-	}
-	cs.fill(conv, time.Since(start))
-	if cs.Converged {
-		progressf("%s: converged %d Foos in %.2f s", g.name, n, cs.Seconds)
-	} else {
-		progressf("%s: %s", g.name, cs.timedOutText())
-	}
-	if err := cs.countRequests(ctx, g, before); err != nil {
-		return cs, nil, err
-	}
-	g.watch.setHandlers(nil, nil)
-	if len(rates) == 0 {
-		return cs, nil, nil
-	}
-	if !cs.Converged {
-		progressf("%s: skipping the limit of the reaction case", g.name)
-		return cs, nil, nil
-	}
-
-	writer := startLimitWriter(ctx, g, deployments, env.cfg.workers)
-	defer writer.stop()
-	var reactions []reaction
-	for _, rate := range rates {
-		r, err := runReaction(ctx, g, limitName, nil, writer.changed, rate)
-		r.WriteErrors = writer.takeFailures()
-		if r.WriteErrors > 0 {
-			progressf("%s: %d of the limit's writes failed at %d/s", g.name, r.WriteErrors, rate)
-		}
-		if err != nil {
-			return cs, reactions, err
-		}
-		reactions = append(reactions, r)
-	}
-	return cs, reactions, nil
+// In a cold start it makes, per Foo, what our controller makes: the Deployment create,
+// with Events the DeploymentCreated Event, and the status update. In the reaction case,
+// as each patch returns, the Deployment update and the status update, through a work
+// queue that holds each Foo once, as a controller would; a change of the Foo's own
+// spec records no event.
+type limit struct {
+	Events bool `json:"events"`
 }
 
-// limitWriter makes, for the limit of the reaction case, the writes a controller makes
-// when a Foo's spec changed: the Deployment update, then the status update. It hears
-// of each change from the patch's response, so no watch stands in between, and it
-// works as a controller does: a work queue that holds each Foo once, and --workers
-// workers.
-type limitWriter struct {
-	g     *group
-	queue workqueue.TypedInterface[int]
-	wg    sync.WaitGroup
+func (l limit) column() string {
+	if l.Events {
+		return "limit with events"
+	}
+	return "limit"
+}
+
+func (limit) isLimit() bool    { return true }
+func (limit) rule() statusRule { return ruleReady }
+
+func (l limit) start(ctx context.Context, s *session) error {
+	writes := "a Deployment and a status"
+	if l.Events {
+		writes = "a Deployment, an Event and a status"
+	}
+	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, s.cfg.workers)
+	s.limit = startLimit(ctx, s, l.Events)
+	return nil
+}
+
+// limitRun is a limit's writers on one session.
+type limitRun struct {
+	s      *session
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	queue  workqueue.TypedInterface[int] // Foos to follow, by index
 
 	mu          sync.Mutex
-	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
 	deployments []*appsv1.Deployment        // by index, as last written
+	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
 	failed      int
 }
 
-func startLimitWriter(ctx context.Context, g *group, deployments []*appsv1.Deployment, workers int) *limitWriter {
-	w := &limitWriter{
-		g:           g,
+// startLimit makes the cold start's writes, and starts the workers that follow the
+// reaction case's patches.
+func startLimit(ctx context.Context, s *session, events bool) *limitRun {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &limitRun{
+		s:           s,
+		cancel:      cancel,
 		queue:       workqueue.NewTyped[int](),
+		deployments: make([]*appsv1.Deployment, len(s.foos)),
 		latest:      map[int]*samplev1alpha1.Foo{},
-		deployments: deployments,
 	}
-	for range workers {
-		w.wg.Go(func() {
-			for w.work(ctx) {
+	l.wg.Go(func() {
+		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return l.create(ctx, i, events) })
+		if err != nil && ctx.Err() == nil {
+			s.fail(err)
+		}
+	})
+	for range s.cfg.workers {
+		l.wg.Go(func() {
+			for l.work(ctx) {
 			}
 		})
 	}
-	return w
+	return l
 }
 
-// changed is the follower: Foo i was patched to foo.
-func (w *limitWriter) changed(i int, foo *samplev1alpha1.Foo) {
-	w.mu.Lock()
-	w.latest[i] = foo
-	w.mu.Unlock()
-	w.queue.Add(i)
+// create makes a controller's writes for the i-th Foo, new: the Deployment, the
+// Event if asked, the status.
+func (l *limitRun) create(ctx context.Context, i int, events bool) error {
+	foo := l.s.foos[i]
+	d, err := l.s.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
+	}
+	l.mu.Lock()
+	l.deployments[i] = d
+	l.mu.Unlock()
+	if events {
+		if _, err := l.s.kube.EventsV1().Events(foo.Namespace).Create(ctx, createdEvent(foo, d, time.Now()), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("recording the creation of Deployment %s: %w", d.Name, err)
+		}
+	}
+	return l.writeStatus(ctx, foo, d)
 }
 
-func (w *limitWriter) work(ctx context.Context) bool {
-	i, shutdown := w.queue.Get()
+// writeStatus writes the status our controller computes for foo whose Deployment is d.
+func (l *limitRun) writeStatus(ctx context.Context, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
+	withStatus := foo.DeepCopy()
+	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
+	if _, err := l.s.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
+	}
+	return nil
+}
+
+// createdEvent is the Event our controller records when it has created d for foo, as
+// client-go's events.EventRecorder builds it.
+func createdEvent(foo *samplev1alpha1.Foo, d *appsv1.Deployment, now time.Time) *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", foo.Name, now.UnixNano()), Namespace: foo.Namespace},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: "sample-controller",
+		ReportingInstance:   "sample-controller-bench",
+		Action:              "Create",
+		Reason:              reconcile.EventDeploymentCreated,
+		Regarding:           objectReference(reconcile.FooGVK.GroupVersion().String(), "Foo", &foo.ObjectMeta),
+		Related:             ptr.To(objectReference("apps/v1", "Deployment", &d.ObjectMeta)),
+		Note:                fmt.Sprintf("Created Deployment %q", d.Name),
+		Type:                corev1.EventTypeNormal,
+	}
+}
+
+func objectReference(apiVersion, kind string, m *metav1.ObjectMeta) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
+}
+
+// follow queues the writes for the i-th Foo, which a patch changed to foo. It does not
+// block the sender.
+func (l *limitRun) follow(i int, foo *samplev1alpha1.Foo) {
+	l.mu.Lock()
+	l.latest[i] = foo
+	l.mu.Unlock()
+	l.queue.Add(i)
+}
+
+// work makes the writes for one queued Foo: the Deployment update, then the status.
+func (l *limitRun) work(ctx context.Context) bool {
+	i, shutdown := l.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer w.queue.Done(i)
-	w.mu.Lock()
-	foo, d := w.latest[i], w.deployments[i].DeepCopy()
-	w.mu.Unlock()
+	defer l.queue.Done(i)
+	l.mu.Lock()
+	foo, d := l.latest[i], l.deployments[i]
+	l.mu.Unlock()
 
-	d.Spec.Replicas = ptr.To(*foo.Spec.Replicas)
-	updated, err := w.g.kube.AppsV1().Deployments(foo.Namespace).Update(ctx, d, metav1.UpdateOptions{})
+	d, _ = reconcile.UpdateDeployment(foo, d)
+	deployments := l.s.kube.AppsV1().Deployments(foo.Namespace)
+	updated, err := deployments.Update(ctx, d, metav1.UpdateOptions{})
 	if err == nil {
-		w.mu.Lock()
-		w.deployments[i] = updated
-		w.mu.Unlock()
-		err = writeStatus(ctx, w.g, foo)
-		if apierrors.IsConflict(err) {
-			// A newer patch of this Foo came in meanwhile, and its change queued the
-			// Foo again: that status write supersedes this one, as a controller's would.
+		l.mu.Lock()
+		l.deployments[i] = updated
+		l.mu.Unlock()
+		// A conflict means a newer patch of this Foo came in meanwhile and queued it
+		// again: that status write supersedes this one, as a controller's would.
+		if err = l.writeStatus(ctx, foo, updated); apierrors.IsConflict(err) {
 			err = nil
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		w.mu.Lock()
-		w.failed++
-		first := w.failed == 1
-		w.mu.Unlock()
+		l.mu.Lock()
+		l.failed++
+		first := l.failed == 1
+		l.mu.Unlock()
 		if first {
-			progressf("%s: %v", w.g.name, err)
+			progressf("%s: %v", l.s.name, err)
 		}
-		// A Deployment that may have changed on the server is read again, so that one
-		// failure does not make every later update of this Foo conflict.
-		if fresh, getErr := w.g.kube.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
-			w.mu.Lock()
-			w.deployments[i] = fresh
-			w.mu.Unlock()
+		// Read the Deployment again, so that one failure does not make every later
+		// update of this Foo conflict.
+		if fresh, getErr := deployments.Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
+			l.mu.Lock()
+			l.deployments[i] = fresh
+			l.mu.Unlock()
 		}
 	}
 	return true
 }
 
 // takeFailures returns how many writes failed since the last call.
-func (w *limitWriter) takeFailures() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := w.failed
-	w.failed = 0
+func (l *limitRun) takeFailures() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.failed
+	l.failed = 0
 	return n
 }
 
-// stop lets the workers finish what is queued, and waits for them.
-func (w *limitWriter) stop() {
-	w.queue.ShutDownWithDrain()
-	w.wg.Wait()
-}
-
-// writeLikeController makes a controller's writes for a new Foo: it creates the
-// Deployment, then writes the status. It returns the Deployment created.
-func writeLikeController(ctx context.Context, g *group, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
-	d, err := g.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, limitDeployment(foo), metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
-	}
-	return d, writeStatus(ctx, g, foo)
-}
-
-// writeStatus writes the status our controller writes for foo while its Deployment
-// has no Pods.
-func writeStatus(ctx context.Context, g *group, foo *samplev1alpha1.Foo) error {
-	withStatus := foo.DeepCopy()
-	withStatus.Status = limitStatus(foo, metav1.Now())
-	_, err := g.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
-	}
-	return nil
-}
-
-// limitDeployment is a Deployment of the shape our controller creates for foo.
-func limitDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
-	labels := map[string]string{"samplecontroller.k8s.io/foo-uid": string(foo.UID)}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            foo.Spec.DeploymentName,
-			Namespace:       foo.Namespace,
-			Labels:          labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(foo, samplev1alpha1.SchemeGroupVersion.WithKind("Foo"))},
-		},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(*foo.Spec.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "nginx", Image: "nginx:latest"}}},
-			},
-		},
-	}
-}
-
-// limitStatus is the status of a Foo whose Deployment has no Pods (there is no
-// kube-controller-manager), about as our controller writes it.
-func limitStatus(foo *samplev1alpha1.Foo, now metav1.Time) samplev1alpha1.FooStatus {
-	return samplev1alpha1.FooStatus{
-		ObservedGeneration: foo.Generation,
-		Conditions: []metav1.Condition{{
-			Type:               samplev1alpha1.ConditionReady,
-			Status:             metav1.ConditionFalse,
-			Reason:             samplev1alpha1.ReasonDeploymentProgressing,
-			Message:            fmt.Sprintf("0 of %d replicas available", *foo.Spec.Replicas),
-			ObservedGeneration: foo.Generation,
-			LastTransitionTime: now,
-		}},
-	}
+func (l *limitRun) stop() {
+	l.cancel()
+	l.queue.ShutDown()
+	l.wg.Wait()
 }

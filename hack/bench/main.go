@@ -1,8 +1,7 @@
 // Command bench measures the controller on a local control plane (etcd and
 // kube-apiserver only: no Pods, so Deployments get no status) and prints one markdown
-// table, with every figure also written to results.json and the cold starts plotted
-// to PNG files next to it. With --controller-binary it runs the same cases against
-// another controller serving the same CRD and prints the two side by side.
+// table, with every figure also in results.json. With --controller-binary it runs the
+// same cases against another controller serving the same CRD, side by side.
 //
 //	cd hack/bench && go run . [flags]
 //
@@ -53,6 +52,8 @@ type config struct {
 
 	outDir string
 	cases  caseSet
+	// flags are every flag's value, for results.json.
+	flags map[string]string
 }
 
 // The case groups --cases can pick.
@@ -90,7 +91,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
-	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json, the plots, and the logs (default: <repo>/_output/bench)")
+	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json and the logs (default: <repo>/_output/bench)")
 	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -125,6 +126,8 @@ func parseFlags(args []string) (config, error) {
 	if cfg.controllerName == "" && cfg.controllerBinary != "" {
 		cfg.controllerName = filepath.Base(cfg.controllerBinary)
 	}
+	cfg.flags = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { cfg.flags[f.Name] = f.Value.String() })
 	return cfg, nil
 }
 
@@ -145,22 +148,67 @@ func parseInts(flagName, s string) ([]int, error) {
 	return out, nil
 }
 
-// fooSizes are the cold starts to run: every --foos, and --steady-foos, whose cold
-// start sets up the later cases.
-func (cfg config) fooSizes() []int {
+// sessionPlan is one session: a fresh cluster with foos Foos, the driver that makes
+// the controller's writes on it, and the cases that run there in order.
+type sessionPlan struct {
+	driver driver
+	foos   int
+	cases  []benchCase
+}
+
+// plan is the table of cases: for every size, the limits and every controller, each
+// on a fresh cluster, beginning with a cold start. The controllers' clusters of
+// --steady-foos go on with the steady-state, memory and reaction cases, and the
+// limit's with the reaction case.
+func plan(cfg config, controllers []driver) []sessionPlan {
+	var later, reactions []benchCase
+	if cfg.cases[caseSteady] {
+		later = append(later, steadyCase{})
+	}
+	if cfg.cases[caseMemory] {
+		later = append(later, memoryCase{})
+	}
+	if cfg.cases[caseReaction] {
+		for _, rate := range cfg.rates {
+			reactions = append(reactions, reactionCase{rate: rate})
+		}
+	}
+	later = append(later, reactions...)
+
 	var sizes []int
 	if cfg.cases[caseColdStart] || cfg.cases[caseLimit] {
 		sizes = append(sizes, cfg.foos...)
 	}
-	if cfg.needsSteadyGroup() {
+	if len(later) > 0 {
 		sizes = append(sizes, cfg.steadyFoos)
 	}
 	slices.Sort(sizes)
-	return slices.Compact(sizes)
-}
 
-func (cfg config) needsSteadyGroup() bool {
-	return cfg.cases[caseSteady] || cfg.cases[caseMemory] || cfg.cases[caseReaction]
+	var out []sessionPlan
+	for _, n := range slices.Compact(sizes) {
+		full := n == cfg.steadyFoos
+		limitColdStart := cfg.cases[caseLimit] && slices.Contains(cfg.foos, n)
+		if limitColdStart || full && len(reactions) > 0 {
+			cases := []benchCase{coldStartCase{record: limitColdStart}}
+			if full {
+				cases = append(cases, reactions...)
+			}
+			out = append(out, sessionPlan{limit{}, n, cases})
+		}
+		if limitColdStart {
+			out = append(out, sessionPlan{limit{Events: true}, n, []benchCase{coldStartCase{record: true}}})
+		}
+		for _, c := range controllers {
+			cases := []benchCase{coldStartCase{record: cfg.cases[caseColdStart]}}
+			if full {
+				cases = append(cases, later...)
+			}
+			if len(cases) > 1 || cfg.cases[caseColdStart] {
+				out = append(out, sessionPlan{c, n, cases})
+			}
+		}
+	}
+	return out
 }
 
 func main() {
@@ -198,16 +246,11 @@ func run(ctx context.Context, cfg config) error {
 		cfg.outDir = filepath.Join(root, "_output", "bench")
 	}
 	// The controller is built, and run, from other directories.
-	if cfg.outDir, err = filepath.Abs(cfg.outDir); err != nil {
-		return err
-	}
-	if cfg.controllerBinary != "" {
-		if cfg.controllerBinary, err = filepath.Abs(cfg.controllerBinary); err != nil {
-			return err
+	for _, path := range []*string{&cfg.outDir, &cfg.controllerBinary, &cfg.ourBinary} {
+		if *path == "" {
+			continue
 		}
-	}
-	if cfg.ourBinary != "" {
-		if cfg.ourBinary, err = filepath.Abs(cfg.ourBinary); err != nil {
+		if *path, err = filepath.Abs(*path); err != nil {
 			return err
 		}
 	}
@@ -219,120 +262,27 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	controllers := []controllerSpec{ours}
+	controllers := []driver{ours}
 	if cfg.controllerBinary != "" {
 		controllers = append(controllers, foreignController(cfg))
 	}
 
-	env := &benchEnv{cfg: cfg, root: root}
-	res := newResults(cfg, controllers)
-	runErr := runCases(ctx, env, controllers, res)
+	res := &results{Started: time.Now(), Flags: cfg.flags}
+	var runErr error
+	for _, p := range plan(cfg, controllers) {
+		r, err := runSession(ctx, cfg, root, p)
+		res.Runs = append(res.Runs, r)
+		if err != nil {
+			runErr = fmt.Errorf("%s, %d Foos: %w", p.driver.column(), p.foos, err)
+			break
+		}
+	}
 
 	// Whatever was measured is reported, also after an error or Ctrl-C.
 	res.Finished = time.Now()
-	if err := writeOutputs(cfg.outDir, res); err != nil {
+	if err := writeResults(cfg.outDir, res); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
-	fmt.Print(renderMarkdown(res, buildRows(res)))
+	fmt.Print(buildTable(res).markdown())
 	return runErr
-}
-
-// runCases runs every cold-start size: for each controller a fresh cluster, then the
-// limit in another fresh cluster. The cluster of --steady-foos goes on with the
-// steady-state, memory and reaction cases once its cold start has converged, and so
-// does the limit's with the reaction case.
-func runCases(ctx context.Context, env *benchEnv, controllers []controllerSpec, res *results) error {
-	cfg := env.cfg
-	for _, n := range cfg.fooSizes() {
-		for i, c := range controllers {
-			full := n == cfg.steadyFoos && cfg.needsSteadyGroup()
-			if !cfg.cases[caseColdStart] && !full {
-				continue
-			}
-			if err := runControllerGroup(ctx, env, c, n, full, &res.Controllers[i]); err != nil {
-				return fmt.Errorf("%s, %d Foos: %w", c.name, n, err)
-			}
-		}
-		coldStartLimit := cfg.cases[caseLimit] && slices.Contains(cfg.foos, n)
-		var rates []int
-		if cfg.cases[caseReaction] && n == cfg.steadyFoos {
-			rates = cfg.rates
-		}
-		if coldStartLimit || len(rates) > 0 {
-			lim, reactions, err := runLimit(ctx, env, n, rates)
-			res.LimitReactions = append(res.LimitReactions, reactions...)
-			if err != nil {
-				return fmt.Errorf("limit, %d Foos: %w", n, err)
-			}
-			if coldStartLimit {
-				res.Limit = append(res.Limit, lim)
-			}
-		}
-	}
-	return nil
-}
-
-// runControllerGroup runs one controller's cold start of n Foos on a fresh cluster,
-// and when full is set the later cases on the same cluster.
-func runControllerGroup(ctx context.Context, env *benchEnv, c controllerSpec, n int, full bool, out *controllerResults) error {
-	cfg := env.cfg
-	g, err := startGroup(ctx, env, fmt.Sprintf("%s-%d", c.name, n))
-	if err != nil {
-		return err
-	}
-	defer g.stop()
-
-	cs, proc, err := runColdStart(ctx, g, c, n)
-	if proc != nil {
-		defer proc.stop()
-	}
-	if err != nil {
-		return err
-	}
-	if cfg.cases[caseColdStart] {
-		out.ColdStarts = append(out.ColdStarts, cs)
-	}
-	if !full {
-		return nil
-	}
-	if !cs.Converged {
-		progressf("%s: cold start of %d Foos did not converge; skipping the steady-state, memory and reaction cases", c.name, n)
-		out.Skipped = fmt.Sprintf("cold start of %d Foos did not converge", n)
-		return nil
-	}
-	if cfg.cases[caseSteady] {
-		st, err := runSteady(ctx, g, c)
-		if err != nil {
-			return err
-		}
-		out.Steady = &st
-	}
-	if cfg.cases[caseMemory] {
-		mem, err := runMemory(ctx, g, c, proc)
-		if err != nil {
-			return err
-		}
-		out.Memory = &mem
-	}
-	if cfg.cases[caseReaction] {
-		for _, rate := range cfg.rates {
-			r, err := runReaction(ctx, g, c.name, proc, nil, rate)
-			if err != nil {
-				return err
-			}
-			out.Reactions = append(out.Reactions, r)
-		}
-	}
-	return nil
-}
-
-// benchEnv is what every case needs to know about the run.
-type benchEnv struct {
-	cfg  config
-	root string
-}
-
-// progressf prints a progress line to stderr.
-func progressf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }

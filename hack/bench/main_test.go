@@ -1,13 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-func TestParseFlagsDefaults(t *testing.T) {
+func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -23,32 +24,14 @@ func TestParseFlagsDefaults(t *testing.T) {
 			t.Errorf("case %s is not on by default", c)
 		}
 	}
-	// The steady-state size is one of the cold starts, so it runs once.
-	if got := cfg.fooSizes(); !slices.Equal(got, []int{100, 1000, 5000}) {
-		t.Errorf("fooSizes = %v", got)
-	}
-}
-
-func TestParseFlags(t *testing.T) {
-	cfg, err := parseFlags([]string{"--foos=50, 10", "--steady-foos=20", "--cases=steady,limit", "--controller-binary=/x/sample-controller-classic"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.fooSizes(); !slices.Equal(got, []int{10, 20, 50}) {
-		t.Errorf("fooSizes = %v, want the limit's sizes and the steady-state one", got)
-	}
-	if cfg.controllerName != "sample-controller-classic" {
-		t.Errorf("controllerName = %q", cfg.controllerName)
+	if cfg.flags["steady-window"] != "1m5s" || cfg.flags["foos"] != "100,1000,5000" {
+		t.Errorf("flags for results.json: %v", cfg.flags)
 	}
 
-	cfg, err = parseFlags([]string{"--cases=coldstart"})
-	if err != nil {
-		t.Fatal(err)
+	cfg, err = parseFlags([]string{"--controller-binary=/x/sample-controller-classic"})
+	if err != nil || cfg.controllerName != "sample-controller-classic" {
+		t.Errorf("controllerName = %q, %v", cfg.controllerName, err)
 	}
-	if cfg.needsSteadyGroup() {
-		t.Error("a cold-start-only run needs the steady-state group")
-	}
-
 	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--workers=0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
@@ -56,21 +39,103 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestPlan(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		other bool
+		want  []string
+	}{{
+		name: "every case: limits first, the later cases on the cluster of --steady-foos",
+		args: []string{"--foos=100,1000", "--rates=25,100"},
+		want: []string{
+			"limit 100: cold start",
+			"limit with events 100: cold start",
+			"ours 100: cold start",
+			"limit 1000: cold start, reaction 25/s, reaction 100/s",
+			"limit with events 1000: cold start",
+			"ours 1000: cold start, steady, memory, reaction 25/s, reaction 100/s",
+		},
+	}, {
+		name: "the steady-state size runs once though it is not a cold-start size",
+		args: []string{"--foos=50, 10", "--steady-foos=20", "--cases=steady,limit"},
+		want: []string{
+			"limit 10: cold start",
+			"limit with events 10: cold start",
+			"ours 20: cold start (unreported), steady",
+			"limit 50: cold start",
+			"limit with events 50: cold start",
+		},
+	}, {
+		name: "the reaction case alone brings its limit",
+		args: []string{"--steady-foos=20", "--rates=5", "--cases=reaction"},
+		want: []string{
+			"limit 20: cold start (unreported), reaction 5/s",
+			"ours 20: cold start (unreported), reaction 5/s",
+		},
+	}, {
+		name:  "cold starts of two controllers",
+		args:  []string{"--foos=10", "--cases=coldstart"},
+		other: true,
+		want:  []string{"ours 10: cold start", "classic 10: cold start"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseFlags(tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			controllers := []driver{controller{Name: ourName}}
+			if tt.other {
+				controllers = append(controllers, controller{Name: "classic"})
+			}
+			var got []string
+			for _, p := range plan(cfg, controllers) {
+				var cases []string
+				for _, c := range p.cases {
+					cases = append(cases, describeCase(c))
+				}
+				got = append(got, fmt.Sprintf("%s %d: %s", p.driver.column(), p.foos, strings.Join(cases, ", ")))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("plan =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func describeCase(c benchCase) string {
+	switch c := c.(type) {
+	case coldStartCase:
+		if !c.record {
+			return "cold start (unreported)"
+		}
+		return "cold start"
+	case steadyCase:
+		return "steady"
+	case memoryCase:
+		return "memory"
+	case reactionCase:
+		return fmt.Sprintf("reaction %d/s", c.rate)
+	}
+	return fmt.Sprintf("%T", c)
+}
+
 func TestControllerArgs(t *testing.T) {
-	// Without a second controller, --controller-args go to ours, after its defaults.
-	cfg := config{controllerArgs: "--workers=4 -v=2"}
-	ours, err := ourController(t.Context(), withOurBinary(cfg), "")
+	// Without a second controller, --controller-args go to ours, after its defaults;
+	// the kubeconfig and the ports are passed when it starts.
+	cfg := config{ourBinary: "/bin/sample-controller", controllerArgs: "--workers=4 -v=2"}
+	ours, err := ourController(t.Context(), cfg, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(ours.command("/k"), " ")
-	if want := "--kubeconfig=/k --metrics-bind-address=127.0.0.1:0 --health-probe-bind-address=127.0.0.1:0 --resync-period=30s --workers=4 -v=2"; got != want {
+	if got, want := strings.Join(ours.command("/k"), " "), "--resync-period=30s --workers=4 -v=2"; got != want {
 		t.Errorf("ours = %q, want %q", got, want)
 	}
 
 	// With one, they are its whole command line, and ours keeps its defaults.
-	cfg = config{controllerBinary: "/bin/classic", controllerName: "classic", controllerArgs: "-kubeconfig={kubeconfig} -v=1"}
-	ours, _ = ourController(t.Context(), withOurBinary(cfg), "")
+	cfg = config{ourBinary: "/bin/sample-controller", controllerBinary: "/bin/classic", controllerName: "classic", controllerArgs: "-kubeconfig={kubeconfig} -v=1"}
+	ours, _ = ourController(t.Context(), cfg, "")
 	if got := strings.Join(ours.command("/k"), " "); strings.Contains(got, "-v=1") {
 		t.Errorf("ours got the other controller's args: %q", got)
 	}
@@ -78,8 +143,8 @@ func TestControllerArgs(t *testing.T) {
 	if got := strings.Join(other.command("/k"), " "); got != "-kubeconfig=/k -v=1" {
 		t.Errorf("other = %q", got)
 	}
-	if other.rule != ruleWritten || ours.rule != ruleReady {
-		t.Errorf("rules: ours %v, other %v", ours.rule, other.rule)
+	if other.rule() != ruleWritten || ours.rule() != ruleReady || other.Ours || !ours.Ours {
+		t.Errorf("ours %+v, other %+v", ours, other)
 	}
 
 	// With no args, the other controller gets only the kubeconfig.
@@ -87,10 +152,4 @@ func TestControllerArgs(t *testing.T) {
 	if got := strings.Join(foreignController(cfg).command("/k"), " "); got != "-kubeconfig=/k" {
 		t.Errorf("default other = %q", got)
 	}
-}
-
-// withOurBinary skips the build.
-func withOurBinary(cfg config) config {
-	cfg.ourBinary = "/bin/sample-controller"
-	return cfg
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,48 +13,63 @@ import (
 )
 
 // profiler takes CPU profiles of the apiserver and of the controller while a case
-// runs (--profile), and writes them next to the results, for `go tool pprof`.
+// runs (--profile), for `go tool pprof`.
 type profiler struct {
 	wg sync.WaitGroup
 }
 
-// startProfiles starts CPU profiles of the apiserver and, when it serves them, of the
-// controller, each for d, written to <out>/<group>-<what>-{apiserver,controller}.pprof.
-// proc is nil when the bench itself makes the controller's writes. wait returns once
-// both are written.
-func startProfiles(ctx context.Context, g *group, proc *controllerProcess, what string, d time.Duration) *profiler {
+// startProfiles profiles the apiserver and, when it serves profiles, the controller,
+// each for d, into <out>/<session>-<what>-{apiserver,controller}.pprof. wait returns
+// once both are written.
+func startProfiles(ctx context.Context, s *session, what string, d time.Duration) *profiler {
 	p := &profiler{}
 	seconds := max(1, int(d.Round(time.Second)/time.Second))
 	save := func(who string, data []byte, err error) {
-		path := filepath.Join(g.env.cfg.outDir, fmt.Sprintf("%s-%s-%s.pprof", g.name, what, who))
+		path := filepath.Join(s.cfg.outDir, fmt.Sprintf("%s-%s-%s.pprof", s.name, what, who))
 		if err == nil {
 			err = os.WriteFile(path, data, 0o644)
 		}
 		if err != nil {
-			progressf("%s: profiling the %s: %v", g.name, who, err)
+			progressf("%s: profiling the %s: %v", s.name, who, err)
 			return
 		}
-		progressf("%s: wrote %s", g.name, path)
+		progressf("%s: wrote %s", s.name, path)
 	}
 	p.wg.Go(func() {
-		data, err := g.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		data, err := s.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 			Param("seconds", fmt.Sprint(seconds)).Timeout(d + time.Minute).DoRaw(ctx)
 		save("apiserver", data, err)
 	})
-	if proc == nil {
+	switch {
+	case s.limit != nil:
+		return p
+	case s.ctrl == nil:
+		progressf("%s: the controller serves no metrics, so no profile of it", s.name)
 		return p
 	}
-	url := proc.metricsURL()
-	if url == "" {
-		progressf("%s: the controller serves no metrics, so no profile of it", g.name)
-		return p
-	}
-	url = strings.TrimSuffix(url, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)
+	url := strings.TrimSuffix(s.ctrl.MetricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)
 	p.wg.Go(func() {
-		data, err := getURL(ctx, url)
+		data, err := getBody(ctx, url)
 		save("controller", data, err)
 	})
 	return p
 }
 
 func (p *profiler) wait() { p.wg.Wait() }
+
+// getBody returns the body of a GET of url, which must answer 200.
+func getBody(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}

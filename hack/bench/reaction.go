@@ -10,12 +10,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
-// reaction is how fast spec changes reach the Deployments at one rate of changes.
-type reaction struct {
+// reactionCase changes spec.replicas of the Foos, round-robin, at rate changes per
+// second for --reaction-duration, each to a new, higher value, and times each change
+// from sending its merge patch to the watch event of the Deployment with that value,
+// waiting up to --reaction-deadline after the last. On a limit's cluster the bench
+// makes the controller's writes itself as each patch returns.
+type reactionCase struct{ rate int }
+
+// reactionResult is how fast spec changes reached the Deployments at one rate.
+type reactionResult struct {
 	Foos         int     `json:"foos"`
 	Rate         int     `json:"rate"`
 	Seconds      float64 `json:"durationSeconds"`
@@ -41,77 +46,71 @@ type reaction struct {
 	WriteErrors int `json:"writeErrors,omitempty"`
 }
 
-// follower hears, for the limit, that the i-th Foo was patched to foo, and makes the
-// writes a controller makes for it, without blocking the sender. Without one, a
-// controller process makes them.
-type follower func(i int, foo *samplev1alpha1.Foo)
-
-// runReaction changes spec.replicas of the --steady-foos Foos, round-robin, at rate
-// changes per second for --reaction-duration, each change to a new (higher) value, and
-// times each from sending its merge patch to the watch event of the Deployment with
-// that value. It waits up to --reaction-deadline after the last change. name is the
-// controller's column; proc is nil for the limit, whose follow makes the Deployment
-// and status writes itself.
-func runReaction(ctx context.Context, g *group, name string, proc *controllerProcess, follow follower, rate int) (reaction, error) {
-	cfg := g.env.cfg
-	n := cfg.steadyFoos
-	total := int(float64(rate) * cfg.reactionDuration.Seconds())
-	r := reaction{Foos: n, Rate: rate, Seconds: cfg.reactionDuration.Seconds(), DeadlineSeconds: cfg.reactionDeadline.Seconds()}
-	if g.replicas == nil {
-		g.replicas = make([]int32, n)
-		for i := range g.replicas {
-			g.replicas[i] = initialReplicas
-		}
-	}
-
+func (c reactionCase) run(ctx context.Context, s *session) error {
+	cfg := s.cfg
+	total := int(float64(c.rate) * cfg.reactionDuration.Seconds())
+	r := reactionResult{Foos: len(s.foos), Rate: c.rate, Seconds: cfg.reactionDuration.Seconds(), DeadlineSeconds: cfg.reactionDeadline.Seconds()}
 	tracker := newLatencyTracker()
-	g.watch.setHandlers(func(d *appsv1.Deployment, at time.Time) {
+	s.watch.observe(func(d *appsv1.Deployment, at time.Time) {
 		if d.Spec.Replicas != nil {
 			tracker.observe(d.Name, *d.Spec.Replicas, at)
 		}
 	}, nil)
-	defer g.watch.setHandlers(nil, nil)
+	defer s.watch.observe(nil, nil)
 
-	progressf("%s: changing %d Foos at %d/s for %v", g.name, n, rate, cfg.reactionDuration)
+	progressf("%s: changing %d Foos at %d/s for %v", s.name, len(s.foos), c.rate, cfg.reactionDuration)
 	var prof *profiler
 	if cfg.profile {
-		prof = startProfiles(ctx, g, proc, fmt.Sprintf("reaction-%d", rate), cfg.reactionDuration)
+		prof = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
 	}
-	first, last, failed, err := sendChanges(ctx, g, tracker, rate, total, follow)
+	first, last, failed, err := s.sendChanges(ctx, tracker, c.rate, total)
 	if prof != nil {
 		prof.wait()
 	}
 	if err != nil {
-		return r, err
+		return err
 	}
 	r.Sent, r.Failed = total, failed
 	if sendTime := last.Sub(first).Seconds(); sendTime > 0 {
 		r.AchievedRate = float64(total-1) / sendTime
 	}
-
-	if err := waitDelivered(ctx, g, tracker, proc, cfg.reactionDeadline); err != nil {
-		return r, err
+	err = s.waitUntil(ctx, cfg.reactionDeadline, func() bool { return tracker.remaining() == 0 }, func() string {
+		return fmt.Sprintf("%d changes not delivered yet", tracker.remaining())
+	})
+	if err != nil {
+		return err
 	}
+
 	l := tracker.delivered()
 	r.Delivered, r.Exact = len(l.fromSent), l.exact
 	r.P50Ms, r.P99Ms, r.MaxMs = percentile(l.fromSent, 50), percentile(l.fromSent, 99), percentile(l.fromSent, 100)
 	r.AcceptedP50Ms, r.AcceptedP99Ms, r.AcceptedMaxMs = percentile(l.fromAccepted, 50), percentile(l.fromAccepted, 99), percentile(l.fromAccepted, 100)
-	progressf("%s: %s delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms",
-		g.name, name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms)
-	return r, nil
+	if s.limit != nil {
+		if r.WriteErrors = s.limit.takeFailures(); r.WriteErrors > 0 {
+			progressf("%s: %d of the limit's writes failed at %d/s", s.name, r.WriteErrors, c.rate)
+		}
+	}
+	s.result.Reactions = append(s.result.Reactions, r)
+	progressf("%s: delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms",
+		s.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms)
+	return nil
 }
 
 // sendChanges sends total changes at rate per second: change k goes to Foo k mod N at
-// start + k/rate. Every Foo has its own sending goroutine, so that its changes go out
-// one after another and in order; at most --reaction-inflight patches are in flight
-// at once, so that a rate the apiserver cannot take does not bury the controller's
-// own requests under thousands of the bench's. A follow hears of each accepted patch.
-// It returns when the first and the last change were sent, and how many changes
-// failed.
-func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, total int, follow follower) (first, last time.Time, failed int, err error) {
-	n := len(g.replicas)
-	queues := make([]chan struct{}, n)
-	inflight := make(chan struct{}, g.env.cfg.reactionInflight)
+// start + k/rate. Each Foo has its own sending goroutine, so that its changes go out
+// one after another and in order; at most --reaction-inflight patches are in flight,
+// so that a rate the apiserver cannot take does not bury the controller's own requests
+// under thousands of the bench's. It returns when the first and the last change were
+// sent, and how many failed.
+func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate, total int) (first, last time.Time, failed int, err error) {
+	if s.replicas == nil {
+		s.replicas = make([]int32, len(s.foos))
+		for i := range s.replicas {
+			s.replicas[i] = initialReplicas
+		}
+	}
+	queues := make([]chan struct{}, len(s.foos))
+	inflight := make(chan struct{}, s.cfg.reactionInflight)
 	var (
 		wg      sync.WaitGroup
 		nFailed atomic.Int64
@@ -123,22 +122,21 @@ func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, t
 			name := fooName(i)
 			for range queues[i] {
 				inflight <- struct{}{}
-				g.replicas[i]++
-				value := g.replicas[i]
+				s.replicas[i]++
 				at := time.Now()
-				c := tracker.sent(name, value, at)
-				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, value)
-				patched, err := g.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				c := tracker.sent(name, s.replicas[i], at)
+				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.replicas[i])
+				patched, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
 				if err != nil {
 					tracker.failed(name, c)
 					if nFailed.Add(1) == 1 && ctx.Err() == nil {
-						progressf("%s: patching Foo %s: %v", g.name, name, err)
+						progressf("%s: patching Foo %s: %v", s.name, name, err)
 					}
 				} else {
 					tracker.accepted(c, time.Now())
-					if follow != nil {
-						follow(i, patched)
+					if s.limit != nil {
+						s.limit.follow(i, patched)
 					}
 				}
 				timesMu.Lock()
@@ -159,40 +157,11 @@ func sendChanges(ctx context.Context, g *group, tracker *latencyTracker, rate, t
 		if wait := time.Until(start.Add(time.Duration(k) * interval)); wait > 0 {
 			time.Sleep(wait)
 		}
-		queues[k%n] <- struct{}{}
+		queues[k%len(queues)] <- struct{}{}
 	}
 	for _, q := range queues {
 		close(q)
 	}
 	wg.Wait()
-	return first, last, int(nFailed.Load()), ctx.Err()
-}
-
-// waitDelivered waits until every sent change was delivered, the deadline passes, or
-// the controller exits (an error).
-func waitDelivered(ctx context.Context, g *group, tracker *latencyTracker, proc *controllerProcess, deadline time.Duration) error {
-	var exited <-chan struct{} // nil, never ready, without a process
-	if proc != nil {
-		exited = proc.exited
-	}
-	timeout := time.NewTimer(deadline)
-	defer timeout.Stop()
-	check := time.NewTicker(50 * time.Millisecond)
-	defer check.Stop()
-	report := time.NewTicker(progressInterval)
-	defer report.Stop()
-	for tracker.remaining() > 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-exited:
-			return proc.exitedErr()
-		case <-timeout.C:
-			return nil
-		case <-report.C:
-			progressf("%s: %d changes not delivered yet", g.name, tracker.remaining())
-		case <-check.C:
-		}
-	}
-	return nil
+	return first, last, int(nFailed.Load()), context.Cause(ctx)
 }

@@ -1,12 +1,250 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
+
+// results is everything measured, as written to results.json.
+type results struct {
+	Started  time.Time         `json:"started"`
+	Finished time.Time         `json:"finished"`
+	Flags    map[string]string `json:"flags"`
+	Runs     []runResult       `json:"runs"`
+}
+
+// runResult is what one session measured: one column of the table, at one size.
+type runResult struct {
+	Column    string           `json:"column"`
+	Limit     bool             `json:"limit"`
+	Driver    driver           `json:"driver"`
+	Foos      int              `json:"foos"`
+	ColdStart *coldStartResult `json:"coldStart,omitempty"`
+	Steady    *steadyResult    `json:"steady,omitempty"`
+	Memory    *memoryResult    `json:"memory,omitempty"`
+	Reactions []reactionResult `json:"reactions,omitempty"`
+	// Skipped says why the cases after the cold start did not run.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+func writeResults(dir string, res *results) error {
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	progressf("wrote %s", path)
+	return nil
+}
+
+// The sections of the table, in the order of the cases.
+const (
+	sectionColdStart = iota
+	sectionSteady
+	sectionMemory
+	sectionReaction
+)
+
+// rowKey names a row and places it: by section, then size or rate, then its place in
+// the case's figures, then name.
+type rowKey struct {
+	section, n, sub int
+	name            string
+}
+
+// table is the report: one row per figure, one column per controller and per limit.
+type table struct {
+	columns []string // in the order of the runs
+	limits  map[string]bool
+	cells   map[rowKey]map[string]cell
+	// ratios are rows whose cells are each controller's figure in another row
+	// divided by a limit's figure there.
+	ratios map[rowKey]ratioOf
+}
+
+type ratioOf struct {
+	row   rowKey
+	limit string
+}
+
+func (t *table) set(k rowKey, column string, c cell) {
+	if t.cells[k] == nil {
+		t.cells[k] = map[string]cell{}
+	}
+	t.cells[k][column] = c
+}
+
+// buildTable lays out every figure of res.
+func buildTable(res *results) *table {
+	t := &table{limits: map[string]bool{}, cells: map[rowKey]map[string]cell{}, ratios: map[rowKey]ratioOf{}}
+	// Every cold start of a size shows every request key any of them made.
+	keys := map[int][]string{}
+	for _, r := range res.Runs {
+		if cs := r.ColdStart; cs != nil {
+			keys[cs.Foos] = slices.AppendSeq(keys[cs.Foos], maps.Keys(cs.PerFoo))
+		}
+	}
+	for _, r := range res.Runs {
+		if !slices.Contains(t.columns, r.Column) {
+			t.columns = append(t.columns, r.Column)
+			t.limits[r.Column] = r.Limit
+		}
+		if r.ColdStart != nil {
+			r.ColdStart.addRows(t, r.Column, r.Limit, keys[r.ColdStart.Foos])
+		}
+		if r.Skipped != "" {
+			t.set(rowKey{sectionSteady, 0, -1, fmt.Sprintf("steady state, memory and reaction, %d Foos", r.Foos)}, r.Column, text("skipped: "+r.Skipped))
+		}
+		if r.Steady != nil {
+			t.set(rowKey{sectionSteady, 0, 0, fmt.Sprintf("steady state, %d Foos: writes per minute", r.Steady.Foos)}, r.Column, num(r.Steady.PerMinute))
+		}
+		if r.Memory != nil {
+			r.Memory.addRows(t, r.Column)
+		}
+		for _, rr := range r.Reactions {
+			rr.addRows(t, r.Column, r.Limit)
+		}
+	}
+	return t
+}
+
+func (cs *coldStartResult) addRows(t *table, column string, limit bool, keys []string) {
+	row := func(sub int, format string, args ...any) rowKey {
+		return rowKey{sectionColdStart, cs.Foos, sub, fmt.Sprintf(format, args...)}
+	}
+	perFoo := func(v float64) cell {
+		if !cs.Converged {
+			return text("n/a (timed out)")
+		}
+		return num(v)
+	}
+	seconds := row(0, "cold start, %d Foos (s)", cs.Foos)
+	if cs.Converged {
+		t.set(seconds, column, num(cs.Seconds))
+	} else {
+		t.set(seconds, column, text(cs.timedOutText()))
+	}
+	if limit && cs.Converged && cs.Seconds > 0 {
+		t.ratios[row(1, "cold start, %d Foos ÷ %s (×)", cs.Foos, column)] = ratioOf{seconds, column}
+	}
+	t.set(row(2, "requests per Foo, %d Foos: total", cs.Foos), column, perFoo(cs.PerFooTotal))
+	for _, k := range keys {
+		t.set(row(3, "requests per Foo, %d Foos: %s", cs.Foos, k), column, perFoo(cs.PerFoo[k]))
+	}
+	t.set(row(4, "events written per Foo, %d Foos", cs.Foos), column, perFoo(cs.EventWritesPerFoo))
+}
+
+func (m *memoryResult) addRows(t *table, column string) {
+	row := func(sub int, format string, args ...any) rowKey {
+		return rowKey{sectionMemory, 0, sub, fmt.Sprintf(format, args...)}
+	}
+	heap := func(v *float64) cell {
+		if v == nil {
+			return text("n/a")
+		}
+		return num(*v / (1 << 20))
+	}
+	after := num(mib(m.RSSAfter))
+	if m.TimedOut != "" {
+		after.text = fmt.Sprintf("%s (%s)", formatNumber(mib(m.RSSAfter)), m.TimedOut)
+	}
+	t.set(row(0, "RSS, %d Foos (MiB)", m.Foos), column, num(mib(m.RSSBefore)))
+	t.set(row(1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, after)
+	t.set(row(2, "RSS per 10000 unrelated Deployments (MiB)"), column, num(m.RSSPer10k/(1<<20)))
+	t.set(row(3, "heap in use, %d Foos (MiB)", m.Foos), column, heap(m.HeapBefore))
+	t.set(row(4, "heap in use, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, heap(m.HeapAfter))
+	t.set(row(5, "heap in use per 10000 unrelated Deployments (MiB)"), column, heap(m.HeapPer10k))
+}
+
+func (r *reactionResult) addRows(t *table, column string, limit bool) {
+	row := func(sub int, format string, args ...any) rowKey {
+		return rowKey{sectionReaction, r.Rate, sub, fmt.Sprintf("reaction, %d changes/s: ", r.Rate) + fmt.Sprintf(format, args...)}
+	}
+	latency := func(v float64) cell {
+		if r.Delivered == 0 {
+			return text("none delivered")
+		}
+		return num(v)
+	}
+	delivered := num(float64(r.Delivered))
+	delivered.text = fmt.Sprintf("%d of %d", r.Delivered, r.Sent-r.Failed)
+	t.set(row(0, "sent per second"), column, num(r.AchievedRate))
+	t.set(row(1, "delivered within %.0f s", r.DeadlineSeconds), column, delivered)
+	t.set(row(2, "delivered with their own value (not superseded)"), column, num(float64(r.Exact)))
+	t.set(row(3, "p50 (ms)"), column, latency(r.P50Ms))
+	p99 := row(4, "p99 (ms)")
+	t.set(p99, column, latency(r.P99Ms))
+	t.set(row(5, "max (ms)"), column, latency(r.MaxMs))
+	if limit && r.Delivered > 0 && r.P99Ms > 0 {
+		t.ratios[row(6, "p99 ÷ %s (×)", column)] = ratioOf{p99, column}
+	}
+	t.set(row(7, "p50 from the patch's response (ms)"), column, latency(r.AcceptedP50Ms))
+	t.set(row(8, "p99 from the patch's response (ms)"), column, latency(r.AcceptedP99Ms))
+}
+
+// markdown renders the table: the figure, one column per controller, with two
+// controllers the second's ratio to the first, then one column per limit.
+func (t *table) markdown() string {
+	var controllers, limits []string
+	for _, c := range t.columns {
+		if t.limits[c] {
+			limits = append(limits, c)
+		} else {
+			controllers = append(controllers, c)
+		}
+	}
+	header := append([]string{"case"}, controllers...)
+	compare := len(controllers) == 2
+	if compare {
+		header = append(header, controllers[1]+" ÷ "+controllers[0])
+	}
+	header = append(header, limits...)
+
+	var b strings.Builder
+	writeLine := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	writeLine(header)
+	sep := slices.Repeat([]string{"--:"}, len(header))
+	sep[0] = "---"
+	writeLine(sep)
+
+	rows := slices.Collect(maps.Keys(t.cells))
+	rows = slices.AppendSeq(rows, maps.Keys(t.ratios))
+	slices.SortFunc(rows, func(a, b rowKey) int {
+		return cmp.Or(cmp.Compare(a.section, b.section), cmp.Compare(a.n, b.n), cmp.Compare(a.sub, b.sub), strings.Compare(a.name, b.name))
+	})
+	for _, k := range rows {
+		cells := t.cells[k]
+		if r, ok := t.ratios[k]; ok {
+			cells = map[string]cell{}
+			for _, c := range controllers {
+				cells[c] = divide(t.cells[r.row][c], t.cells[r.row][r.limit])
+			}
+		}
+		line := []string{k.name}
+		for _, c := range controllers {
+			line = append(line, escapeCell(cells[c].String()))
+		}
+		if compare {
+			line = append(line, ratio(cells[controllers[1]], cells[controllers[0]]))
+		}
+		for _, c := range limits {
+			line = append(line, escapeCell(cells[c].String()))
+		}
+		writeLine(line)
+	}
+	return b.String()
+}
 
 // cell is one figure of the table: a number, a text in place of one (such as
 // "timed out: ..."), or nothing.
@@ -16,9 +254,8 @@ type cell struct {
 	text  string // shown instead of value when set
 }
 
-func num(v float64) cell               { return cell{value: v, ok: true} }
-func text(s string) cell               { return cell{text: s} }
-func numText(v float64, s string) cell { return cell{value: v, ok: true, text: s} }
+func num(v float64) cell { return cell{value: v, ok: true} }
+func text(s string) cell { return cell{text: s} }
 
 func (c cell) String() string {
 	switch {
@@ -46,269 +283,12 @@ func formatNumber(v float64) string {
 	return fmt.Sprintf("%.3f", v)
 }
 
-// row is one figure for each controller, and for the limit where there is one.
-type row struct {
-	name  string
-	cells []cell // one per controller, in results order
-	limit cell
-}
-
-// buildRows lays out every figure of res, one row each.
-func buildRows(res *results) []row {
-	var rows []row
-	add := func(name string, limit cell, f func(c *controllerResults) cell) {
-		r := row{name: name, limit: limit}
-		for i := range res.Controllers {
-			r.cells = append(r.cells, f(&res.Controllers[i]))
-		}
-		rows = append(rows, r)
-	}
-
-	for _, n := range coldStartSizes(res) {
-		lim := findColdStart(res.Limit, n)
-		add(fmt.Sprintf("cold start, %d Foos (s)", n), coldStartCell(lim), func(c *controllerResults) cell {
-			return coldStartCell(findColdStart(c.ColdStarts, n))
-		})
-		if lim != nil && lim.Converged {
-			add(fmt.Sprintf("cold start, %d Foos ÷ limit (×)", n), cell{}, func(c *controllerResults) cell {
-				cs := findColdStart(c.ColdStarts, n)
-				if cs == nil || !cs.Converged || lim.Seconds == 0 {
-					return cell{}
-				}
-				return num(cs.Seconds / lim.Seconds)
-			})
-		}
-		add(fmt.Sprintf("requests per Foo, %d Foos: total", n), perFooCell(lim, func(cs *coldStart) float64 { return cs.PerFooTotal }), func(c *controllerResults) cell {
-			return perFooCell(findColdStart(c.ColdStarts, n), func(cs *coldStart) float64 { return cs.PerFooTotal })
-		})
-		for _, key := range requestKeys(res, n) {
-			get := func(cs *coldStart) float64 { return cs.PerFoo[key] }
-			add(fmt.Sprintf("requests per Foo, %d Foos: %s", n, key), perFooCell(lim, get), func(c *controllerResults) cell {
-				return perFooCell(findColdStart(c.ColdStarts, n), get)
-			})
-		}
-		add(fmt.Sprintf("events written per Foo, %d Foos", n), cell{}, func(c *controllerResults) cell {
-			return perFooCell(findColdStart(c.ColdStarts, n), func(cs *coldStart) float64 { return cs.EventWritesPerFoo })
-		})
-	}
-
-	if hasAny(res, func(c *controllerResults) bool { return c.Steady != nil }) {
-		add(fmt.Sprintf("steady state, %d Foos: writes per minute", res.Settings.SteadyFoos), cell{}, func(c *controllerResults) cell {
-			if c.Steady == nil {
-				return skipped(c)
-			}
-			return num(c.Steady.PerMinute)
-		})
-	}
-
-	if hasAny(res, func(c *controllerResults) bool { return c.Memory != nil }) {
-		memRow := func(name string, f func(m *memory) cell) {
-			add(name, cell{}, func(c *controllerResults) cell {
-				if c.Memory == nil {
-					return skipped(c)
-				}
-				return f(c.Memory)
-			})
-		}
-		n, m := res.Settings.SteadyFoos, res.Settings.UnrelatedDeployments
-		memRow(fmt.Sprintf("RSS, %d Foos (MiB)", n), func(m *memory) cell { return num(mib(m.RSSBefore)) })
-		memRow(fmt.Sprintf("RSS, %d Foos + %d unrelated Deployments (MiB)", n, m), func(m *memory) cell {
-			if m.TimedOut != "" {
-				return numText(mib(m.RSSAfter), fmt.Sprintf("%s (%s)", formatNumber(mib(m.RSSAfter)), m.TimedOut))
-			}
-			return num(mib(m.RSSAfter))
-		})
-		memRow("RSS per 10000 unrelated Deployments (MiB)", func(m *memory) cell { return num(m.RSSPer10k / (1 << 20)) })
-		heap := func(v *float64) cell {
-			if v == nil {
-				return text("n/a")
-			}
-			return num(*v / (1 << 20))
-		}
-		memRow(fmt.Sprintf("heap in use, %d Foos (MiB)", n), func(m *memory) cell { return heap(m.HeapBefore) })
-		memRow(fmt.Sprintf("heap in use, %d Foos + %d unrelated Deployments (MiB)", n, m), func(m *memory) cell { return heap(m.HeapAfter) })
-		memRow("heap in use per 10000 unrelated Deployments (MiB)", func(m *memory) cell { return heap(m.HeapPer10k) })
-	}
-
-	for _, rate := range res.Settings.Rates {
-		if !hasAny(res, func(c *controllerResults) bool { return findReaction(c, rate) != nil }) {
-			continue
-		}
-		lim := findRate(res.LimitReactions, rate)
-		reactRow := func(name string, f func(r *reaction) cell) {
-			var limit cell
-			if lim != nil {
-				limit = f(lim)
-			}
-			add(fmt.Sprintf("reaction, %d changes/s: %s", rate, name), limit, func(c *controllerResults) cell {
-				r := findReaction(c, rate)
-				if r == nil {
-					return skipped(c)
-				}
-				return f(r)
-			})
-		}
-		reactRow("sent per second", func(r *reaction) cell { return num(r.AchievedRate) })
-		reactRow(fmt.Sprintf("delivered within %.0f s", res.Settings.ReactionDeadlineSecs), func(r *reaction) cell {
-			return numText(float64(r.Delivered), fmt.Sprintf("%d of %d", r.Delivered, r.Sent-r.Failed))
-		})
-		reactRow("delivered with their own value (not superseded)", func(r *reaction) cell { return num(float64(r.Exact)) })
-		reactRow("p50 (ms)", func(r *reaction) cell { return latencyCell(r, r.P50Ms) })
-		reactRow("p99 (ms)", func(r *reaction) cell { return latencyCell(r, r.P99Ms) })
-		reactRow("max (ms)", func(r *reaction) cell { return latencyCell(r, r.MaxMs) })
-		if lim != nil && lim.Delivered > 0 && lim.P99Ms > 0 {
-			add(fmt.Sprintf("reaction, %d changes/s: p99 ÷ limit (×)", rate), cell{}, func(c *controllerResults) cell {
-				r := findReaction(c, rate)
-				if r == nil || r.Delivered == 0 {
-					return cell{}
-				}
-				return num(r.P99Ms / lim.P99Ms)
-			})
-		}
-		reactRow("p50 from the patch's response (ms)", func(r *reaction) cell { return latencyCell(r, r.AcceptedP50Ms) })
-		reactRow("p99 from the patch's response (ms)", func(r *reaction) cell { return latencyCell(r, r.AcceptedP99Ms) })
-	}
-	return rows
-}
-
-func coldStartCell(cs *coldStart) cell {
-	switch {
-	case cs == nil:
+// divide is a ÷ b as a figure, or nothing when either is missing or b is 0.
+func divide(a, b cell) cell {
+	if !a.ok || !b.ok || b.value == 0 {
 		return cell{}
-	case !cs.Converged:
-		return text(cs.timedOutText())
 	}
-	return num(cs.Seconds)
-}
-
-// perFooCell is a per-Foo figure of a converged cold start.
-func perFooCell(cs *coldStart, f func(*coldStart) float64) cell {
-	switch {
-	case cs == nil:
-		return cell{}
-	case !cs.Converged:
-		return text("n/a (timed out)")
-	}
-	return num(f(cs))
-}
-
-func latencyCell(r *reaction, v float64) cell {
-	if r.Delivered == 0 {
-		return text("none delivered")
-	}
-	return num(v)
-}
-
-func skipped(c *controllerResults) cell {
-	if c.Skipped != "" {
-		return text("skipped: " + c.Skipped)
-	}
-	return cell{}
-}
-
-func hasAny(res *results, f func(c *controllerResults) bool) bool {
-	return slices.ContainsFunc(res.Controllers, func(c controllerResults) bool { return f(&c) })
-}
-
-func findColdStart(list []coldStart, n int) *coldStart {
-	for i := range list {
-		if list[i].Foos == n {
-			return &list[i]
-		}
-	}
-	return nil
-}
-
-func findReaction(c *controllerResults, rate int) *reaction {
-	return findRate(c.Reactions, rate)
-}
-
-func findRate(list []reaction, rate int) *reaction {
-	for i := range list {
-		if list[i].Rate == rate {
-			return &list[i]
-		}
-	}
-	return nil
-}
-
-// coldStartSizes are the cold-start sizes anything was measured for, in order.
-func coldStartSizes(res *results) []int {
-	var sizes []int
-	for _, cs := range res.Limit {
-		sizes = append(sizes, cs.Foos)
-	}
-	for _, c := range res.Controllers {
-		for _, cs := range c.ColdStarts {
-			sizes = append(sizes, cs.Foos)
-		}
-	}
-	slices.Sort(sizes)
-	return slices.Compact(sizes)
-}
-
-// requestKeys are the "VERB resource" keys any cold start of n Foos made requests
-// with, sorted.
-func requestKeys(res *results, n int) []string {
-	keys := map[string]bool{}
-	collect := func(cs *coldStart) {
-		if cs != nil {
-			for k := range cs.PerFoo {
-				keys[k] = true
-			}
-		}
-	}
-	collect(findColdStart(res.Limit, n))
-	for _, c := range res.Controllers {
-		collect(findColdStart(c.ColdStarts, n))
-	}
-	return slices.Sorted(maps.Keys(keys))
-}
-
-// renderMarkdown renders the rows as a markdown table: the figure, one column per
-// controller, with a second controller its ratio to ours, and the limit when any row
-// has one.
-func renderMarkdown(res *results, rows []row) string {
-	header := []string{"case"}
-	for _, c := range res.Controllers {
-		header = append(header, c.Name)
-	}
-	compare := len(res.Controllers) == 2
-	if compare {
-		header = append(header, res.Controllers[1].Name+" ÷ "+res.Controllers[0].Name)
-	}
-	withLimit := slices.ContainsFunc(rows, func(r row) bool { return r.limit != cell{} })
-	if withLimit {
-		header = append(header, limitName)
-	}
-
-	var b strings.Builder
-	writeLine := func(cells []string) {
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
-	}
-	writeLine(header)
-	sep := make([]string, len(header))
-	for i := range sep {
-		sep[i] = "---"
-		if i > 0 {
-			sep[i] = "--:"
-		}
-	}
-	writeLine(sep)
-	for _, r := range rows {
-		line := []string{r.name}
-		for _, c := range r.cells {
-			line = append(line, escapeCell(c.String()))
-		}
-		if compare {
-			line = append(line, ratio(r.cells[1], r.cells[0]))
-		}
-		if withLimit {
-			line = append(line, escapeCell(r.limit.String()))
-		}
-		writeLine(line)
-	}
-	return b.String()
+	return num(a.value / b.value)
 }
 
 // ratio is a ÷ b, as "12×", or empty when either is missing.

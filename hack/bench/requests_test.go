@@ -2,10 +2,11 @@ package main
 
 import (
 	"maps"
+	"strings"
 	"testing"
 )
 
-const apiserverMetrics = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
+const apiserverText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
 # TYPE apiserver_request_total counter
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="POST",version="v1"} 1000
 apiserver_request_total{code="409",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="POST",version="v1"} 3
@@ -15,81 +16,50 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="sampl
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 1000
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="PATCH",version="v1"} 7
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 50
+# TYPE apiserver_request_total_other counter
 apiserver_request_total_other{resource="foos",verb="POST"} 99
-apiserver_request_duration_seconds_bucket{resource="foos",verb="POST",le="0.1"} 5
+# TYPE go_memstats_heap_inuse_bytes gauge
+go_memstats_heap_inuse_bytes 1.2345e+07
 `
 
-func TestParseSamples(t *testing.T) {
+func TestMetricsSum(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(apiserverText))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name       string
-		text       string
-		metric     string
-		wantLabels []map[string]string
-		wantValues []float64
+		name   string
+		metric string
+		labels map[string]string
+		want   float64
 	}{
-		{
-			name:       "without labels",
-			text:       "# TYPE go_memstats_heap_inuse_bytes gauge\ngo_memstats_heap_inuse_bytes 1.2345e+07\ngo_memstats_heap_inuse_bytes_total 1\n",
-			metric:     "go_memstats_heap_inuse_bytes",
-			wantLabels: []map[string]string{{}},
-			wantValues: []float64{12345000},
-		},
-		{
-			name:       "escaped label values",
-			text:       `m{a="x\"y",b="back\\slash",c="new\nline",d=""} 3` + "\n",
-			metric:     "m",
-			wantLabels: []map[string]string{{"a": `x"y`, "b": `back\slash`, "c": "new\nline", "d": ""}},
-			wantValues: []float64{3},
-		},
-		{
-			name:       "a comma inside a value, and a timestamp",
-			text:       `m{a="1,2"} 4 1700000000000` + "\n",
-			metric:     "m",
-			wantLabels: []map[string]string{{"a": "1,2"}},
-			wantValues: []float64{4},
-		},
-		{
-			name:   "comments, other metrics and histogram series are skipped",
-			text:   "# m 1\nmm 2\nm_bucket{le=\"1\"} 3\n",
-			metric: "m",
-		},
+		{"a gauge without labels", "go_memstats_heap_inuse_bytes", nil, 12345000},
+		{"every sample of a counter", "apiserver_request_total", nil, 3065},
+		{"the samples with these labels", "apiserver_request_total", map[string]string{"resource": "deployments", "verb": "POST"}, 1003},
+		{"a label no sample has", "apiserver_request_total", map[string]string{"shard": "1"}, 0},
+		{"a metric that is not there", "nope", nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseSamples(tt.text, tt.metric)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != len(tt.wantValues) {
-				t.Fatalf("got %d samples %v, want %d", len(got), got, len(tt.wantValues))
-			}
-			for i, s := range got {
-				if !maps.Equal(s.labels, tt.wantLabels[i]) || s.value != tt.wantValues[i] {
-					t.Errorf("sample %d = %v %v, want %v %v", i, s.labels, s.value, tt.wantLabels[i], tt.wantValues[i])
-				}
+			if got := m.Sum(tt.metric, tt.labels); got != tt.want {
+				t.Errorf("Sum(%s, %v) = %v, want %v", tt.metric, tt.labels, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestParseSamplesErrors(t *testing.T) {
-	for _, text := range []string{
-		`m{a="x} 1`,
-		`m{a} 1`,
-		`m{a="x"}`,
-		`m{a="x"} one`,
-	} {
-		if _, err := parseSamples(text, "m"); err == nil {
-			t.Errorf("parseSamples(%q) succeeded, want an error", text)
-		}
+func TestParseMetricsError(t *testing.T) {
+	if _, err := parseMetrics(strings.NewReader(`m{a="x} 1`)); err == nil {
+		t.Error("parseMetrics of a broken label set succeeded")
 	}
 }
 
 func TestAPIServerRequests(t *testing.T) {
-	got, err := apiserverRequests(apiserverMetrics)
+	m, err := parseMetrics(strings.NewReader(apiserverText))
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := apiserverRequests(m)
 	want := requestCounts{
 		"POST deployments": 1003, // every code counts
 		"PUT foos/status":  1002,

@@ -18,25 +18,20 @@ import (
 )
 
 // watcher watches the Foos and Deployments of the bench namespace and hands every
-// change, with the time it arrived, to the current handlers. It only watches, so the
-// bench adds no requests while a controller is measured.
+// change, with the time it arrived, to the collector observing it. It only watches,
+// so the bench adds no requests while a controller is measured.
 type watcher struct {
-	cancel context.CancelFunc
-	done   sync.WaitGroup
+	stop func()
+	foos cache.Store
 
 	mu           sync.Mutex
 	onDeployment func(d *appsv1.Deployment, at time.Time)
 	onFoo        func(f *samplev1alpha1.Foo, at time.Time)
-
-	fooStore cache.Store
 }
 
 func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (*watcher, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &watcher{cancel: cancel}
-
-	// Deployments keep their spec and owner references; their managedFields are of no
-	// use here. Foos keep theirs: they tell whether a status was written.
+	// Deployments lose their managedFields, of no use here; Foos keep theirs, which
+	// tell whether a status was written.
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
 		kubeinformers.WithNamespace(benchNamespace),
 		kubeinformers.WithTransform(func(obj any) (any, error) {
@@ -46,34 +41,26 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 			return obj, nil
 		}))
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0, sampleinformers.WithNamespace(benchNamespace))
-
 	deployments := kubeFactory.Apps().V1().Deployments().Informer()
 	foos := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
-	w.fooStore = foos.GetStore()
-	_, err := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.deployment(obj) },
-		UpdateFunc: func(_, obj any) { w.deployment(obj) },
-	})
-	if err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &watcher{foos: foos.GetStore(), stop: func() {
 		cancel()
-		return nil, err
-	}
-	_, err = foos.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.foo(obj) },
-		UpdateFunc: func(_, obj any) { w.foo(obj) },
-	})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-
-	kubeFactory.Start(ctx.Done())
-	sampleFactory.Start(ctx.Done())
-	w.done.Go(func() {
-		<-ctx.Done()
 		kubeFactory.Shutdown()
 		sampleFactory.Shutdown()
-	})
+	}}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.deliver(obj, time.Now()) },
+		UpdateFunc: func(_, obj any) { w.deliver(obj, time.Now()) },
+	}
+	for _, informer := range []cache.SharedIndexInformer{deployments, foos} {
+		if _, err := informer.AddEventHandler(handler); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), deployments.HasSynced, foos.HasSynced) {
 		w.stop()
 		return nil, fmt.Errorf("watching the bench namespace: caches did not sync: %w", context.Cause(ctx))
@@ -81,57 +68,28 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 	return w, nil
 }
 
-// setHandlers replaces the handlers; nil ignores that kind.
-func (w *watcher) setHandlers(onDeployment func(*appsv1.Deployment, time.Time), onFoo func(*samplev1alpha1.Foo, time.Time)) {
+// observe hands later changes to these functions; nil ignores that kind.
+func (w *watcher) observe(onDeployment func(*appsv1.Deployment, time.Time), onFoo func(*samplev1alpha1.Foo, time.Time)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.onDeployment, w.onFoo = onDeployment, onFoo
 }
 
-func (w *watcher) deployment(obj any) {
-	at := time.Now()
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return
-	}
+func (w *watcher) deliver(obj any, at time.Time) {
 	w.mu.Lock()
-	h := w.onDeployment
+	onDeployment, onFoo := w.onDeployment, w.onFoo
 	w.mu.Unlock()
-	if h != nil {
-		h(d, at)
-	}
-}
-
-func (w *watcher) foo(obj any) {
-	at := time.Now()
-	f, ok := obj.(*samplev1alpha1.Foo)
-	if !ok {
-		return
-	}
-	w.mu.Lock()
-	h := w.onFoo
-	w.mu.Unlock()
-	if h != nil {
-		h(f, at)
-	}
-}
-
-// waitForFoos waits until the watch has seen n Foos, so that none of the creations
-// are still in flight when a measurement starts.
-func (w *watcher) waitForFoos(ctx context.Context, n int) error {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for len(w.fooStore.ListKeys()) < n {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		if onDeployment != nil {
+			onDeployment(o, at)
+		}
+	case *samplev1alpha1.Foo:
+		if onFoo != nil {
+			onFoo(o, at)
 		}
 	}
-	return nil
 }
 
-func (w *watcher) stop() {
-	w.cancel()
-	w.done.Wait()
-}
+// fooCount is the number of Foos the watch has seen.
+func (w *watcher) fooCount() int { return len(w.foos.ListKeys()) }

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/ptr"
+)
+
+// benchCase is one measurement on a session's cluster. It records its figures in
+// s.result, from which the report lays out the table.
+type benchCase interface {
+	run(ctx context.Context, s *session) error
+}
+
+// coldStartCase: the Foos exist, then the driver starts (the controller process, or
+// the limit's writes). Timed from that start until every Deployment is as its Foo asks
+// and every Foo's status is done, all at once, as the watch sees it; then --settle,
+// and the requests made since the start. It runs first in every session, since the
+// later cases need it converged; record says whether its figures are reported.
+type coldStartCase struct{ record bool }
+
+// coldStartResult is one cold start, or how far it got.
+type coldStartResult struct {
+	Foos      int  `json:"foos"`
+	Converged bool `json:"converged"`
+	// Seconds is the time to converge, or the time waited when it did not.
+	Seconds         float64 `json:"seconds"`
+	DeploymentsDone int     `json:"deploymentsDone"`
+	StatusesDone    int     `json:"statusesDone"`
+	// Arrivals are the seconds since the start at which each Deployment appeared.
+	Arrivals []float64 `json:"arrivalSeconds"`
+	// Requests on Foos, Deployments and Events (but watches) from the start until
+	// --settle after convergence, by "VERB resource[/subresource]".
+	Requests          requestCounts      `json:"requests"`
+	PerFoo            map[string]float64 `json:"requestsPerFoo"`
+	PerFooTotal       float64            `json:"requestsPerFooTotal"`
+	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
+}
+
+func (c coldStartCase) run(ctx context.Context, s *session) error {
+	requests, err := startRequests(ctx, s.kube)
+	if err != nil {
+		return err
+	}
+	progressf("%s: starting the cold start of %d Foos", s.name, len(s.foos))
+	start := time.Now()
+	conv := newConvergence(s.foos, s.driver.rule(), start)
+	s.watch.observe(conv.observeDeployment, conv.observeFoo)
+	defer s.watch.observe(nil, nil)
+	if err := s.driver.start(ctx, s); err != nil {
+		return err
+	}
+	if err := s.waitUntil(ctx, s.cfg.coldStartTimeout, conv.isDone, conv.progress); err != nil {
+		return err
+	}
+	r := conv.result(time.Since(start))
+	s.converged = r.Converged
+	if r.Converged {
+		progressf("%s: converged %d Foos in %.2f s", s.name, r.Foos, r.Seconds)
+	} else {
+		progressf("%s: %s", s.name, r.timedOutText())
+	}
+
+	// Events are sent in the background; --settle lets the last ones arrive.
+	if err := sleep(ctx, s.cfg.settle); err != nil {
+		return err
+	}
+	if r.Requests, err = requests.collect(ctx); err != nil {
+		return err
+	}
+	r.PerFoo = r.Requests.perFoo(r.Foos)
+	r.PerFooTotal = r.Requests.total() / float64(r.Foos)
+	r.EventWritesPerFoo = r.Requests.eventWrites().total() / float64(r.Foos)
+	if c.record {
+		s.result.ColdStart = &r
+	}
+	return nil
+}
+
+// timedOutText says how far a cold start got, e.g. "timed out: 812 of 1000 after 600 s".
+func (r coldStartResult) timedOutText() string {
+	return fmt.Sprintf("timed out: %d of %d after %.0f s", min(r.DeploymentsDone, r.StatusesDone), r.Foos, r.Seconds)
+}
+
+// steadyCase counts the writes on Foos, Deployments and Events over --steady-window
+// once the cold start has converged and settled. Our controller runs with
+// --resync-period=30s (the classic one resyncs every 30 s itself), so the window
+// covers a resync of every Foo and Deployment.
+type steadyCase struct{}
+
+type steadyResult struct {
+	Foos          int           `json:"foos"`
+	WindowSeconds float64       `json:"windowSeconds"`
+	Writes        requestCounts `json:"mutating"`
+	PerMinute     float64       `json:"mutatingPerMinute"`
+}
+
+func (steadyCase) run(ctx context.Context, s *session) error {
+	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
+	requests, err := startRequests(ctx, s.kube)
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	if err := sleep(ctx, s.cfg.steadyWindow); err != nil {
+		return err
+	}
+	counts, err := requests.collect(ctx)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(begin)
+	writes := counts.mutating()
+	s.result.Steady = &steadyResult{Foos: len(s.foos), WindowSeconds: elapsed.Seconds(), Writes: writes, PerMinute: writes.total() / elapsed.Minutes()}
+	progressf("%s: %.0f writes in %.0f s", s.name, writes.total(), elapsed.Seconds())
+	return nil
+}
+
+// memoryCase reads the controller's memory after --settle, creates
+// --unrelated-deployments Deployments in another namespace, waits --settle, and reads
+// it again. Then it deletes them, so that the cases after it run against an apiserver
+// with the same objects as the limit's.
+type memoryCase struct{}
+
+type memoryResult struct {
+	Foos      int   `json:"foos"`
+	Unrelated int   `json:"unrelatedDeployments"`
+	RSSBefore int64 `json:"rssBeforeBytes"`
+	RSSAfter  int64 `json:"rssAfterBytes"`
+	// RSSPer10k is (after - before) scaled to 10000 unrelated Deployments.
+	RSSPer10k float64 `json:"rssPer10kUnrelatedBytes"`
+	// The heap figures are there only when the controller serves /metrics.
+	HeapBefore *float64 `json:"heapInuseBeforeBytes,omitempty"`
+	HeapAfter  *float64 `json:"heapInuseAfterBytes,omitempty"`
+	HeapPer10k *float64 `json:"heapInusePer10kUnrelatedBytes,omitempty"`
+	// TimedOut says how far the creation got when it ran out of --memory-timeout.
+	TimedOut string `json:"timedOut,omitempty"`
+}
+
+func (memoryCase) run(ctx context.Context, s *session) error {
+	if err := sleep(ctx, s.cfg.settle); err != nil {
+		return err
+	}
+	before, err := s.readMemory(ctx)
+	if err != nil {
+		return err
+	}
+	progressf("%s: creating %d unrelated Deployments", s.name, s.cfg.unrelated)
+	began := time.Now()
+	created, err := s.createUnrelated(ctx)
+	if err != nil {
+		return err
+	}
+	m := memoryResult{Foos: len(s.foos), Unrelated: created}
+	if created < s.cfg.unrelated {
+		m.TimedOut = fmt.Sprintf("timed out: %d of %d created after %.0f s", created, s.cfg.unrelated, time.Since(began).Seconds())
+		progressf("%s: %s", s.name, m.TimedOut)
+	} else {
+		progressf("%s: created %d unrelated Deployments in %v", s.name, created, time.Since(began).Round(time.Millisecond))
+	}
+	if err := sleep(ctx, s.cfg.settle); err != nil {
+		return err
+	}
+	after, err := s.readMemory(ctx)
+	if err != nil {
+		return err
+	}
+	m.RSSBefore, m.RSSAfter, m.HeapBefore, m.HeapAfter = before.rss, after.rss, before.heap, after.heap
+	if created > 0 {
+		scale := 10000 / float64(created)
+		m.RSSPer10k = float64(after.rss-before.rss) * scale
+		if before.heap != nil && after.heap != nil {
+			m.HeapPer10k = ptr.To((*after.heap - *before.heap) * scale)
+		}
+	}
+	s.result.Memory = &m
+	progressf("%s: RSS %.1f -> %.1f MiB", s.name, mib(m.RSSBefore), mib(m.RSSAfter))
+	if err := s.deleteUnrelated(ctx); err != nil {
+		// The figures stand; the cases after this one run with the Deployments left.
+		progressf("%s: %v", s.name, err)
+	}
+	return context.Cause(ctx)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

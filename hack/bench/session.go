@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+)
+
+const (
+	// benchNamespace holds the Foos and their Deployments.
+	benchNamespace = "bench"
+	// unrelatedNamespace holds the Deployments of the memory case, which no Foo owns.
+	unrelatedNamespace = "unrelated"
+	// initialReplicas is the spec.replicas of every Foo the bench creates.
+	initialReplicas = 1
+	// progressInterval is how often a long wait reports how far it got.
+	progressInterval = 10 * time.Second
+)
+
+// session is one planned run on a fresh cluster (etcd and kube-apiserver only) with
+// the CRD, the Foos in the bench namespace, the bench's clients and watch, and the
+// driver that makes the controller's writes: a controller process, or the limit.
+type session struct {
+	cfg     config
+	name    string // column and size, for progress and file names: "ours-1000"
+	cluster *localcluster.Cluster
+	kube    kubernetes.Interface
+	sample  clientset.Interface
+	watch   *watcher
+	foos    []*samplev1alpha1.Foo
+
+	driver driver
+	proc   *process           // the controller; nil for a limit
+	ctrl   *controllerProcess // proc, if it is ours and serves /metrics
+	limit  *limitRun          // the limit's writers; nil for a controller
+	fail   func(error)        // ends the cases with this error: the controller exited, say
+
+	converged bool      // the cold start converged
+	replicas  []int32   // the last spec.replicas the reaction case set on each Foo
+	result    runResult // what the cases measured
+}
+
+// runSession runs p's cases in order on a fresh cluster and returns what they
+// measured, also when one failed. The cases after the cold start need it converged.
+func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (runResult, error) {
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	s := &session{
+		cfg:    cfg,
+		name:   strings.ReplaceAll(fmt.Sprintf("%s-%d", p.driver.column(), p.foos), " ", "-"),
+		driver: p.driver,
+		fail:   fail,
+		result: runResult{Column: p.driver.column(), Limit: p.driver.isLimit(), Driver: p.driver, Foos: p.foos},
+	}
+	defer s.stop()
+	if err := s.setUp(ctx, root, p.foos); err != nil {
+		return s.result, err
+	}
+	for i, c := range p.cases {
+		if i > 0 && !s.converged {
+			progressf("%s: the cold start did not converge; skipping the cases after it", s.name)
+			s.result.Skipped = fmt.Sprintf("cold start of %d Foos did not converge", p.foos)
+			break
+		}
+		if err := c.run(ctx, s); err != nil {
+			return s.result, err
+		}
+	}
+	return s.result, nil
+}
+
+func (s *session) setUp(ctx context.Context, root string, n int) error {
+	progressf("%s: starting a fresh cluster", s.name)
+	opts := localcluster.Options{
+		Dir:                   filepath.Join(s.cfg.outDir, "clusters", s.name),
+		SkipControllerManager: true,
+		SkipScheduler:         true,
+		SkipKwok:              true,
+	}
+	if s.cfg.profile {
+		opts.ExtraArgs = map[string][]string{localcluster.APIServer: {"--profiling=true"}}
+	}
+	var err error
+	if s.cluster, err = localcluster.Start(ctx, opts); err != nil {
+		return err
+	}
+	// The bench's own requests never wait on a client-side limiter: it must be able to
+	// send 1000 patches per second.
+	cfg := s.cluster.RESTConfig()
+	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench"
+	if s.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if s.sample, err = clientset.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if err := installCRD(ctx, s.cluster.KubeconfigPath(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
+		return err
+	}
+	for _, ns := range []string{benchNamespace, unrelatedNamespace} {
+		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	// An established CRD can take a moment more to be served to every client.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the Foo API to be served: %w", err)
+	}
+	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
+		return err
+	}
+	return s.createFoos(ctx, n)
+}
+
+// createFoos creates n Foos and waits until the watch has seen them all, so that none
+// is still in flight when a measurement starts.
+func (s *session) createFoos(ctx context.Context, n int) error {
+	began := time.Now()
+	s.foos = make([]*samplev1alpha1.Foo, n)
+	err := parallel(ctx, n, s.cfg.parallelism, func(ctx context.Context, i int) error {
+		foo := &samplev1alpha1.Foo{
+			ObjectMeta: metav1.ObjectMeta{Name: fooName(i), Namespace: benchNamespace},
+			Spec:       samplev1alpha1.FooSpec{DeploymentName: fooName(i), Replicas: ptr.To[int32](initialReplicas)},
+		}
+		var err error
+		if s.foos[i], err = s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Create(ctx, foo, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating Foo %s: %w", foo.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.waitUntil(ctx, time.Minute, func() bool { return s.watch.fooCount() >= n }, nil); err != nil {
+		return err
+	}
+	if seen := s.watch.fooCount(); seen < n {
+		return fmt.Errorf("the watch saw only %d of the %d Foos created", seen, n)
+	}
+	progressf("%s: created %d Foos in %v", s.name, n, time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// stop stops the driver, the watch and the cluster, and removes its etcd data (at
+// least 64 MB each); the logs stay.
+func (s *session) stop() {
+	if s.proc != nil {
+		if err := s.proc.Stop(controllerStopGrace); err != nil {
+			progressf("%s: %v", s.name, err)
+		}
+	}
+	if s.limit != nil {
+		s.limit.stop()
+	}
+	if s.watch != nil {
+		s.watch.stop()
+	}
+	if s.cluster == nil {
+		return
+	}
+	if err := s.cluster.Stop(); err != nil {
+		progressf("%s: stopping the cluster: %v", s.name, err)
+	}
+	if err := os.RemoveAll(filepath.Join(s.cluster.Dir(), "etcd")); err != nil {
+		progressf("%s: %v", s.name, err)
+	}
+}
+
+// waitUntil polls done until it holds, timeout passes (no error: the caller reports
+// how far it got) or ctx ends, and prints progress() every progressInterval.
+func (s *session) waitUntil(ctx context.Context, timeout time.Duration, done func() bool, progress func() string) error {
+	deadline := time.Now().Add(timeout)
+	lastReport := time.Now()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for !done() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-poll.C:
+		}
+		if progress != nil && time.Since(lastReport) >= progressInterval {
+			progressf("%s: %s", s.name, progress())
+			lastReport = time.Now()
+		}
+	}
+	return nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// fooName names the i-th Foo of the bench; its Deployment has the same name.
+func fooName(i int) string { return fmt.Sprintf("foo-%05d", i) }
+
+// parallel calls fn for 0..n-1 from at most workers goroutines and returns the first
+// error, after which no new calls start.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// progressf prints a progress line to stderr.
+func progressf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
