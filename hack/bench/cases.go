@@ -40,7 +40,7 @@ type coldStartResult struct {
 }
 
 func (c coldStartCase) run(ctx context.Context, s *session) error {
-	requests, err := startRequests(ctx, s.kube)
+	requests, err := startRequests(ctx, s.cluster)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ type steadyResult struct {
 
 func (steadyCase) run(ctx context.Context, s *session) error {
 	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
-	requests, err := startRequests(ctx, s.kube)
+	requests, err := startRequests(ctx, s.cluster)
 	if err != nil {
 		return err
 	}

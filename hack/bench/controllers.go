@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 )
 
 // driver makes the writes a session's cases wait for: a controller, or the limit.
@@ -57,14 +59,14 @@ func (c controller) start(ctx context.Context, s *session) error {
 	kubeconfig := s.cluster.KubeconfigPath()
 	name := s.name + "-controller"
 	if c.Ours {
-		ctrl, err := startController(ctx, controllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: c.command(kubeconfig)})
+		ctrl, err := localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: c.command(kubeconfig)})
 		if err != nil {
 			return err
 		}
-		s.ctrl, s.proc = ctrl, ctrl.process
+		s.ctrl, s.proc = ctrl, ctrl.Process
 	} else {
 		// A controller that ignores flags may still read $KUBECONFIG.
-		proc, err := startProcess(processOptions{Name: name, Bin: c.Binary, Args: c.command(kubeconfig), Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
+		proc, err := localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: c.Binary, Args: c.command(kubeconfig), Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
 		if err != nil {
 			return err
 		}
@@ -86,7 +88,7 @@ func ourController(ctx context.Context, cfg config, root string) (controller, er
 	if binary == "" {
 		binary = filepath.Join(cfg.outDir, "sample-controller")
 		progressf("building the controller into %s", binary)
-		if err := buildController(ctx, root, binary); err != nil {
+		if err := localcluster.BuildController(ctx, root, binary); err != nil {
 			return controller{}, err
 		}
 	}

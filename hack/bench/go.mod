@@ -6,8 +6,6 @@ module github.com/seed-e6610ed6/sample-controller/hack/bench
 go 1.26.0
 
 require (
-	github.com/prometheus/client_model v0.6.2
-	github.com/prometheus/common v0.70.0
 	github.com/seed-e6610ed6/sample-controller v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

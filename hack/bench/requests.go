@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 )
 
 // requestCounts counts API requests by "VERB resource[/subresource]".
@@ -20,20 +20,20 @@ var mutatingVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETEC
 // requestCollector counts the requests the apiserver served between start and collect,
 // from its apiserver_request_total. The bench itself only watches meanwhile.
 type requestCollector struct {
-	kube   kubernetes.Interface
-	before requestCounts
+	cluster *localcluster.Cluster
+	before  requestCounts
 }
 
-func startRequests(ctx context.Context, kube kubernetes.Interface) (*requestCollector, error) {
-	m, err := apiserverMetrics(ctx, kube)
+func startRequests(ctx context.Context, cluster *localcluster.Cluster) (*requestCollector, error) {
+	m, err := cluster.APIServerMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &requestCollector{kube: kube, before: apiserverRequests(m)}, nil
+	return &requestCollector{cluster: cluster, before: apiserverRequests(m)}, nil
 }
 
 func (c *requestCollector) collect(ctx context.Context) (requestCounts, error) {
-	m, err := apiserverMetrics(ctx, c.kube)
+	m, err := c.cluster.APIServerMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func (c *requestCollector) collect(ctx context.Context) (requestCounts, error) {
 // apiserverRequests sums apiserver_request_total over every label but verb, resource
 // and subresource, for the counted resources and every verb but WATCH (a watch is one
 // long request, not work per object).
-func apiserverRequests(m metrics) requestCounts {
+func apiserverRequests(m localcluster.Metrics) requestCounts {
 	out := requestCounts{}
 	for _, s := range m["apiserver_request_total"].GetMetric() {
 		labels := map[string]string{}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"strings"
 	"testing"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 )
 
 const apiserverText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
@@ -18,44 +20,10 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 50
 # TYPE apiserver_request_total_other counter
 apiserver_request_total_other{resource="foos",verb="POST"} 99
-# TYPE go_memstats_heap_inuse_bytes gauge
-go_memstats_heap_inuse_bytes 1.2345e+07
 `
 
-func TestMetricsSum(t *testing.T) {
-	m, err := parseMetrics(strings.NewReader(apiserverText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name   string
-		metric string
-		labels map[string]string
-		want   float64
-	}{
-		{"a gauge without labels", "go_memstats_heap_inuse_bytes", nil, 12345000},
-		{"every sample of a counter", "apiserver_request_total", nil, 3065},
-		{"the samples with these labels", "apiserver_request_total", map[string]string{"resource": "deployments", "verb": "POST"}, 1003},
-		{"a label no sample has", "apiserver_request_total", map[string]string{"shard": "1"}, 0},
-		{"a metric that is not there", "nope", nil, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := m.Sum(tt.metric, tt.labels); got != tt.want {
-				t.Errorf("Sum(%s, %v) = %v, want %v", tt.metric, tt.labels, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestParseMetricsError(t *testing.T) {
-	if _, err := parseMetrics(strings.NewReader(`m{a="x} 1`)); err == nil {
-		t.Error("parseMetrics of a broken label set succeeded")
-	}
-}
-
 func TestAPIServerRequests(t *testing.T) {
-	m, err := parseMetrics(strings.NewReader(apiserverText))
+	m, err := localcluster.ParseMetrics(strings.NewReader(apiserverText))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,10 +45,10 @@ type session struct {
 	foos    []*samplev1alpha1.Foo
 
 	driver driver
-	proc   *process           // the controller; nil for a limit
-	ctrl   *controllerProcess // proc, if it is ours and serves /metrics
-	limit  *limitRun          // the limit's writers; nil for a controller
-	fail   func(error)        // ends the cases with this error: the controller exited, say
+	proc   *localcluster.Process    // the controller; nil for a limit
+	ctrl   *localcluster.Controller // proc, if it is ours and serves /metrics
+	limit  *limitRun                // the limit's writers; nil for a controller
+	fail   func(error)              // ends the cases with this error: the controller exited, say
 
 	converged bool      // the cold start converged
 	replicas  []int32   // the last spec.replicas the reaction case set on each Foo
@@ -93,7 +93,7 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 		SkipKwok:              true,
 	}
 	if s.cfg.profile {
-		opts.ExtraArgs = map[string][]string{localcluster.APIServer: {"--profiling=true"}}
+		opts.ExtraArgs = map[string][]string{localcluster.ComponentAPIServer: {"--profiling=true"}}
 	}
 	var err error
 	if s.cluster, err = localcluster.Start(ctx, opts); err != nil {
@@ -109,7 +109,7 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	if s.sample, err = clientset.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if err := installCRD(ctx, s.cluster.KubeconfigPath(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
+	if err := localcluster.InstallCRD(ctx, s.cluster.RESTConfig(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
 		return err
 	}
 	for _, ns := range []string{benchNamespace, unrelatedNamespace} {

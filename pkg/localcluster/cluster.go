@@ -31,17 +31,6 @@ const (
 	ComponentKwok              = "kwok"
 )
 
-// The components' earlier names.
-//
-// Deprecated: use the Component constants.
-const (
-	Etcd              = ComponentEtcd
-	APIServer         = ComponentAPIServer
-	ControllerManager = ComponentControllerManager
-	Scheduler         = ComponentScheduler
-	Kwok              = ComponentKwok
-)
-
 const (
 	// DefaultNodes is the number of simulated nodes when Options.Nodes is zero.
 	DefaultNodes = 3
