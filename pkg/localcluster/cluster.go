@@ -475,6 +475,10 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--tls-private-key-file=" + creds.servingKey,
 		"--client-ca-file=" + creds.caCert,
 		"--authorization-mode=RBAC",
+		// As OpenShift and hardened clusters do: setting blockOwnerDeletion needs
+		// permission to update the owner's finalizers, which the e2e tests then prove
+		// the controller's RBAC grants.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + creds.saPublicKey,
 		"--service-account-signing-key-file=" + creds.saKey,
