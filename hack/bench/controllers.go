@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 )
@@ -25,9 +24,6 @@ const (
 	kubeconfigPlaceholder = "{kubeconfig}"
 	// ourName is the column of our controller.
 	ourName = "ours"
-	// controllerStopGrace is how long a controller may take to exit after SIGTERM;
-	// ours gives its in-flight syncs up to 30 s.
-	controllerStopGrace = 40 * time.Second
 )
 
 // controller is a controller binary and how to run it.

@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -118,14 +117,6 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	// An established CRD can take a moment more to be served to every client.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the Foo API to be served: %w", err)
-	}
 	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
 		return err
 	}
@@ -165,7 +156,7 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 // least 64 MB each); the logs stay.
 func (s *session) stop() {
 	if s.proc != nil {
-		if err := s.proc.Stop(controllerStopGrace); err != nil {
+		if err := s.proc.Stop(localcluster.ControllerStopGrace); err != nil {
 			progressf("%s: %v", s.name, err)
 		}
 	}
