@@ -184,4 +184,4 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	return context.Cause(ctx)
 }
 
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
+func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }
