@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -58,10 +59,11 @@ type limitRun struct {
 	wg     sync.WaitGroup
 	queue  workqueue.TypedInterface[int] // Foos to follow, by index
 
+	failed atomic.Int64 // writes that failed since the last takeFailures
+
 	mu          sync.Mutex
 	deployments []*appsv1.Deployment        // by index, as last written
 	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
-	failed      int
 }
 
 // startLimit makes the cold start's writes, and starts the workers that follow the
@@ -174,11 +176,7 @@ func (l *limitRun) work(ctx context.Context) bool {
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		l.mu.Lock()
-		l.failed++
-		first := l.failed == 1
-		l.mu.Unlock()
-		if first {
+		if l.failed.Add(1) == 1 {
 			progressf("%s: %v", l.s.name, err)
 		}
 		// Read the Deployment again, so that one failure does not make every later
@@ -192,14 +190,7 @@ func (l *limitRun) work(ctx context.Context) bool {
 	return true
 }
 
-// takeFailures returns how many writes failed since the last call.
-func (l *limitRun) takeFailures() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.failed
-	l.failed = 0
-	return n
-}
+func (l *limitRun) takeFailures() int { return int(l.failed.Swap(0)) }
 
 func (l *limitRun) stop() {
 	l.cancel()

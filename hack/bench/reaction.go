@@ -59,14 +59,12 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 	defer s.watch.observe(nil, nil)
 
 	progressf("%s: changing %d Foos at %d/s for %v", s.name, len(s.foos), c.rate, cfg.reactionDuration)
-	var prof *profiler
+	profiled := func() {}
 	if cfg.profile {
-		prof = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
+		profiled = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
 	}
 	first, last, failed, err := s.sendChanges(ctx, tracker, c.rate, total)
-	if prof != nil {
-		prof.wait()
-	}
+	profiled()
 	if err != nil {
 		return err
 	}
