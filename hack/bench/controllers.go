@@ -11,7 +11,6 @@ import (
 // driver makes the writes a session's cases wait for: a controller, or the limit.
 type driver interface {
 	column() string
-	isLimit() bool
 	// rule decides when a Foo's status counts as done.
 	rule() statusRule
 	// start sets the cold start's writes going on s.
@@ -37,7 +36,6 @@ type controller struct {
 }
 
 func (c controller) column() string   { return c.Name }
-func (c controller) isLimit() bool    { return false }
 func (c controller) rule() statusRule { return c.Rule }
 
 // command returns the arguments for a cluster whose admin kubeconfig is kubeconfig.

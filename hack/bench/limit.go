@@ -39,7 +39,6 @@ func (l limit) column() string {
 	return "limit"
 }
 
-func (limit) isLimit() bool    { return true }
 func (limit) rule() statusRule { return ruleReady }
 
 func (l limit) start(ctx context.Context, s *session) error {

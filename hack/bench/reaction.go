@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,10 +103,7 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 // sent, and how many failed.
 func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate, total int) (first, last time.Time, failed int, err error) {
 	if s.replicas == nil {
-		s.replicas = make([]int32, len(s.foos))
-		for i := range s.replicas {
-			s.replicas[i] = initialReplicas
-		}
+		s.replicas = slices.Repeat([]int32{initialReplicas}, len(s.foos))
 	}
 	queues := make([]chan struct{}, len(s.foos))
 	inflight := make(chan struct{}, s.cfg.reactionInflight)

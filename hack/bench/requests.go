@@ -82,12 +82,10 @@ func (r requestCounts) total() float64 {
 	return t
 }
 
-// mutating keeps the writes.
 func (r requestCounts) mutating() requestCounts {
 	return r.filter(func(verb, _ string) bool { return slices.Contains(mutatingVerbs, verb) })
 }
 
-// eventWrites keeps the writes of events.
 func (r requestCounts) eventWrites() requestCounts {
 	return r.mutating().filter(func(_, resource string) bool { return resource == "events" })
 }
@@ -104,7 +102,6 @@ func (r requestCounts) filter(keep func(verb, resource string) bool) requestCoun
 	return out
 }
 
-// perFoo divides every count by n.
 func (r requestCounts) perFoo(n int) map[string]float64 {
 	out := make(map[string]float64, len(r))
 	for k, v := range r {

@@ -59,12 +59,13 @@ type session struct {
 func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (runResult, error) {
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
+	_, isLimit := p.driver.(limit)
 	s := &session{
 		cfg:    cfg,
 		name:   strings.ReplaceAll(fmt.Sprintf("%s-%d", p.driver.column(), p.foos), " ", "-"),
 		driver: p.driver,
 		fail:   fail,
-		result: runResult{Column: p.driver.column(), Limit: p.driver.isLimit(), Driver: p.driver, Foos: p.foos},
+		result: runResult{Column: p.driver.column(), Limit: isLimit, Driver: p.driver, Foos: p.foos},
 	}
 	defer s.stop()
 	if err := s.setUp(ctx, root, p.foos); err != nil {
@@ -198,7 +199,6 @@ func (s *session) waitUntil(ctx context.Context, timeout time.Duration, done fun
 	return nil
 }
 
-// sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -233,7 +233,6 @@ func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, 
 	return context.Cause(ctx)
 }
 
-// progressf prints a progress line to stderr.
 func progressf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
