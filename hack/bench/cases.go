@@ -40,7 +40,7 @@ type coldStartResult struct {
 }
 
 func (c coldStartCase) run(ctx context.Context, s *session) error {
-	requests, err := startRequests(ctx, s.cluster)
+	requests, err := countRequests(ctx, s.cluster)
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.settle); err != nil {
 		return err
 	}
-	if r.Requests, err = requests.collect(ctx); err != nil {
+	if r.Requests, err = requests(ctx); err != nil {
 		return err
 	}
 	r.PerFoo = r.Requests.perFoo(r.Foos)
@@ -99,7 +99,7 @@ type steadyResult struct {
 
 func (steadyCase) run(ctx context.Context, s *session) error {
 	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
-	requests, err := startRequests(ctx, s.cluster)
+	requests, err := countRequests(ctx, s.cluster)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (steadyCase) run(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.steadyWindow); err != nil {
 		return err
 	}
-	counts, err := requests.collect(ctx)
+	counts, err := requests(ctx)
 	if err != nil {
 		return err
 	}

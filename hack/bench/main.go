@@ -30,30 +30,20 @@ import (
 
 // config is the command line.
 type config struct {
-	foos             []int
-	steadyFoos       int
-	unrelated        int
-	rates            []int
-	reactionDuration time.Duration
-	reactionDeadline time.Duration
-	steadyWindow     time.Duration
-	settle           time.Duration
-	workers          int
-	coldStartTimeout time.Duration
-	memoryTimeout    time.Duration
-	parallelism      int
-	reactionInflight int
-	profile          bool
-
-	ourBinary        string
-	controllerBinary string
-	controllerName   string
-	controllerArgs   string
-
-	outDir string
-	cases  caseSet
-	// flags are every flag's value, for results.json.
-	flags map[string]string
+	cases                              map[string]bool
+	foos                               []int
+	steadyFoos, unrelated              int
+	workers, parallelism               int
+	steadyWindow, settle               time.Duration
+	coldStartTimeout, memoryTimeout    time.Duration
+	rates                              []int
+	reactionDuration, reactionDeadline time.Duration
+	reactionInflight                   int
+	profile                            bool
+	ourBinary, controllerBinary        string
+	controllerName, controllerArgs     string
+	outDir                             string
+	flags                              map[string]string // every flag's value, for results.json
 }
 
 // The case groups --cases can pick.
@@ -66,8 +56,6 @@ const (
 )
 
 var allCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction}
-
-type caseSet map[string]bool
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -107,10 +95,9 @@ func parseFlags(args []string) (config, error) {
 	if cfg.rates, err = parseInts("--rates", *rates); err != nil {
 		return cfg, err
 	}
-	cfg.cases = caseSet{}
+	cfg.cases = map[string]bool{}
 	for _, c := range strings.Split(*cases, ",") {
-		c = strings.TrimSpace(c)
-		if !slices.Contains(allCases, c) {
+		if c = strings.TrimSpace(c); !slices.Contains(allCases, c) {
 			return cfg, fmt.Errorf("--cases: unknown case %q; known: %s", c, strings.Join(allCases, ", "))
 		}
 		cfg.cases[c] = true
