@@ -19,15 +19,10 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
-// limit is the bench making a controller's writes itself, with no watch, no cache and
-// no other process in between: what this apiserver accepts from one client without a
-// rate limit and with --workers requests in flight.
-//
-// In a cold start it makes, per Foo, what our controller makes: the Deployment create,
-// with Events the DeploymentCreated Event, and the status update. In the reaction case,
-// as each patch returns, the Deployment update and the status update, through a work
-// queue that holds each Foo once, as a controller would; a change of the Foo's own
-// spec records no event.
+// limit is the bench making our controller's writes itself, with no watch, no cache
+// and no other process in between: what this apiserver accepts from one client without
+// a rate limit and with --workers requests in flight. A change of a Foo's own spec
+// records no event, so the reaction case writes none.
 type limit struct {
 	Events bool `json:"events"`
 }

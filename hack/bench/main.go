@@ -1,12 +1,6 @@
-// Command bench measures the controller on a local control plane (etcd and
-// kube-apiserver only: no Pods, so Deployments get no status) and prints one markdown
-// table, with every figure also in results.json. With --controller-binary it runs the
-// same cases against another controller serving the same CRD, side by side.
-//
-//	cd hack/bench && go run . [flags]
-//
-// Progress goes to stderr, the table to stdout. Every process and cluster it starts is
-// stopped on exit and on Ctrl-C.
+// Command bench measures the controller on a local control plane and prints one
+// markdown table, with every figure also in results.json; README.md says what each
+// figure means.
 package main
 
 import (
@@ -122,8 +116,7 @@ func parseFlags(args []string) (config, error) {
 func parseInts(flagName, s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
+		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
 		n, err := strconv.Atoi(f)

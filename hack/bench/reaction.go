@@ -13,11 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// reactionCase changes spec.replicas of the Foos, round-robin, at rate changes per
-// second for --reaction-duration, each to a new, higher value, and times each change
-// from sending its merge patch to the watch event of the Deployment with that value,
-// waiting up to --reaction-deadline after the last. On a limit's cluster the bench
-// makes the controller's writes itself as each patch returns.
+// reactionCase times spec.replicas changes at rate per second from the merge patch to
+// the watch event of the Deployment with that value.
 type reactionCase struct{ rate int }
 
 // reactionResult is how fast spec changes reached the Deployments at one rate.
