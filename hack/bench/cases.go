@@ -14,11 +14,8 @@ type benchCase interface {
 	run(ctx context.Context, s *session) error
 }
 
-// coldStartCase: the Foos exist, then the driver starts (the controller process, or
-// the limit's writes). Timed from that start until every Deployment is as its Foo asks
-// and every Foo's status is done, all at once, as the watch sees it; then --settle,
-// and the requests made since the start. It runs first in every session, since the
-// later cases need it converged; record says whether its figures are reported.
+// coldStartCase runs first in every session, since the later cases need it
+// converged; record says whether its figures are reported.
 type coldStartCase struct{ record bool }
 
 // coldStartResult is one cold start, or how far it got.
@@ -40,7 +37,7 @@ type coldStartResult struct {
 }
 
 func (c coldStartCase) run(ctx context.Context, s *session) error {
-	requests, err := startRequests(ctx, s.cluster)
+	requests, err := countRequests(ctx, s.cluster)
 	if err != nil {
 		return err
 	}
@@ -67,7 +64,7 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.settle); err != nil {
 		return err
 	}
-	if r.Requests, err = requests.collect(ctx); err != nil {
+	if r.Requests, err = requests(ctx); err != nil {
 		return err
 	}
 	r.PerFoo = r.Requests.perFoo(r.Foos)
@@ -84,10 +81,8 @@ func (r coldStartResult) timedOutText() string {
 	return fmt.Sprintf("timed out: %d of %d after %.0f s", min(r.DeploymentsDone, r.StatusesDone), r.Foos, r.Seconds)
 }
 
-// steadyCase counts the writes on Foos, Deployments and Events over --steady-window
-// once the cold start has converged and settled. Our controller runs with
-// --resync-period=30s (the classic one resyncs every 30 s itself), so the window
-// covers a resync of every Foo and Deployment.
+// steadyCase counts writes over --steady-window, which covers a resync: ours runs with
+// --resync-period=30s, the classic one resyncs every 30 s itself.
 type steadyCase struct{}
 
 type steadyResult struct {
@@ -99,7 +94,7 @@ type steadyResult struct {
 
 func (steadyCase) run(ctx context.Context, s *session) error {
 	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
-	requests, err := startRequests(ctx, s.cluster)
+	requests, err := countRequests(ctx, s.cluster)
 	if err != nil {
 		return err
 	}
@@ -107,7 +102,7 @@ func (steadyCase) run(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.steadyWindow); err != nil {
 		return err
 	}
-	counts, err := requests.collect(ctx)
+	counts, err := requests(ctx)
 	if err != nil {
 		return err
 	}
@@ -118,10 +113,8 @@ func (steadyCase) run(ctx context.Context, s *session) error {
 	return nil
 }
 
-// memoryCase reads the controller's memory after --settle, creates
-// --unrelated-deployments Deployments in another namespace, waits --settle, and reads
-// it again. Then it deletes them, so that the cases after it run against an apiserver
-// with the same objects as the limit's.
+// memoryCase deletes its unrelated Deployments when done, so that the cases after it
+// run against an apiserver with the same objects as the limit's.
 type memoryCase struct{}
 
 type memoryResult struct {
@@ -184,4 +177,4 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	return context.Cause(ctx)
 }
 
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
+func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }

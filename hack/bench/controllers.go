@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 )
@@ -12,7 +11,6 @@ import (
 // driver makes the writes a session's cases wait for: a controller, or the limit.
 type driver interface {
 	column() string
-	isLimit() bool
 	// rule decides when a Foo's status counts as done.
 	rule() statusRule
 	// start sets the cold start's writes going on s.
@@ -25,9 +23,6 @@ const (
 	kubeconfigPlaceholder = "{kubeconfig}"
 	// ourName is the column of our controller.
 	ourName = "ours"
-	// controllerStopGrace is how long a controller may take to exit after SIGTERM;
-	// ours gives its in-flight syncs up to 30 s.
-	controllerStopGrace = 40 * time.Second
 )
 
 // controller is a controller binary and how to run it.
@@ -41,7 +36,6 @@ type controller struct {
 }
 
 func (c controller) column() string   { return c.Name }
-func (c controller) isLimit() bool    { return false }
 func (c controller) rule() statusRule { return c.Rule }
 
 // command returns the arguments for a cluster whose admin kubeconfig is kubeconfig.

@@ -27,15 +27,13 @@ const (
 	ruleWritten
 )
 
-func (r statusRule) String() string {
-	if r == ruleWritten {
-		return "status written at least once (a managedFields entry for the status subresource)"
-	}
-	return "status.observedGeneration == metadata.generation and a Ready condition"
-}
-
 // MarshalText writes the rule into results.json in words.
-func (r statusRule) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+func (r statusRule) MarshalText() ([]byte, error) {
+	if r == ruleWritten {
+		return []byte("status written at least once (a managedFields entry for the status subresource)"), nil
+	}
+	return []byte("status.observedGeneration == metadata.generation and a Ready condition"), nil
+}
 
 func (r statusRule) satisfied(f *samplev1alpha1.Foo) bool {
 	if r == ruleWritten {
@@ -76,7 +74,6 @@ type fooProgress struct {
 	arrived, deployment, status bool
 }
 
-// newConvergence expects the Deployments of foos.
 func newConvergence(foos []*samplev1alpha1.Foo, rule statusRule, start time.Time) *convergence {
 	c := &convergence{rule: rule, start: start, byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}}
 	for _, f := range foos {
@@ -135,7 +132,6 @@ func (c *convergence) isDone() bool {
 	return c.done
 }
 
-// progress says how many Deployments match and how many statuses satisfy the rule.
 func (c *convergence) progress() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -44,14 +44,12 @@ func (t *latencyTracker) sent(deployment string, value int32, at time.Time) *cha
 	return c
 }
 
-// accepted records the response to the change's patch.
 func (t *latencyTracker) accepted(c *change, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c.accepted = at
 }
 
-// failed forgets a change whose request failed.
 func (t *latencyTracker) failed(deployment string, c *change) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -80,7 +78,6 @@ func (t *latencyTracker) observe(deployment string, replicas int32, at time.Time
 	}
 }
 
-// remaining is the number of changes not delivered yet.
 func (t *latencyTracker) remaining() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,15 +19,10 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
-// limit is the bench making a controller's writes itself, with no watch, no cache and
-// no other process in between: what this apiserver accepts from one client without a
-// rate limit and with --workers requests in flight.
-//
-// In a cold start it makes, per Foo, what our controller makes: the Deployment create,
-// with Events the DeploymentCreated Event, and the status update. In the reaction case,
-// as each patch returns, the Deployment update and the status update, through a work
-// queue that holds each Foo once, as a controller would; a change of the Foo's own
-// spec records no event.
+// limit is the bench making our controller's writes itself, with no watch, no cache
+// and no other process in between: what this apiserver accepts from one client without
+// a rate limit and with --workers requests in flight. A change of a Foo's own spec
+// records no event, so the reaction case writes none.
 type limit struct {
 	Events bool `json:"events"`
 }
@@ -38,7 +34,6 @@ func (l limit) column() string {
 	return "limit"
 }
 
-func (limit) isLimit() bool    { return true }
 func (limit) rule() statusRule { return ruleReady }
 
 func (l limit) start(ctx context.Context, s *session) error {
@@ -58,10 +53,11 @@ type limitRun struct {
 	wg     sync.WaitGroup
 	queue  workqueue.TypedInterface[int] // Foos to follow, by index
 
+	failed atomic.Int64 // writes that failed since the last takeFailures
+
 	mu          sync.Mutex
 	deployments []*appsv1.Deployment        // by index, as last written
 	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
-	failed      int
 }
 
 // startLimit makes the cold start's writes, and starts the workers that follow the
@@ -174,11 +170,7 @@ func (l *limitRun) work(ctx context.Context) bool {
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		l.mu.Lock()
-		l.failed++
-		first := l.failed == 1
-		l.mu.Unlock()
-		if first {
+		if l.failed.Add(1) == 1 {
 			progressf("%s: %v", l.s.name, err)
 		}
 		// Read the Deployment again, so that one failure does not make every later
@@ -192,14 +184,7 @@ func (l *limitRun) work(ctx context.Context) bool {
 	return true
 }
 
-// takeFailures returns how many writes failed since the last call.
-func (l *limitRun) takeFailures() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.failed
-	l.failed = 0
-	return n
-}
+func (l *limitRun) takeFailures() int { return int(l.failed.Swap(0)) }
 
 func (l *limitRun) stop() {
 	l.cancel()

@@ -1,12 +1,6 @@
-// Command bench measures the controller on a local control plane (etcd and
-// kube-apiserver only: no Pods, so Deployments get no status) and prints one markdown
-// table, with every figure also in results.json. With --controller-binary it runs the
-// same cases against another controller serving the same CRD, side by side.
-//
-//	cd hack/bench && go run . [flags]
-//
-// Progress goes to stderr, the table to stdout. Every process and cluster it starts is
-// stopped on exit and on Ctrl-C.
+// Command bench measures the controller on a local control plane and prints one
+// markdown table, with every figure also in results.json; README.md says what each
+// figure means.
 package main
 
 import (
@@ -30,30 +24,20 @@ import (
 
 // config is the command line.
 type config struct {
-	foos             []int
-	steadyFoos       int
-	unrelated        int
-	rates            []int
-	reactionDuration time.Duration
-	reactionDeadline time.Duration
-	steadyWindow     time.Duration
-	settle           time.Duration
-	workers          int
-	coldStartTimeout time.Duration
-	memoryTimeout    time.Duration
-	parallelism      int
-	reactionInflight int
-	profile          bool
-
-	ourBinary        string
-	controllerBinary string
-	controllerName   string
-	controllerArgs   string
-
-	outDir string
-	cases  caseSet
-	// flags are every flag's value, for results.json.
-	flags map[string]string
+	cases                              map[string]bool
+	foos                               []int
+	steadyFoos, unrelated              int
+	workers, parallelism               int
+	steadyWindow, settle               time.Duration
+	coldStartTimeout, memoryTimeout    time.Duration
+	rates                              []int
+	reactionDuration, reactionDeadline time.Duration
+	reactionInflight                   int
+	profile                            bool
+	ourBinary, controllerBinary        string
+	controllerName, controllerArgs     string
+	outDir                             string
+	flags                              map[string]string // every flag's value, for results.json
 }
 
 // The case groups --cases can pick.
@@ -66,8 +50,6 @@ const (
 )
 
 var allCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction}
-
-type caseSet map[string]bool
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -107,10 +89,9 @@ func parseFlags(args []string) (config, error) {
 	if cfg.rates, err = parseInts("--rates", *rates); err != nil {
 		return cfg, err
 	}
-	cfg.cases = caseSet{}
+	cfg.cases = map[string]bool{}
 	for _, c := range strings.Split(*cases, ",") {
-		c = strings.TrimSpace(c)
-		if !slices.Contains(allCases, c) {
+		if c = strings.TrimSpace(c); !slices.Contains(allCases, c) {
 			return cfg, fmt.Errorf("--cases: unknown case %q; known: %s", c, strings.Join(allCases, ", "))
 		}
 		cfg.cases[c] = true
@@ -135,8 +116,7 @@ func parseFlags(args []string) (config, error) {
 func parseInts(flagName, s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
+		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
 		n, err := strconv.Atoi(f)

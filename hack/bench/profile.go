@@ -12,50 +12,40 @@ import (
 	"time"
 )
 
-// profiler takes CPU profiles of the apiserver and of the controller while a case
-// runs (--profile), for `go tool pprof`.
-type profiler struct {
-	wg sync.WaitGroup
-}
-
-// startProfiles profiles the apiserver and, when it serves profiles, the controller,
-// each for d, into <out>/<session>-<what>-{apiserver,controller}.pprof. wait returns
-// once both are written.
-func startProfiles(ctx context.Context, s *session, what string, d time.Duration) *profiler {
-	p := &profiler{}
-	seconds := max(1, int(d.Round(time.Second)/time.Second))
-	save := func(who string, data []byte, err error) {
-		path := filepath.Join(s.cfg.outDir, fmt.Sprintf("%s-%s-%s.pprof", s.name, what, who))
-		if err == nil {
-			err = os.WriteFile(path, data, 0o644)
-		}
-		if err != nil {
-			progressf("%s: profiling the %s: %v", s.name, who, err)
-			return
-		}
-		progressf("%s: wrote %s", s.name, path)
+// startProfiles takes CPU profiles (--profile) of the apiserver and, when it serves
+// them, of the controller, each over d, into
+// <out>/<session>-<what>-{apiserver,controller}.pprof, for go tool pprof. The wait it
+// returns returns once both are written.
+func startProfiles(ctx context.Context, s *session, what string, d time.Duration) (wait func()) {
+	var wg sync.WaitGroup
+	seconds := fmt.Sprint(max(1, int(d.Round(time.Second)/time.Second)))
+	profile := func(who string, get func() ([]byte, error)) {
+		wg.Go(func() {
+			path := filepath.Join(s.cfg.outDir, fmt.Sprintf("%s-%s-%s.pprof", s.name, what, who))
+			data, err := get()
+			if err == nil {
+				err = os.WriteFile(path, data, 0o644)
+			}
+			if err != nil {
+				progressf("%s: profiling the %s: %v", s.name, who, err)
+			} else {
+				progressf("%s: wrote %s", s.name, path)
+			}
+		})
 	}
-	p.wg.Go(func() {
-		data, err := s.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", fmt.Sprint(seconds)).Timeout(d + time.Minute).DoRaw(ctx)
-		save("apiserver", data, err)
+	profile("apiserver", func() ([]byte, error) {
+		return s.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", seconds).Timeout(d + time.Minute).DoRaw(ctx)
 	})
 	switch {
-	case s.limit != nil:
-		return p
-	case s.ctrl == nil:
+	case s.ctrl != nil:
+		url := strings.TrimSuffix(s.ctrl.MetricsURL, "/metrics") + "/debug/pprof/profile?seconds=" + seconds
+		profile("controller", func() ([]byte, error) { return getBody(ctx, url) })
+	case s.limit == nil:
 		progressf("%s: the controller serves no metrics, so no profile of it", s.name)
-		return p
 	}
-	url := strings.TrimSuffix(s.ctrl.MetricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds)
-	p.wg.Go(func() {
-		data, err := getBody(ctx, url)
-		save("controller", data, err)
-	})
-	return p
+	return wg.Wait
 }
-
-func (p *profiler) wait() { p.wg.Wait() }
 
 // getBody returns the body of a GET of url, which must answer 200.
 func getBody(ctx context.Context, url string) ([]byte, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// reactionCase changes spec.replicas of the Foos, round-robin, at rate changes per
-// second for --reaction-duration, each to a new, higher value, and times each change
-// from sending its merge patch to the watch event of the Deployment with that value,
-// waiting up to --reaction-deadline after the last. On a limit's cluster the bench
-// makes the controller's writes itself as each patch returns.
+// reactionCase times spec.replicas changes at rate per second from the merge patch to
+// the watch event of the Deployment with that value.
 type reactionCase struct{ rate int }
 
 // reactionResult is how fast spec changes reached the Deployments at one rate.
@@ -59,14 +57,12 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 	defer s.watch.observe(nil, nil)
 
 	progressf("%s: changing %d Foos at %d/s for %v", s.name, len(s.foos), c.rate, cfg.reactionDuration)
-	var prof *profiler
+	profiled := func() {}
 	if cfg.profile {
-		prof = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
+		profiled = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
 	}
 	first, last, failed, err := s.sendChanges(ctx, tracker, c.rate, total)
-	if prof != nil {
-		prof.wait()
-	}
+	profiled()
 	if err != nil {
 		return err
 	}
@@ -104,10 +100,7 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 // sent, and how many failed.
 func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate, total int) (first, last time.Time, failed int, err error) {
 	if s.replicas == nil {
-		s.replicas = make([]int32, len(s.foos))
-		for i := range s.replicas {
-			s.replicas[i] = initialReplicas
-		}
+		s.replicas = slices.Repeat([]int32{initialReplicas}, len(s.foos))
 	}
 	queues := make([]chan struct{}, len(s.foos))
 	inflight := make(chan struct{}, s.cfg.reactionInflight)

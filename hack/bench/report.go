@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/utils/ptr"
 )
 
 // results is everything measured, as written to results.json.
@@ -123,18 +125,9 @@ func (cs *coldStartResult) addRows(t *table, column string, limit bool, keys []s
 	row := func(sub int, format string, args ...any) rowKey {
 		return rowKey{sectionColdStart, cs.Foos, sub, fmt.Sprintf(format, args...)}
 	}
-	perFoo := func(v float64) cell {
-		if !cs.Converged {
-			return text("n/a (timed out)")
-		}
-		return num(v)
-	}
+	perFoo := func(v float64) cell { return figureOr(cs.Converged, v, "n/a (timed out)") }
 	seconds := row(0, "cold start, %d Foos (s)", cs.Foos)
-	if cs.Converged {
-		t.set(seconds, column, num(cs.Seconds))
-	} else {
-		t.set(seconds, column, text(cs.timedOutText()))
-	}
+	t.set(seconds, column, figureOr(cs.Converged, cs.Seconds, cs.timedOutText()))
 	if limit && cs.Converged && cs.Seconds > 0 {
 		t.ratios[row(1, "cold start, %d Foos ÷ %s (×)", cs.Foos, column)] = ratioOf{seconds, column}
 	}
@@ -149,19 +142,14 @@ func (m *memoryResult) addRows(t *table, column string) {
 	row := func(sub int, format string, args ...any) rowKey {
 		return rowKey{sectionMemory, 0, sub, fmt.Sprintf(format, args...)}
 	}
-	heap := func(v *float64) cell {
-		if v == nil {
-			return text("n/a")
-		}
-		return num(*v / (1 << 20))
-	}
+	heap := func(v *float64) cell { return figureOr(v != nil, mib(ptr.Deref(v, 0)), "n/a") }
 	after := num(mib(m.RSSAfter))
 	if m.TimedOut != "" {
 		after.text = fmt.Sprintf("%s (%s)", formatNumber(mib(m.RSSAfter)), m.TimedOut)
 	}
 	t.set(row(0, "RSS, %d Foos (MiB)", m.Foos), column, num(mib(m.RSSBefore)))
 	t.set(row(1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, after)
-	t.set(row(2, "RSS per 10000 unrelated Deployments (MiB)"), column, num(m.RSSPer10k/(1<<20)))
+	t.set(row(2, "RSS per 10000 unrelated Deployments (MiB)"), column, num(mib(m.RSSPer10k)))
 	t.set(row(3, "heap in use, %d Foos (MiB)", m.Foos), column, heap(m.HeapBefore))
 	t.set(row(4, "heap in use, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, heap(m.HeapAfter))
 	t.set(row(5, "heap in use per 10000 unrelated Deployments (MiB)"), column, heap(m.HeapPer10k))
@@ -171,12 +159,7 @@ func (r *reactionResult) addRows(t *table, column string, limit bool) {
 	row := func(sub int, format string, args ...any) rowKey {
 		return rowKey{sectionReaction, r.Rate, sub, fmt.Sprintf("reaction, %d changes/s: ", r.Rate) + fmt.Sprintf(format, args...)}
 	}
-	latency := func(v float64) cell {
-		if r.Delivered == 0 {
-			return text("none delivered")
-		}
-		return num(v)
-	}
+	latency := func(v float64) cell { return figureOr(r.Delivered > 0, v, "none delivered") }
 	delivered := num(float64(r.Delivered))
 	delivered.text = fmt.Sprintf("%d of %d", r.Delivered, r.Sent-r.Failed)
 	t.set(row(0, "sent per second"), column, num(r.AchievedRate))
@@ -257,14 +240,19 @@ type cell struct {
 func num(v float64) cell { return cell{value: v, ok: true} }
 func text(s string) cell { return cell{text: s} }
 
+// figureOr is v when ok holds, and otherwise says why there is no figure.
+func figureOr(ok bool, v float64, otherwise string) cell {
+	if ok {
+		return num(v)
+	}
+	return text(otherwise)
+}
+
 func (c cell) String() string {
-	switch {
-	case c.text != "":
-		return c.text
-	case c.ok:
+	if c.text == "" && c.ok {
 		return formatNumber(c.value)
 	}
-	return ""
+	return c.text
 }
 
 // formatNumber prints about three significant digits.

@@ -17,27 +17,21 @@ var countedResources = []string{"foos", "deployments", "events"}
 // mutatingVerbs are the verbs of apiserver_request_total that write.
 var mutatingVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 
-// requestCollector counts the requests the apiserver served between start and collect,
-// from its apiserver_request_total. The bench itself only watches meanwhile.
-type requestCollector struct {
-	cluster *localcluster.Cluster
-	before  requestCounts
-}
-
-func startRequests(ctx context.Context, cluster *localcluster.Cluster) (*requestCollector, error) {
+// countRequests reads the apiserver's apiserver_request_total; the function it
+// returns counts the requests served since. The bench itself only watches meanwhile.
+func countRequests(ctx context.Context, cluster *localcluster.Cluster) (func(context.Context) (requestCounts, error), error) {
 	m, err := cluster.APIServerMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &requestCollector{cluster: cluster, before: apiserverRequests(m)}, nil
-}
-
-func (c *requestCollector) collect(ctx context.Context) (requestCounts, error) {
-	m, err := c.cluster.APIServerMetrics(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return apiserverRequests(m).minus(c.before), nil
+	before := apiserverRequests(m)
+	return func(ctx context.Context) (requestCounts, error) {
+		m, err := cluster.APIServerMetrics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return apiserverRequests(m).minus(before), nil
+	}, nil
 }
 
 // apiserverRequests sums apiserver_request_total over every label but verb, resource
@@ -82,12 +76,10 @@ func (r requestCounts) total() float64 {
 	return t
 }
 
-// mutating keeps the writes.
 func (r requestCounts) mutating() requestCounts {
 	return r.filter(func(verb, _ string) bool { return slices.Contains(mutatingVerbs, verb) })
 }
 
-// eventWrites keeps the writes of events.
 func (r requestCounts) eventWrites() requestCounts {
 	return r.mutating().filter(func(_, resource string) bool { return resource == "events" })
 }
@@ -104,7 +96,6 @@ func (r requestCounts) filter(keep func(verb, resource string) bool) requestCoun
 	return out
 }
 
-// perFoo divides every count by n.
 func (r requestCounts) perFoo(n int) map[string]float64 {
 	out := make(map[string]float64, len(r))
 	for k, v := range r {

@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -60,12 +59,13 @@ type session struct {
 func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (runResult, error) {
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
+	_, isLimit := p.driver.(limit)
 	s := &session{
 		cfg:    cfg,
 		name:   strings.ReplaceAll(fmt.Sprintf("%s-%d", p.driver.column(), p.foos), " ", "-"),
 		driver: p.driver,
 		fail:   fail,
-		result: runResult{Column: p.driver.column(), Limit: p.driver.isLimit(), Driver: p.driver, Foos: p.foos},
+		result: runResult{Column: p.driver.column(), Limit: isLimit, Driver: p.driver, Foos: p.foos},
 	}
 	defer s.stop()
 	if err := s.setUp(ctx, root, p.foos); err != nil {
@@ -118,14 +118,6 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	// An established CRD can take a moment more to be served to every client.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the Foo API to be served: %w", err)
-	}
 	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
 		return err
 	}
@@ -165,7 +157,7 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 // least 64 MB each); the logs stay.
 func (s *session) stop() {
 	if s.proc != nil {
-		if err := s.proc.Stop(controllerStopGrace); err != nil {
+		if err := s.proc.Stop(localcluster.ControllerStopGrace); err != nil {
 			progressf("%s: %v", s.name, err)
 		}
 	}
@@ -207,7 +199,6 @@ func (s *session) waitUntil(ctx context.Context, timeout time.Duration, done fun
 	return nil
 }
 
-// sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -242,7 +233,6 @@ func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, 
 	return context.Cause(ctx)
 }
 
-// progressf prints a progress line to stderr.
 func progressf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }

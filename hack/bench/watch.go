@@ -91,5 +91,4 @@ func (w *watcher) deliver(obj any, at time.Time) {
 	}
 }
 
-// fooCount is the number of Foos the watch has seen.
 func (w *watcher) fooCount() int { return len(w.foos.ListKeys()) }
