@@ -34,6 +34,15 @@ unit_tests() {
     _output/unit-cover.out
 }
 
+fuzz_tests() {
+  # Every fuzz target of the pure package, briefly; a failing input is written under
+  # pkg/reconcile/testdata/fuzz, and committing it makes it a regression test.
+  local target
+  for target in $(go test -list '^Fuzz' ./pkg/reconcile | grep '^Fuzz'); do
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_TIME:-10s}" ./pkg/reconcile
+  done
+}
+
 image_tests() {
   (cd hack/image && go vet ./... && go test -count=1 ./...)
 }
@@ -64,4 +73,5 @@ stage "build the image" hack/build-image.sh
 stage "image tool tests" image_tests
 stage "bench tool tests" bench_tool_tests
 stage "unit tests (-race)" unit_tests
+stage "fuzz (pkg/reconcile)" fuzz_tests
 stage "e2e tests" e2e_tests

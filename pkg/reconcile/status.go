@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -87,7 +88,7 @@ func RejectedMessage(foo *samplev1alpha1.Foo, err error) string {
 	if errors.As(err, &status) && status.Status().Message != "" {
 		answer = status.Status().Message
 	}
-	message := fmt.Sprintf("The API server refused to write Deployment %q: %s", foo.Spec.DeploymentName, answer)
+	message := fmt.Sprintf("The API server refused to write Deployment %q: %s", foo.Spec.DeploymentName, validUTF8(answer))
 	if len(message) > MaxMessageLength {
 		cut := MaxMessageLength - len("...")
 		for cut > 0 && !utf8.RuneStart(message[cut]) {
@@ -96,6 +97,26 @@ func RejectedMessage(foo *samplev1alpha1.Foo, err error) string {
 		message = message[:cut] + "..."
 	}
 	return message
+}
+
+// validUTF8 replaces every byte of s that is not UTF-8 with U+FFFD, as encoding/json
+// does when the status is written: the message stored is then the message computed,
+// and a refusal already reported is recognised as such.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[:size])
+		}
+		s = s[size:]
+	}
+	return b.String()
 }
 
 // NotOwnedMessage tells the Foo's author that its deploymentName is taken.

@@ -315,6 +315,10 @@ func TestRejectedMessage(t *testing.T) {
 	if got, want := RejectedMessage(foo, errors.New("plain")), `The API server refused to write Deployment "web": plain`; got != want {
 		t.Errorf("RejectedMessage = %q, want %q", got, want)
 	}
+	// Not UTF-8: each stray byte becomes U+FFFD, as in the status the API server stores.
+	if got, want := RejectedMessage(foo, errors.New("a\xa2b\xff\xfe")), "The API server refused to write Deployment \"web\": a\uFFFDb\uFFFD\uFFFD"; got != want {
+		t.Errorf("RejectedMessage = %q, want %q", got, want)
+	}
 	// A webhook chooses its message; a long one is cut, on a rune boundary, to fit an
 	// event's note.
 	long := apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New(strings.Repeat("é", 2000)))
