@@ -489,6 +489,10 @@ func TestInvalidFoosAreRejected(t *testing.T) {
 		manifest: fooYAML("bad", "ok", -1),
 		want:     []string{"spec.replicas: Invalid value: -1", "greater than or equal to 0"},
 	}, {
+		name:     "replicas beyond int32",
+		manifest: strings.Replace(fooYAML("bad", "ok", 1), "replicas: 1", "replicas: 2147483648", 1),
+		want:     []string{"spec.replicas: Invalid value: 2147483648"},
+	}, {
 		name:     "replicas of the wrong type",
 		manifest: strings.Replace(fooYAML("bad", "ok", 1), "replicas: 1", `replicas: "three"`, 1),
 		want:     []string{"spec.replicas: Invalid value", "must be of type integer"},
