@@ -136,7 +136,7 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.settle); err != nil {
 		return err
 	}
-	before, err := s.readMemory(ctx)
+	rssBefore, heapBefore, err := s.readMemory(ctx)
 	if err != nil {
 		return err
 	}
@@ -156,16 +156,16 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.settle); err != nil {
 		return err
 	}
-	after, err := s.readMemory(ctx)
+	rssAfter, heapAfter, err := s.readMemory(ctx)
 	if err != nil {
 		return err
 	}
-	m.RSSBefore, m.RSSAfter, m.HeapBefore, m.HeapAfter = before.rss, after.rss, before.heap, after.heap
+	m.RSSBefore, m.RSSAfter, m.HeapBefore, m.HeapAfter = rssBefore, rssAfter, heapBefore, heapAfter
 	if created > 0 {
 		scale := 10000 / float64(created)
-		m.RSSPer10k = float64(after.rss-before.rss) * scale
-		if before.heap != nil && after.heap != nil {
-			m.HeapPer10k = ptr.To((*after.heap - *before.heap) * scale)
+		m.RSSPer10k = float64(rssAfter-rssBefore) * scale
+		if heapBefore != nil && heapAfter != nil {
+			m.HeapPer10k = ptr.To((*heapAfter - *heapBefore) * scale)
 		}
 	}
 	s.result.Memory = &m

@@ -26,6 +26,10 @@ type latencyTracker struct {
 	pending map[string][]*change // by Deployment name, in increasing value
 	all     []*change
 	waiting int
+	// first and last are when the first and the last change were sent, failures how
+	// many of them failed.
+	first, last time.Time
+	failures    int
 }
 
 func newLatencyTracker() *latencyTracker {
@@ -41,6 +45,12 @@ func (t *latencyTracker) sent(deployment string, value int32, at time.Time) *cha
 	t.pending[deployment] = append(t.pending[deployment], c)
 	t.all = append(t.all, c)
 	t.waiting++
+	if t.first.IsZero() || at.Before(t.first) {
+		t.first = at
+	}
+	if at.After(t.last) {
+		t.last = at
+	}
 	return c
 }
 
@@ -50,15 +60,18 @@ func (t *latencyTracker) accepted(c *change, at time.Time) {
 	c.accepted = at
 }
 
-func (t *latencyTracker) failed(deployment string, c *change) {
+// failed forgets a change whose patch failed and returns how many failed so far.
+func (t *latencyTracker) failed(deployment string, c *change) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.failures++
 	p := t.pending[deployment]
 	if i := slices.Index(p, c); i >= 0 {
 		t.pending[deployment] = slices.Delete(p, i, i+1)
 		t.waiting--
 	}
 	t.all = slices.DeleteFunc(t.all, func(o *change) bool { return o == c })
+	return t.failures
 }
 
 // observe takes a Deployment's replicas as the watch delivered it at at.
@@ -84,33 +97,33 @@ func (t *latencyTracker) remaining() int {
 	return t.waiting
 }
 
-// latencies are the delivered changes' latencies in milliseconds.
-type latencies struct {
-	// fromSent runs from sending the patch to the Deployment's watch event.
-	fromSent []float64
-	// fromAccepted runs from the patch's response instead, leaving out the time the
-	// apiserver took to accept it (zero when the event came first).
-	fromAccepted []float64
-	exact        int
-}
-
-func (t *latencyTracker) delivered() latencies {
+// record sets r's figures from the changes, given r.Sent: the failures, the rate
+// achieved, how many were delivered, how many with their own value, and their
+// latencies. Latencies from the patch's response leave out the time the apiserver took
+// to accept it (zero when the event came first).
+func (t *latencyTracker) record(r *reactionResult) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var l latencies
+	r.Failed = t.failures
+	if sendTime := t.last.Sub(t.first).Seconds(); sendTime > 0 {
+		r.AchievedRate = float64(r.Sent-1) / sendTime
+	}
+	var fromSent, fromAccepted []float64
 	for _, c := range t.all {
 		if c.delivered.IsZero() {
 			continue
 		}
-		l.fromSent = append(l.fromSent, milliseconds(c.delivered.Sub(c.sent)))
+		fromSent = append(fromSent, milliseconds(c.delivered.Sub(c.sent)))
 		if !c.accepted.IsZero() {
-			l.fromAccepted = append(l.fromAccepted, milliseconds(max(0, c.delivered.Sub(c.accepted))))
+			fromAccepted = append(fromAccepted, milliseconds(max(0, c.delivered.Sub(c.accepted))))
 		}
 		if c.exact {
-			l.exact++
+			r.Exact++
 		}
 	}
-	return l
+	r.Delivered = len(fromSent)
+	r.P50Ms, r.P99Ms, r.MaxMs = percentile(fromSent, 50), percentile(fromSent, 99), percentile(fromSent, 100)
+	r.AcceptedP50Ms, r.AcceptedP99Ms, r.AcceptedMaxMs = percentile(fromAccepted, 50), percentile(fromAccepted, 99), percentile(fromAccepted, 100)
 }
 
 func milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
@@ -51,14 +50,19 @@ func TestPercentileLeavesInputAlone(t *testing.T) {
 func TestLatencyTracker(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	recorded := func(tr *latencyTracker, sent int) reactionResult {
+		r := reactionResult{Sent: sent}
+		tr.record(&r)
+		return r
+	}
 
 	t.Run("an exact value delivers its change", func(t *testing.T) {
 		tr := newLatencyTracker()
 		c := tr.sent("a", 2, ms(0))
 		tr.accepted(c, ms(10))
 		tr.observe("a", 2, ms(30))
-		got := tr.delivered()
-		if !slices.Equal(got.fromSent, []float64{30}) || !slices.Equal(got.fromAccepted, []float64{20}) || got.exact != 1 || tr.remaining() != 0 {
+		got := recorded(tr, 1)
+		if got.Delivered != 1 || got.MaxMs != 30 || got.AcceptedMaxMs != 20 || got.Exact != 1 || tr.remaining() != 0 {
 			t.Errorf("got %+v, remaining %d", got, tr.remaining())
 		}
 	})
@@ -67,7 +71,7 @@ func TestLatencyTracker(t *testing.T) {
 		c := tr.sent("a", 2, ms(0))
 		tr.observe("a", 2, ms(5))
 		tr.accepted(c, ms(8))
-		if got := tr.delivered(); !slices.Equal(got.fromSent, []float64{5}) || !slices.Equal(got.fromAccepted, []float64{0}) {
+		if got := recorded(tr, 1); got.MaxMs != 5 || got.AcceptedMaxMs != 0 || got.AcceptedP50Ms != 0 {
 			t.Errorf("got %+v", got)
 		}
 	})
@@ -75,7 +79,7 @@ func TestLatencyTracker(t *testing.T) {
 		tr := newLatencyTracker()
 		tr.sent("a", 3, ms(0))
 		tr.observe("a", 2, ms(10))
-		if got := tr.delivered(); len(got.fromSent) != 0 || tr.remaining() != 1 {
+		if got := recorded(tr, 1); got.Delivered != 0 || tr.remaining() != 1 {
 			t.Errorf("got %+v, remaining %d", got, tr.remaining())
 		}
 	})
@@ -84,8 +88,8 @@ func TestLatencyTracker(t *testing.T) {
 		tr.sent("a", 2, ms(0))
 		tr.sent("a", 3, ms(5))
 		tr.observe("a", 3, ms(20))
-		got := tr.delivered()
-		if !slices.Equal(got.fromSent, []float64{20, 15}) || got.exact != 1 {
+		got := recorded(tr, 2)
+		if got.Delivered != 2 || got.P50Ms != 15 || got.MaxMs != 20 || got.Exact != 1 {
 			t.Errorf("got %+v", got)
 		}
 	})
@@ -102,13 +106,12 @@ func TestLatencyTracker(t *testing.T) {
 		tr := newLatencyTracker()
 		c := tr.sent("a", 2, ms(0))
 		tr.sent("a", 3, ms(1))
-		tr.failed("a", c)
-		if tr.remaining() != 1 {
-			t.Fatalf("remaining %d, want 1", tr.remaining())
+		if n := tr.failed("a", c); n != 1 || tr.remaining() != 1 {
+			t.Fatalf("failed %d, remaining %d, want 1 and 1", n, tr.remaining())
 		}
 		tr.observe("a", 3, ms(4))
-		got := tr.delivered()
-		if !slices.Equal(got.fromSent, []float64{3}) || got.exact != 1 || tr.remaining() != 0 {
+		got := recorded(tr, 2)
+		if got.Failed != 1 || got.Delivered != 1 || got.MaxMs != 3 || got.Exact != 1 || tr.remaining() != 0 {
 			t.Errorf("got %+v, remaining %d", got, tr.remaining())
 		}
 	})
@@ -117,8 +120,17 @@ func TestLatencyTracker(t *testing.T) {
 		tr.sent("a", 2, ms(0))
 		tr.observe("a", 2, ms(1))
 		tr.observe("a", 2, ms(9))
-		if got := tr.delivered(); !slices.Equal(got.fromSent, []float64{1}) {
+		if got := recorded(tr, 1); got.Delivered != 1 || got.MaxMs != 1 {
 			t.Errorf("got %+v, want one latency of 1 ms", got)
+		}
+	})
+	t.Run("the rate runs from the first change sent to the last, failed ones too", func(t *testing.T) {
+		tr := newLatencyTracker()
+		tr.sent("b", 2, ms(500))
+		c := tr.sent("a", 2, ms(0))
+		tr.failed("a", c)
+		if got := recorded(tr, 2); got.AchievedRate != 2 {
+			t.Errorf("achieved rate %v, want 2 per second", got.AchievedRate)
 		}
 	})
 }

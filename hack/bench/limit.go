@@ -36,13 +36,35 @@ func (l limit) column() string {
 
 func (limit) rule() statusRule { return ruleReady }
 
+// start makes the cold start's writes, and starts the workers that follow the
+// reaction case's patches.
 func (l limit) start(ctx context.Context, s *session) error {
 	writes := "a Deployment and a status"
 	if l.Events {
 		writes = "a Deployment, an Event and a status"
 	}
 	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, s.cfg.workers)
-	s.limit = startLimit(ctx, s, l.Events)
+	ctx, cancel := context.WithCancel(ctx)
+	run := &limitRun{
+		s:           s,
+		cancel:      cancel,
+		queue:       workqueue.NewTyped[int](),
+		deployments: make([]*appsv1.Deployment, len(s.foos)),
+		latest:      map[int]*samplev1alpha1.Foo{},
+	}
+	s.limit = run
+	run.wg.Go(func() {
+		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return run.create(ctx, i, l.Events) })
+		if err != nil && ctx.Err() == nil {
+			s.fail(err)
+		}
+	})
+	for range s.cfg.workers {
+		run.wg.Go(func() {
+			for run.work(ctx) {
+			}
+		})
+	}
 	return nil
 }
 
@@ -58,32 +80,6 @@ type limitRun struct {
 	mu          sync.Mutex
 	deployments []*appsv1.Deployment        // by index, as last written
 	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
-}
-
-// startLimit makes the cold start's writes, and starts the workers that follow the
-// reaction case's patches.
-func startLimit(ctx context.Context, s *session, events bool) *limitRun {
-	ctx, cancel := context.WithCancel(ctx)
-	l := &limitRun{
-		s:           s,
-		cancel:      cancel,
-		queue:       workqueue.NewTyped[int](),
-		deployments: make([]*appsv1.Deployment, len(s.foos)),
-		latest:      map[int]*samplev1alpha1.Foo{},
-	}
-	l.wg.Go(func() {
-		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return l.create(ctx, i, events) })
-		if err != nil && ctx.Err() == nil {
-			s.fail(err)
-		}
-	})
-	for range s.cfg.workers {
-		l.wg.Go(func() {
-			for l.work(ctx) {
-			}
-		})
-	}
-	return l
 }
 
 // create makes a controller's writes for the i-th Foo, new: the Deployment, the

@@ -16,21 +16,11 @@ import (
 // heapMetric is the Go heap in use, as our controller's /metrics reports it.
 const heapMetric = "go_memstats_heap_inuse_bytes"
 
-// memorySample is the memory collector's reading of the controller: its RSS and, when
-// it serves /metrics, its Go heap in use.
-type memorySample struct {
-	rss  int64
-	heap *float64
-}
-
-func (s *session) readMemory(ctx context.Context) (memorySample, error) {
-	rss, err := s.proc.RSSBytes()
-	if err != nil {
-		return memorySample{}, err
-	}
-	sample := memorySample{rss: rss}
-	if s.ctrl == nil {
-		return sample, nil
+// readMemory reads the controller's RSS and, when it serves /metrics, its Go heap in
+// use; heap is nil otherwise.
+func (s *session) readMemory(ctx context.Context) (rss int64, heap *float64, err error) {
+	if rss, err = s.proc.RSSBytes(); err != nil || s.ctrl == nil {
+		return rss, nil, err
 	}
 	m, err := s.ctrl.Metrics(ctx)
 	if _, ok := m[heapMetric]; err == nil && !ok {
@@ -38,10 +28,9 @@ func (s *session) readMemory(ctx context.Context) (memorySample, error) {
 	}
 	if err != nil {
 		progressf("%s: %v", s.name, err)
-		return sample, nil
+		return rss, nil, nil
 	}
-	sample.heap = ptr.To(m.Sum(heapMetric, nil))
-	return sample, nil
+	return rss, ptr.To(m.Sum(heapMetric, nil)), nil
 }
 
 // createUnrelated creates --unrelated-deployments Deployments no Foo owns, in

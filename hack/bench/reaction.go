@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -61,15 +60,12 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 	if cfg.profile {
 		profiled = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
 	}
-	first, last, failed, err := s.sendChanges(ctx, tracker, c.rate, total)
+	err := s.sendChanges(ctx, tracker, c.rate, total)
 	profiled()
 	if err != nil {
 		return err
 	}
-	r.Sent, r.Failed = total, failed
-	if sendTime := last.Sub(first).Seconds(); sendTime > 0 {
-		r.AchievedRate = float64(total-1) / sendTime
-	}
+	r.Sent = total
 	err = s.waitUntil(ctx, cfg.reactionDeadline, func() bool { return tracker.remaining() == 0 }, func() string {
 		return fmt.Sprintf("%d changes not delivered yet", tracker.remaining())
 	})
@@ -77,10 +73,7 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 		return err
 	}
 
-	l := tracker.delivered()
-	r.Delivered, r.Exact = len(l.fromSent), l.exact
-	r.P50Ms, r.P99Ms, r.MaxMs = percentile(l.fromSent, 50), percentile(l.fromSent, 99), percentile(l.fromSent, 100)
-	r.AcceptedP50Ms, r.AcceptedP99Ms, r.AcceptedMaxMs = percentile(l.fromAccepted, 50), percentile(l.fromAccepted, 99), percentile(l.fromAccepted, 100)
+	tracker.record(&r)
 	if s.limit != nil {
 		if r.WriteErrors = s.limit.takeFailures(); r.WriteErrors > 0 {
 			progressf("%s: %d of the limit's writes failed at %d/s", s.name, r.WriteErrors, c.rate)
@@ -96,19 +89,15 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 // start + k/rate. Each Foo has its own sending goroutine, so that its changes go out
 // one after another and in order; at most --reaction-inflight patches are in flight,
 // so that a rate the apiserver cannot take does not bury the controller's own requests
-// under thousands of the bench's. It returns when the first and the last change were
-// sent, and how many failed.
-func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate, total int) (first, last time.Time, failed int, err error) {
+// under thousands of the bench's. The tracker records when each was sent, and which
+// failed.
+func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate, total int) error {
 	if s.replicas == nil {
 		s.replicas = slices.Repeat([]int32{initialReplicas}, len(s.foos))
 	}
 	queues := make([]chan struct{}, len(s.foos))
 	inflight := make(chan struct{}, s.cfg.reactionInflight)
-	var (
-		wg      sync.WaitGroup
-		nFailed atomic.Int64
-		timesMu sync.Mutex
-	)
+	var wg sync.WaitGroup
 	for i := range queues {
 		queues[i] = make(chan struct{}, 64)
 		wg.Go(func() {
@@ -116,14 +105,12 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 			for range queues[i] {
 				inflight <- struct{}{}
 				s.replicas[i]++
-				at := time.Now()
-				c := tracker.sent(name, s.replicas[i], at)
+				c := tracker.sent(name, s.replicas[i], time.Now())
 				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.replicas[i])
 				patched, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
 				if err != nil {
-					tracker.failed(name, c)
-					if nFailed.Add(1) == 1 && ctx.Err() == nil {
+					if tracker.failed(name, c) == 1 && ctx.Err() == nil {
 						progressf("%s: patching Foo %s: %v", s.name, name, err)
 					}
 				} else {
@@ -132,14 +119,6 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 						s.limit.follow(i, patched)
 					}
 				}
-				timesMu.Lock()
-				if first.IsZero() || at.Before(first) {
-					first = at
-				}
-				if at.After(last) {
-					last = at
-				}
-				timesMu.Unlock()
 			}
 		})
 	}
@@ -156,5 +135,5 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 		close(q)
 	}
 	wg.Wait()
-	return first, last, int(nFailed.Load()), context.Cause(ctx)
+	return context.Cause(ctx)
 }

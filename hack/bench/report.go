@@ -65,6 +65,11 @@ type rowKey struct {
 	name            string
 }
 
+// row is the key of a row, its name formatted from format and args.
+func row(section, n, sub int, format string, args ...any) rowKey {
+	return rowKey{section, n, sub, fmt.Sprintf(format, args...)}
+}
+
 // table is the report: one row per figure, one column per controller and per limit.
 type table struct {
 	columns []string // in the order of the runs
@@ -106,10 +111,10 @@ func buildTable(res *results) *table {
 			r.ColdStart.addRows(t, r.Column, r.Limit, keys[r.ColdStart.Foos])
 		}
 		if r.Skipped != "" {
-			t.set(rowKey{sectionSteady, 0, -1, fmt.Sprintf("steady state, memory and reaction, %d Foos", r.Foos)}, r.Column, text("skipped: "+r.Skipped))
+			t.set(row(sectionSteady, 0, -1, "steady state, memory and reaction, %d Foos", r.Foos), r.Column, text("skipped: "+r.Skipped))
 		}
 		if r.Steady != nil {
-			t.set(rowKey{sectionSteady, 0, 0, fmt.Sprintf("steady state, %d Foos: writes per minute", r.Steady.Foos)}, r.Column, num(r.Steady.PerMinute))
+			t.set(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", r.Steady.Foos), r.Column, num(r.Steady.PerMinute))
 		}
 		if r.Memory != nil {
 			r.Memory.addRows(t, r.Column)
@@ -122,58 +127,49 @@ func buildTable(res *results) *table {
 }
 
 func (cs *coldStartResult) addRows(t *table, column string, limit bool, keys []string) {
-	row := func(sub int, format string, args ...any) rowKey {
-		return rowKey{sectionColdStart, cs.Foos, sub, fmt.Sprintf(format, args...)}
-	}
 	perFoo := func(v float64) cell { return figureOr(cs.Converged, v, "n/a (timed out)") }
-	seconds := row(0, "cold start, %d Foos (s)", cs.Foos)
+	seconds := row(sectionColdStart, cs.Foos, 0, "cold start, %d Foos (s)", cs.Foos)
 	t.set(seconds, column, figureOr(cs.Converged, cs.Seconds, cs.timedOutText()))
 	if limit && cs.Converged && cs.Seconds > 0 {
-		t.ratios[row(1, "cold start, %d Foos ÷ %s (×)", cs.Foos, column)] = ratioOf{seconds, column}
+		t.ratios[row(sectionColdStart, cs.Foos, 1, "cold start, %d Foos ÷ %s (×)", cs.Foos, column)] = ratioOf{seconds, column}
 	}
-	t.set(row(2, "requests per Foo, %d Foos: total", cs.Foos), column, perFoo(cs.PerFooTotal))
+	t.set(row(sectionColdStart, cs.Foos, 2, "requests per Foo, %d Foos: total", cs.Foos), column, perFoo(cs.PerFooTotal))
 	for _, k := range keys {
-		t.set(row(3, "requests per Foo, %d Foos: %s", cs.Foos, k), column, perFoo(cs.PerFoo[k]))
+		t.set(row(sectionColdStart, cs.Foos, 3, "requests per Foo, %d Foos: %s", cs.Foos, k), column, perFoo(cs.PerFoo[k]))
 	}
-	t.set(row(4, "events written per Foo, %d Foos", cs.Foos), column, perFoo(cs.EventWritesPerFoo))
+	t.set(row(sectionColdStart, cs.Foos, 4, "events written per Foo, %d Foos", cs.Foos), column, perFoo(cs.EventWritesPerFoo))
 }
 
 func (m *memoryResult) addRows(t *table, column string) {
-	row := func(sub int, format string, args ...any) rowKey {
-		return rowKey{sectionMemory, 0, sub, fmt.Sprintf(format, args...)}
-	}
 	heap := func(v *float64) cell { return figureOr(v != nil, mib(ptr.Deref(v, 0)), "n/a") }
 	after := num(mib(m.RSSAfter))
 	if m.TimedOut != "" {
 		after.text = fmt.Sprintf("%s (%s)", formatNumber(mib(m.RSSAfter)), m.TimedOut)
 	}
-	t.set(row(0, "RSS, %d Foos (MiB)", m.Foos), column, num(mib(m.RSSBefore)))
-	t.set(row(1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, after)
-	t.set(row(2, "RSS per 10000 unrelated Deployments (MiB)"), column, num(mib(m.RSSPer10k)))
-	t.set(row(3, "heap in use, %d Foos (MiB)", m.Foos), column, heap(m.HeapBefore))
-	t.set(row(4, "heap in use, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, heap(m.HeapAfter))
-	t.set(row(5, "heap in use per 10000 unrelated Deployments (MiB)"), column, heap(m.HeapPer10k))
+	t.set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), column, num(mib(m.RSSBefore)))
+	t.set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, after)
+	t.set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), column, num(mib(m.RSSPer10k)))
+	t.set(row(sectionMemory, 0, 3, "heap in use, %d Foos (MiB)", m.Foos), column, heap(m.HeapBefore))
+	t.set(row(sectionMemory, 0, 4, "heap in use, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, heap(m.HeapAfter))
+	t.set(row(sectionMemory, 0, 5, "heap in use per 10000 unrelated Deployments (MiB)"), column, heap(m.HeapPer10k))
 }
 
 func (r *reactionResult) addRows(t *table, column string, limit bool) {
-	row := func(sub int, format string, args ...any) rowKey {
-		return rowKey{sectionReaction, r.Rate, sub, fmt.Sprintf("reaction, %d changes/s: ", r.Rate) + fmt.Sprintf(format, args...)}
-	}
 	latency := func(v float64) cell { return figureOr(r.Delivered > 0, v, "none delivered") }
 	delivered := num(float64(r.Delivered))
 	delivered.text = fmt.Sprintf("%d of %d", r.Delivered, r.Sent-r.Failed)
-	t.set(row(0, "sent per second"), column, num(r.AchievedRate))
-	t.set(row(1, "delivered within %.0f s", r.DeadlineSeconds), column, delivered)
-	t.set(row(2, "delivered with their own value (not superseded)"), column, num(float64(r.Exact)))
-	t.set(row(3, "p50 (ms)"), column, latency(r.P50Ms))
-	p99 := row(4, "p99 (ms)")
+	t.set(row(sectionReaction, r.Rate, 0, "reaction, %d changes/s: sent per second", r.Rate), column, num(r.AchievedRate))
+	t.set(row(sectionReaction, r.Rate, 1, "reaction, %d changes/s: delivered within %.0f s", r.Rate, r.DeadlineSeconds), column, delivered)
+	t.set(row(sectionReaction, r.Rate, 2, "reaction, %d changes/s: delivered with their own value (not superseded)", r.Rate), column, num(float64(r.Exact)))
+	t.set(row(sectionReaction, r.Rate, 3, "reaction, %d changes/s: p50 (ms)", r.Rate), column, latency(r.P50Ms))
+	p99 := row(sectionReaction, r.Rate, 4, "reaction, %d changes/s: p99 (ms)", r.Rate)
 	t.set(p99, column, latency(r.P99Ms))
-	t.set(row(5, "max (ms)"), column, latency(r.MaxMs))
+	t.set(row(sectionReaction, r.Rate, 5, "reaction, %d changes/s: max (ms)", r.Rate), column, latency(r.MaxMs))
 	if limit && r.Delivered > 0 && r.P99Ms > 0 {
-		t.ratios[row(6, "p99 ÷ %s (×)", column)] = ratioOf{p99, column}
+		t.ratios[row(sectionReaction, r.Rate, 6, "reaction, %d changes/s: p99 ÷ %s (×)", r.Rate, column)] = ratioOf{p99, column}
 	}
-	t.set(row(7, "p50 from the patch's response (ms)"), column, latency(r.AcceptedP50Ms))
-	t.set(row(8, "p99 from the patch's response (ms)"), column, latency(r.AcceptedP99Ms))
+	t.set(row(sectionReaction, r.Rate, 7, "reaction, %d changes/s: p50 from the patch's response (ms)", r.Rate), column, latency(r.AcceptedP50Ms))
+	t.set(row(sectionReaction, r.Rate, 8, "reaction, %d changes/s: p99 from the patch's response (ms)", r.Rate), column, latency(r.AcceptedP99Ms))
 }
 
 // markdown renders the table: the figure, one column per controller, with two
