@@ -35,11 +35,13 @@ unit_tests() {
 }
 
 fuzz_tests() {
-  # Every fuzz target of the pure package, briefly; a failing input is written under
-  # pkg/reconcile/testdata/fuzz, and committing it makes it a regression test.
-  local target
-  for target in $(go test -list '^Fuzz' ./pkg/reconcile | grep '^Fuzz'); do
-    go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_TIME:-10s}" ./pkg/reconcile
+  # Every fuzz target, briefly; a failing input is written under the package's
+  # testdata/fuzz, and committing it makes it a regression test.
+  local pkg target
+  for pkg in . ./pkg/reconcile; do
+    for target in $(go test -list '^Fuzz' "${pkg}" | grep '^Fuzz'); do
+      go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_TIME:-10s}" "${pkg}"
+    done
   done
 }
 
@@ -73,5 +75,5 @@ stage "build the image" hack/build-image.sh
 stage "image tool tests" image_tests
 stage "bench tool tests" bench_tool_tests
 stage "unit tests (-race)" unit_tests
-stage "fuzz (pkg/reconcile)" fuzz_tests
+stage "fuzz" fuzz_tests
 stage "e2e tests" e2e_tests
