@@ -179,6 +179,12 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 		}
 		return ""
 	}
+	deleteDeployment := func() {
+		t.Helper()
+		if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	controlledBy := func(ctx context.Context, uid types.UID) bool {
 		d, err := deployments.Get(ctx, "web", metav1.GetOptions{})
 		return err == nil && metav1.GetControllerOf(d) != nil && metav1.GetControllerOf(d).UID == uid
@@ -203,9 +209,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 
 	// The Foo is deleted and created again; the fake clientsets have no garbage
 	// collector, so its predecessor's Deployment stays until this test deletes it.
-	if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteDeployment()
 	waitFor("a new Deployment", func(ctx context.Context) bool { return controlledBy(ctx, foo.UID) })
 	if err := foos.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -218,9 +222,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 	waitFor("the recreated Foo to find the name taken", func(ctx context.Context) bool {
 		return readyReason(ctx) == samplev1alpha1.ReasonDeploymentNotOwned
 	})
-	if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteDeployment()
 	waitFor("the recreated Foo's Deployment", func(ctx context.Context) bool { return controlledBy(ctx, recreated.UID) })
 }
 
