@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,7 +153,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](1))
 	kubeclient := k8sfake.NewClientset()
 	client := fake.NewClientset(foo)
-	likeAnAPIServer(client)
+	likeAnAPIServer(client, foosResource)
 	runController(t, ctx, kubeclient, client, 2)
 	deployments := kubeclient.AppsV1().Deployments("default")
 	foos := client.SamplecontrollerV1alpha1().Foos("default")
@@ -242,7 +241,7 @@ func TestRunRefusalsBackOff(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(deploymentsResource.GroupResource(), "web", fmt.Errorf("denied request %d", n))
 	})
 	client := fake.NewClientset(newFoo("web", nil))
-	likeAnAPIServer(client)
+	likeAnAPIServer(client, foosResource)
 	runController(t, ctx, kubeclient, client, 2)
 
 	// The first refusal is reported.
@@ -263,25 +262,4 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	if tries := creates.Load() - start; tries > 20 {
 		t.Errorf("%d refused creates in 3 s, want at most 20: the controller's status writes undo its backoff", tries)
 	}
-}
-
-// likeAnAPIServer makes the fake clientset's Foo updates behave as a real API server's
-// do where the controller relies on it: every write gets a new resourceVersion, and an
-// update whose UID is not the stored object's is refused.
-func likeAnAPIServer(client *fake.Clientset) {
-	var version atomic.Int64
-	version.Store(1000)
-	client.PrependReactor("update", "foos", func(a core.Action) (bool, runtime.Object, error) {
-		obj := a.(core.UpdateAction).GetObject().(metav1.Object)
-		stored, err := client.Tracker().Get(foosResource, obj.GetNamespace(), obj.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		if uid := stored.(metav1.Object).GetUID(); uid != obj.GetUID() {
-			return true, nil, apierrors.NewConflict(foosResource.GroupResource(), obj.GetName(),
-				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", obj.GetUID(), uid))
-		}
-		obj.SetResourceVersion(strconv.FormatInt(version.Add(1), 10))
-		return false, nil, nil
-	})
 }
