@@ -97,6 +97,9 @@ type Controller struct {
 	// writes remembers the controller's own last writes for each Foo, so that it
 	// neither acts on a cache older than them nor requeues a Foo on their echo.
 	writes *writeTracker
+	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
+	// until a sync goes through: one Event per cause, not one per try.
+	refusals sync.Map // types.UID -> string
 
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
@@ -217,6 +220,7 @@ func (c *Controller) forgetFoo(obj any) {
 	}
 	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
 		c.writes.forget(cache.MetaObjectToName(foo), foo.UID)
+		c.refusals.Delete(foo.UID)
 	}
 }
 
@@ -399,6 +403,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	var retryErr error
 	switch {
 	case syncErr == nil:
+		c.refusals.Delete(foo.UID)
 		if err := c.deleteStaleDeployments(ctx, foo); err != nil {
 			return err
 		}
@@ -580,13 +585,18 @@ func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo
 	c.workqueue.AddAfter(cache.MetaObjectToName(foo), notOwnedRecheckInterval)
 }
 
-// reportRejected tells the Foo's author, with a Warning event once per answer, that
-// the API server refused to write its Deployment; the status says it too. It returns
-// err marked with errRejected, so that the Foo is retried with a capped backoff: the
-// cause (a policy, a quota, a permission) can go away without a change to the Foo.
+// reportRejected tells the Foo's author, with a Warning event once per cause, that the
+// API server refused to write its Deployment; the status says it too, in the latest
+// words. It returns err marked with errRejected, so that the Foo is retried with a
+// capped backoff: the cause (a policy, a quota, a permission) can go away without a
+// change to the Foo.
 func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
 	message := reconcile.RejectedMessage(foo, err)
-	if !reconcile.RejectedReported(foo, message) {
+	cause := reconcile.RejectionCause(err)
+	previous, seen := c.refusals.Swap(foo.UID, cause)
+	// Once per cause while this process runs; after a restart, unless the status
+	// already says exactly this.
+	if (!seen || previous != cause) && !reconcile.RejectedReported(foo, message) {
 		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, reconcile.EventDeploymentRejected, "Sync", "%s", message)
 	}
 	return fmt.Errorf("%w: %w", errRejected, err)

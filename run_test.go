@@ -228,7 +228,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 // TestRunRefusalsBackOff refuses every Deployment create with a message that differs
 // on every try, as a webhook that quotes the request does. Each refusal is a new
 // status, and the controller's own status write must not bring the Foo back before
-// its backoff says so.
+// its backoff says so; it is one cause, reported by one Event.
 func TestRunRefusalsBackOff(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -242,7 +242,7 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	})
 	client := fake.NewClientset(newFoo("web", nil))
 	likeAnAPIServer(client, foosResource)
-	runController(t, ctx, kubeclient, client, 2)
+	c, _ := runController(t, ctx, kubeclient, client, 2)
 
 	// The first refusal is reported.
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -261,5 +261,13 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	<-time.After(3 * time.Second)
 	if tries := creates.Load() - start; tries > 20 {
 		t.Errorf("%d refused creates in 3 s, want at most 20: the controller's status writes undo its backoff", tries)
+	}
+	// Every try was refused for the same cause, in other words: one Event.
+	var warnings []string
+	for len(c.recorder.(*events.FakeRecorder).Events) > 0 {
+		warnings = append(warnings, <-c.recorder.(*events.FakeRecorder).Events)
+	}
+	if len(warnings) != 1 {
+		t.Errorf("%d Events for %d refusals of one cause, want 1: %q", len(warnings), creates.Load(), warnings)
 	}
 }
