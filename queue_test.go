@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -295,5 +296,29 @@ func TestSameController(t *testing.T) {
 		if got := sameController(tt.old, tt.new); got != tt.want {
 			t.Errorf("%s: sameController() = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestRateLimiterAfterOutage fails every Foo of a large cluster at once, as an
+// apiserver outage does, and checks that none waits long for its first retry. The
+// default controller rate limiter of client-go, 10 a second after a burst of 100,
+// made the last of 1000 wait 90 s.
+func TestRateLimiterAfterOutage(t *testing.T) {
+	limiter := newRateLimiter()
+	var longest time.Duration
+	for i := range 1000 {
+		longest = max(longest, limiter.When(cache.ObjectName{Namespace: "default", Name: fmt.Sprintf("foo-%d", i)}))
+	}
+	if longest > time.Second {
+		t.Errorf("after 1000 Foos failed at once, the last retries in %v, want at most 1s", longest)
+	}
+	// One Foo that keeps failing still backs off exponentially.
+	key := cache.ObjectName{Namespace: "default", Name: "failing"}
+	var delay time.Duration
+	for range 12 {
+		delay = limiter.When(key)
+	}
+	if want := retryBaseDelay << 11; delay < want {
+		t.Errorf("12th retry of one Foo in %v, want at least %v", delay, want)
 	}
 }
