@@ -66,7 +66,7 @@ type APIWrite struct {
 	UserAgent string
 	Method    string
 	// Group is empty for the core group. Name is the object's: from the path, or for
-	// a create from the apiserver's answer.
+	// a create from the object sent.
 	Group, Resource, Subresource string
 	Namespace, Name              string
 	// Code is the answer's HTTP status; 502 with Err when the apiserver gave none.
@@ -78,7 +78,8 @@ type APIWrite struct {
 	Received, Sent, Answered time.Time
 }
 
-// String is one line for a test log.
+// String is one line for a test log: when it was answered, by whom, what, and the
+// answer's status.
 func (w APIWrite) String() string {
 	resource := w.Resource
 	if w.Group != "" {
@@ -87,7 +88,7 @@ func (w APIWrite) String() string {
 	if w.Subresource != "" {
 		resource += "/" + w.Subresource
 	}
-	return fmt.Sprintf("%s %s %s %s/%s %d", w.Answered.Format("15:04:05.000"), w.Client, w.Method, resource, w.Name, w.Code)
+	return fmt.Sprintf("%s %s %s %s %s %d", w.Answered.Format("15:04:05.000"), w.Client, w.Method, resource, w.Name, w.Code)
 }
 
 // APIProxyOptions says where the proxy forwards to and how it serves.
@@ -310,6 +311,9 @@ func (p *APIProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	record := &APIWrite{Client: p.name, UserAgent: r.UserAgent(), Method: r.Method, Received: time.Now()}
 	record.Group, record.Namespace, record.Resource, record.Name, record.Subresource = parseResourcePath(r.URL.Path)
+	if record.Name == "" {
+		record.Name = objectName(r.Header.Get("Content-Type"), body)
+	}
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), writeKey{}, record)
 	if err := p.waitReleased(ctx); err != nil {
 		return
@@ -342,15 +346,6 @@ func (p *APIProxy) answered(resp *http.Response) error {
 	if record, ok := ctx.Value(writeKey{}).(*APIWrite); ok {
 		record.Answered = time.Now()
 		record.Code = resp.StatusCode
-		if record.Name == "" && resp.StatusCode < 300 {
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-			record.Name = objectName(resp.Header.Get("Content-Type"), body)
-		}
 		p.record(*record)
 	}
 	if err := p.waitReleased(ctx); err != nil {

@@ -19,13 +19,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// fakeAPIServer stands in for a kube-apiserver: it answers writes with an object
-// named in the request's path or "created", streams watches one line at a time, and
+// fakeAPIServer stands in for a kube-apiserver: it answers a create with the object
+// sent, other writes with an empty object, streams watches one line at a time, and
 // remembers what reached it.
 type fakeAPIServer struct {
 	*httptest.Server
@@ -62,7 +65,7 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"kind":"Deployment","metadata":{"name":"created","namespace":"ns"}}`)
+		io.Copy(w, r.Body)
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{}`)
@@ -135,8 +138,9 @@ func TestAPIProxyRecordsWrites(t *testing.T) {
 		{http.MethodPost, "/api/v1/namespaces/ns/events"},
 		{http.MethodPatch, "/api/v1/namespaces/ns"},
 	}
+	const object = `{"kind":"Deployment","metadata":{"name":"created","namespace":"ns"}}`
 	for _, r := range requests {
-		if code, body, err := do(t.Context(), client, p, r.method, r.path, "{}"); err != nil || code >= 300 {
+		if code, body, err := do(t.Context(), client, p, r.method, r.path, object); err != nil || code >= 300 {
 			t.Fatalf("%s %s: %d %s %v", r.method, r.path, code, body, err)
 		}
 	}
@@ -338,6 +342,33 @@ func TestParseResourcePath(t *testing.T) {
 		got := []string{group, namespace, resource, name, subresource}
 		if want := []string{tc.group, tc.namespace, tc.resource, tc.name, tc.subresource}; !cmp.Equal(got, want) {
 			t.Errorf("parseResourcePath(%q) = %q, want %q", tc.path, got, want)
+		}
+	}
+}
+
+func TestObjectName(t *testing.T) {
+	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", Labels: map[string]string{"a": "b"}}}
+	raw, err := deployment.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	envelope, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}, Raw: raw}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, contentType string
+		body              []byte
+		want              string
+	}{
+		{name: "JSON", contentType: "application/json", body: []byte(`{"metadata":{"name":"web"}}`), want: "web"},
+		{name: "protobuf", contentType: runtime.ContentTypeProtobuf, body: append([]byte("k8s\x00"), envelope...), want: "web"},
+		{name: "protobuf without its prefix", contentType: runtime.ContentTypeProtobuf, body: envelope},
+		{name: "not an object", contentType: "application/json", body: []byte(`[1]`)},
+	}
+	for _, tc := range tests {
+		if got := objectName(tc.contentType, tc.body); got != tc.want {
+			t.Errorf("%s: objectName = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
