@@ -69,7 +69,7 @@ func newProxied(t *testing.T, ns string, args ...string) *proxiedController {
 		proxy.Close()
 		var log strings.Builder
 		for _, w := range proxy.Writes() {
-			fmt.Fprintln(&log, w)
+			fmt.Fprintf(&log, "received %s sent %s answered %v\n", w.Received.Format("15:04:05.000"), w.Sent.Format("15:04:05.000"), w)
 		}
 		_ = os.WriteFile(filepath.Join(env.OutDir, name+".writes"), []byte(log.String()), 0o644)
 	})
