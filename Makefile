@@ -31,6 +31,10 @@ tools: ## Build the local control plane (etcd, kube-apiserver, ..., kwok) into _
 e2e: tools ## Run only the e2e tests.
 	go test -tags e2e -count=1 -v ./test/e2e/
 
+.PHONY: test-faults
+test-faults: tools ## Run only the fault tests: crash points, a fighting actor, leader failover (see test/faults).
+	go test -tags faults -count=1 -timeout 20m -parallel 6 -v ./test/faults/
+
 .PHONY: bench
 bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane (BENCH_ARGS='...').
 	cd hack/bench && go run . $(BENCH_ARGS)

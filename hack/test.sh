@@ -66,10 +66,25 @@ e2e_tests() {
   return "${status}"
 }
 
+fault_tests() {
+  local status=0
+  # The binary of the image, as in the e2e stage. Each case runs several controllers at
+  # once; they mostly wait on the apiserver, so more than one per core.
+  E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
+    go test -tags faults -count=1 -timeout 20m -parallel 6 -v ./test/faults/ >_output/faults.log 2>&1 || status=$?
+  grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|faults:)|_test\.go:[0-9]+' _output/faults.log || true
+  if [[ ${status} -ne 0 ]]; then
+    echo "fault tests failed; the end of _output/faults.log (component logs are in _output/faults/):"
+    tail -n 150 _output/faults.log
+  fi
+  return "${status}"
+}
+
 stage "gofmt" check_gofmt
 stage "verify-codegen" hack/verify-codegen.sh
 stage "go vet" go vet ./...
 stage "go vet (e2e)" go vet -tags e2e ./test/e2e/
+stage "go vet (faults)" go vet -tags faults ./test/faults/
 stage "build the local control plane" hack/build-tools.sh
 stage "build the image" hack/build-image.sh
 stage "image tool tests" image_tests
@@ -77,3 +92,4 @@ stage "bench tool tests" bench_tool_tests
 stage "unit tests (-race)" unit_tests
 stage "fuzz" fuzz_tests
 stage "e2e tests" e2e_tests
+stage "fault tests" fault_tests

@@ -33,7 +33,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
-	if env, err = framework.Setup(ctx); err != nil {
+	if env, err = framework.Setup(ctx, "e2e"); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: setting up: %v\n", err)
 		return 1
 	}

@@ -1,6 +1,7 @@
-// Package framework is what the e2e tests share: a local cluster with artifacts/deploy
-// applied as a user applies it, the controller binary under test, and helpers that run
-// kubectl, make namespaces and start controllers scoped to one test, cleaned up with it.
+// Package framework is what the e2e and fault tests share: a local cluster with
+// artifacts/deploy applied as a user applies it, the controller binary under test, and
+// helpers that run kubectl, make namespaces and start controllers scoped to one test,
+// cleaned up with it.
 package framework
 
 import (
@@ -52,7 +53,9 @@ const (
 // Env is the cluster and the controller binary every test shares.
 type Env struct {
 	RepoRoot string
-	// OutDir is _output/e2e: the cluster's state and every log, kept for inspection.
+	// Suite names the test suite: its namespaces' prefix and its OutDir.
+	Suite string
+	// OutDir is _output/<Suite>: the cluster's state and every log, kept for inspection.
 	OutDir        string
 	KubectlBin    string // the kubectl binary
 	ControllerBin string
@@ -70,13 +73,13 @@ type Env struct {
 }
 
 // Setup gets the controller binary, starts the cluster and installs artifacts/deploy
-// with kubectl. On error nothing is left running.
-func Setup(ctx context.Context) (*Env, error) {
+// with kubectl, for the suite named suite. On error nothing is left running.
+func Setup(ctx context.Context, suite string) (*Env, error) {
 	root, err := localcluster.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{RepoRoot: root, OutDir: filepath.Join(root, "_output", "e2e")}
+	e := &Env{RepoRoot: root, Suite: suite, OutDir: filepath.Join(root, "_output", suite)}
 	if err := os.RemoveAll(e.OutDir); err != nil {
 		return nil, err
 	}
@@ -228,7 +231,7 @@ func (e *Env) KubectlIn(t *testing.T, stdin string, args ...string) string {
 // NewNamespace creates a namespace for one test and deletes it afterwards.
 func (e *Env) NewNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: e.Suite + "-"}}
 	ns, err := e.Kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating a namespace: %v", err)
