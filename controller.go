@@ -66,6 +66,10 @@ const defaultShutdownTimeout = 30 * time.Second
 // refusal was reported on the Foo.
 var errRejected = errors.New("deployment write refused")
 
+// errStaleCache marks a sync skipped because the informer caches do not yet hold the
+// controller's own last writes for the Foo. The event that brings them in requeues it.
+var errStaleCache = errors.New("the cache is older than the controller's own last write")
+
 // Controller keeps, for every Foo, a Deployment that matches the Foo's spec, and
 // reports the Deployment's progress in the Foo's status.
 type Controller struct {
@@ -90,9 +94,12 @@ type Controller struct {
 	recorder    events.EventRecorder
 	clock       clock.PassiveClock
 
-	// statusWrites holds, for each Foo, the resourceVersion of the controller's last
-	// status write until the informer delivers it.
-	statusWrites sync.Map // cache.ObjectName -> string
+	// writes remembers the controller's own last writes for each Foo, so that it
+	// neither acts on a cache older than them nor requeues a Foo on their echo.
+	writes *writeTracker
+	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
+	// until a sync goes through: one Event per cause, not one per try.
+	refusals sync.Map // types.UID -> string
 
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
@@ -125,6 +132,7 @@ func NewController(
 		recorder:        recorder,
 		clock:           clock.RealClock{},
 		shutdownTimeout: defaultShutdownTimeout,
+		writes:          newWriteTracker(fooInformer.Informer().GetStore(), deploymentInformer.Informer().GetStore()),
 	}
 
 	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
@@ -138,14 +146,13 @@ func NewController(
 		AddFunc: c.enqueueFoo,
 		UpdateFunc: func(old, new any) {
 			// A resync replays every cached Foo; one whose resourceVersion did not
-			// change has nothing new to act on. Nor has the Foo as this controller's
-			// own status write left it, and requeuing it would undo its backoff.
-			if sameResourceVersion(old, new) || c.ownStatusWrite(new) {
+			// change has nothing new to act on.
+			if sameResourceVersion(old, new) {
 				return
 			}
-			c.enqueueFoo(new)
+			c.onFooUpdate(new)
 		},
-		DeleteFunc: c.forgetStatusWrite,
+		DeleteFunc: c.forgetFoo,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the Foo event handler: %w", err)
@@ -183,27 +190,37 @@ func (c *Controller) enqueueFoo(obj any) {
 		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
 		return
 	}
-	c.workqueue.Add(cache.MetaObjectToName(foo))
+	key := cache.MetaObjectToName(foo)
+	// The sync this causes checks the caches again: a skipped one waits no more.
+	c.writes.wake(key)
+	c.workqueue.Add(key)
 }
 
-// ownStatusWrite tells whether obj is a Foo as the controller's last status write left
-// it: the sync that wrote it had nothing more to do, so it needs no other.
-func (c *Controller) ownStatusWrite(obj any) bool {
+// onFooUpdate enqueues a Foo that changed, unless the change is the controller's own
+// status write: the sync that wrote it had nothing more to do, and requeuing it would
+// undo its backoff. That echo still wakes a sync that was skipped for waiting on it.
+func (c *Controller) onFooUpdate(obj any) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
-		return false
+		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
+		return
 	}
-	return c.statusWrites.CompareAndDelete(cache.MetaObjectToName(foo), foo.ResourceVersion)
+	ownWrite, wake := c.writes.observed(cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
+	if ownWrite && !wake {
+		return
+	}
+	c.enqueueFoo(foo)
 }
 
-// forgetStatusWrite drops what statusWrites holds for a deleted Foo, whose write the
-// informer may never deliver.
-func (c *Controller) forgetStatusWrite(obj any) {
+// forgetFoo drops what the controller remembers of its writes for a deleted Foo,
+// whose echo the informer may never deliver.
+func (c *Controller) forgetFoo(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
 	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
-		c.statusWrites.Delete(cache.MetaObjectToName(foo))
+		c.writes.forget(cache.MetaObjectToName(foo), foo.UID)
+		c.refusals.Delete(foo.UID)
 	}
 }
 
@@ -322,6 +339,11 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	case err == nil:
 		syncsTotal.WithLabelValues(syncSuccess).Inc()
 		c.workqueue.Forget(key)
+	case errors.Is(err, errStaleCache):
+		// Nothing was done and nothing failed: the Foo keeps its backoff, and the
+		// informer event it waits for enqueues it.
+		syncsTotal.WithLabelValues(syncStale).Inc()
+		klog.FromContext(ctx).V(4).Info("Skipped a sync until the cache catches up", "foo", key, "err", err)
 	case errors.Is(err, errRejected):
 		// Reported on the Foo by the sync. The cause (a policy, a quota, a permission)
 		// can go away without any event that would bring the Foo back, so its backoff
@@ -354,10 +376,18 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "foo", klog.KRef(key.Namespace, key.Name))
 	ctx = klog.NewContext(ctx, logger)
 
+	// Deciding on a Foo or a Deployment older than what this controller last wrote
+	// would redo or undo that write.
+	if behind, ok := c.writes.caughtUp(key); !ok {
+		staleSkipsTotal.WithLabelValues(behind).Inc()
+		return fmt.Errorf("%w: %s", errStaleCache, behind)
+	}
+
 	foo, err := c.foosLister.Foos(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		// Deleted: the garbage collector removes its Deployments.
 		logger.V(4).Info("Foo no longer exists")
+		c.writes.forget(key, "")
 		return nil
 	}
 	if err != nil {
@@ -373,6 +403,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	var retryErr error
 	switch {
 	case syncErr == nil:
+		c.refusals.Delete(foo.UID)
 		if err := c.deleteStaleDeployments(ctx, foo); err != nil {
 			return err
 		}
@@ -420,6 +451,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if err != nil {
 		return deployment, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
+	c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, updated.ResourceVersion)
 	// An update that carries a new spec of the Foo is what its author asked for, and
 	// status.observedGeneration tells them it was acted on. An event, which costs a
 	// write per change, is kept for the surprise: a Deployment changed by someone else
@@ -451,6 +483,7 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 
 	created, err := deployments.Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
+		c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
 			"Created Deployment %q", created.Name)
@@ -528,7 +561,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		updated.Status = status
 		written, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 		if err == nil {
-			c.statusWrites.Store(cache.MetaObjectToName(written), written.ResourceVersion)
+			c.writes.wroteStatus(cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
 		}
 		return err
 	})
@@ -552,13 +585,18 @@ func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo
 	c.workqueue.AddAfter(cache.MetaObjectToName(foo), notOwnedRecheckInterval)
 }
 
-// reportRejected tells the Foo's author, with a Warning event once per answer, that
-// the API server refused to write its Deployment; the status says it too. It returns
-// err marked with errRejected, so that the Foo is retried with a capped backoff: the
-// cause (a policy, a quota, a permission) can go away without a change to the Foo.
+// reportRejected tells the Foo's author, with a Warning event once per cause, that the
+// API server refused to write its Deployment; the status says it too, in the latest
+// words. It returns err marked with errRejected, so that the Foo is retried with a
+// capped backoff: the cause (a policy, a quota, a permission) can go away without a
+// change to the Foo.
 func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
 	message := reconcile.RejectedMessage(foo, err)
-	if !reconcile.RejectedReported(foo, message) {
+	cause := reconcile.RejectionCause(err)
+	previous, seen := c.refusals.Swap(foo.UID, cause)
+	// Once per cause while this process runs; after a restart, unless the status
+	// already says exactly this.
+	if (!seen || previous != cause) && !reconcile.RejectedReported(foo, message) {
 		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, reconcile.EventDeploymentRejected, "Sync", "%s", message)
 	}
 	return fmt.Errorf("%w: %w", errRejected, err)

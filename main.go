@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
@@ -117,12 +116,14 @@ func run(ctx context.Context, opts options) error {
 		return fmt.Errorf("building the Foo client: %w", err)
 	}
 
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: kubeClient.EventsV1()})
-	defer broadcaster.Shutdown()
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		return fmt.Errorf("starting the event recorder: %w", err)
+	eventRecording, err := startEventRecording(ctx, kubeClient.EventsV1())
+	if err != nil {
+		return err
 	}
-	recorder := broadcaster.NewRecorder(scheme.Scheme, controllerAgentName)
+	// Runs once the workers have stopped: the Events of the last syncs are written
+	// before the process exits.
+	defer eventRecording.shutdown(ctx, eventFlushTimeout)
+	recorder := eventRecording.recorder()
 
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod)
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
@@ -131,7 +132,7 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	controller.shutdownTimeout = opts.gracefulShutdownTimeout
-	metrics.Registry.MustRegister(syncsTotal, syncDuration, newFooReadyCollector(fooInformer.Lister(), controller.HasSynced))
+	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration, newFooReadyCollector(fooInformer.Lister(), controller.HasSynced))
 
 	// Leader election reports a leader that cannot renew its Lease as unhealthy, so
 	// that the kubelet restarts it.

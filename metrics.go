@@ -15,8 +15,13 @@ import (
 var (
 	syncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_syncs_total",
-		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), or rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff).",
+		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), or stale (skipped until the cache holds the controller's own last write; see sample_controller_stale_cache_skips_total).",
 	}, []string{"result"})
+
+	staleSkipsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sample_controller_stale_cache_skips_total",
+		Help: "Foo syncs skipped because an informer cache (resource: foos or deployments) did not yet hold the controller's own last write for the Foo; the event that brings it in requeues the Foo.",
+	}, []string{"resource"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sample_controller_sync_duration_seconds",
@@ -33,12 +38,17 @@ const (
 	// syncRejected: the API server refused the Deployment write, which the Foo
 	// reports. Usually the Foo's author or a policy has to act, not the operator.
 	syncRejected = "rejected"
+	// syncStale: skipped, the cache was older than the controller's own last write.
+	syncStale = "stale"
 )
 
 func init() {
 	// Every series exists from the start, so rates work from the first scrape.
-	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected} {
+	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale} {
 		syncsTotal.WithLabelValues(result)
+	}
+	for _, resource := range []string{resourceFoos, resourceDeployments} {
+		staleSkipsTotal.WithLabelValues(resource)
 	}
 }
 

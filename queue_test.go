@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -125,6 +126,40 @@ func TestFooEventHandlers(t *testing.T) {
 	}
 	if sameResourceVersion(foo, modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "2" })) {
 		t.Errorf("sameResourceVersion(change) = true, want false")
+	}
+}
+
+// TestFooUpdateOwnStatusWrite checks that the echo of the controller's own status write
+// does not requeue the Foo, which would undo its backoff, unless a sync skipped for a
+// stale cache waits for exactly that echo.
+func TestFooUpdateOwnStatusWrite(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	key := cache.MetaObjectToName(foo)
+	f := newFixture(t, nil, nil, nil)
+	c := f.controller
+	echo := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "1001" })
+
+	c.writes.wroteStatus(key, foo.UID, "1001")
+	c.onFooUpdate(echo)
+	if got := queued(c); len(got) != 0 {
+		t.Errorf("own status write queued %v, want nothing", got)
+	}
+
+	c.writes.wroteStatus(key, foo.UID, "1002")
+	if err := c.foosIndexer.Add(echo); err != nil { // the cache is at 1001
+		t.Fatal(err)
+	}
+	if err := f.sync(foo); !errors.Is(err, errStaleCache) {
+		t.Fatalf("sync: err = %v, want errStaleCache", err)
+	}
+	c.onFooUpdate(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "1002" }))
+	if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
+		t.Errorf("echo awaited by a skipped sync: queued mismatch (-want +got):\n%s", diff)
+	}
+
+	c.onFooUpdate(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "1003" }))
+	if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
+		t.Errorf("someone else's change: queued mismatch (-want +got):\n%s", diff)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,7 +153,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](1))
 	kubeclient := k8sfake.NewClientset()
 	client := fake.NewClientset(foo)
-	likeAnAPIServer(client)
+	likeAnAPIServer(client, foosResource)
 	runController(t, ctx, kubeclient, client, 2)
 	deployments := kubeclient.AppsV1().Deployments("default")
 	foos := client.SamplecontrollerV1alpha1().Foos("default")
@@ -229,7 +228,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 // TestRunRefusalsBackOff refuses every Deployment create with a message that differs
 // on every try, as a webhook that quotes the request does. Each refusal is a new
 // status, and the controller's own status write must not bring the Foo back before
-// its backoff says so.
+// its backoff says so; it is one cause, reported by one Event.
 func TestRunRefusalsBackOff(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -242,8 +241,8 @@ func TestRunRefusalsBackOff(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(deploymentsResource.GroupResource(), "web", fmt.Errorf("denied request %d", n))
 	})
 	client := fake.NewClientset(newFoo("web", nil))
-	likeAnAPIServer(client)
-	runController(t, ctx, kubeclient, client, 2)
+	likeAnAPIServer(client, foosResource)
+	c, _ := runController(t, ctx, kubeclient, client, 2)
 
 	// The first refusal is reported.
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -263,25 +262,12 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	if tries := creates.Load() - start; tries > 20 {
 		t.Errorf("%d refused creates in 3 s, want at most 20: the controller's status writes undo its backoff", tries)
 	}
-}
-
-// likeAnAPIServer makes the fake clientset's Foo updates behave as a real API server's
-// do where the controller relies on it: every write gets a new resourceVersion, and an
-// update whose UID is not the stored object's is refused.
-func likeAnAPIServer(client *fake.Clientset) {
-	var version atomic.Int64
-	version.Store(1000)
-	client.PrependReactor("update", "foos", func(a core.Action) (bool, runtime.Object, error) {
-		obj := a.(core.UpdateAction).GetObject().(metav1.Object)
-		stored, err := client.Tracker().Get(foosResource, obj.GetNamespace(), obj.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		if uid := stored.(metav1.Object).GetUID(); uid != obj.GetUID() {
-			return true, nil, apierrors.NewConflict(foosResource.GroupResource(), obj.GetName(),
-				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", obj.GetUID(), uid))
-		}
-		obj.SetResourceVersion(strconv.FormatInt(version.Add(1), 10))
-		return false, nil, nil
-	})
+	// Every try was refused for the same cause, in other words: one Event.
+	var warnings []string
+	for len(c.recorder.(*events.FakeRecorder).Events) > 0 {
+		warnings = append(warnings, <-c.recorder.(*events.FakeRecorder).Events)
+	}
+	if len(warnings) != 1 {
+		t.Errorf("%d Events for %d refusals of one cause, want 1: %q", len(warnings), creates.Load(), warnings)
+	}
 }

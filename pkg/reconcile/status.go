@@ -3,6 +3,8 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -77,6 +79,28 @@ func CalculateStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, syncErr erro
 func IsRejected(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
 		apierrors.IsRequestEntityTooLargeError(err)
+}
+
+// RejectionCause identifies what refused a Deployment write, however the API server
+// words it on each try: the answer's code and reason and the kinds and fields of its
+// causes, never its message, which a webhook or policy may fill with the request
+// itself. Two refusals with the same cause are one problem to report, not two.
+func RejectionCause(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return "unknown"
+	}
+	s := status.Status()
+	parts := []string{strconv.Itoa(int(s.Code)), string(s.Reason)}
+	if s.Details != nil {
+		var causes []string
+		for _, c := range s.Details.Causes {
+			causes = append(causes, string(c.Type)+"@"+c.Field)
+		}
+		slices.Sort(causes)
+		parts = append(parts, slices.Compact(causes)...)
+	}
+	return strings.Join(parts, " ")
 }
 
 // RejectedMessage is the condition message and event note for err, a refused write

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
@@ -325,5 +326,41 @@ func TestRejectedMessage(t *testing.T) {
 	got := RejectedMessage(foo, long)
 	if len(got) > MaxMessageLength || !utf8.ValidString(got) || !strings.HasSuffix(got, "é...") {
 		t.Errorf("RejectedMessage of a long answer: %d bytes, valid UTF-8 %v, ends %q", len(got), utf8.ValidString(got), got[len(got)-10:])
+	}
+}
+
+func TestRejectionCause(t *testing.T) {
+	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
+	invalid := func(fields ...string) error {
+		var errs field.ErrorList
+		for _, f := range fields {
+			errs = append(errs, field.Invalid(field.NewPath(f), "x", "bad"))
+		}
+		return apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", errs)
+	}
+	forbidden := func(why string) error { return apierrors.NewForbidden(gr, "web", errors.New(why)) }
+
+	same := [][2]error{
+		{forbidden("denied request 1"), forbidden("denied request 2")},
+		{invalid("spec.replicas", "spec.template"), invalid("spec.template", "spec.replicas")},
+		{fmt.Errorf("creating: %w", forbidden("a")), forbidden("b")},
+	}
+	for _, pair := range same {
+		if a, b := RejectionCause(pair[0]), RejectionCause(pair[1]); a != b {
+			t.Errorf("RejectionCause(%v) = %q, RejectionCause(%v) = %q; want the same", pair[0], a, pair[1], b)
+		}
+	}
+	different := [][2]error{
+		{forbidden("a"), invalid("spec.replicas")},
+		{invalid("spec.replicas"), invalid("spec.template")},
+		{apierrors.NewBadRequest("a"), apierrors.NewRequestEntityTooLargeError("a")},
+	}
+	for _, pair := range different {
+		if a, b := RejectionCause(pair[0]), RejectionCause(pair[1]); a == b {
+			t.Errorf("RejectionCause(%v) = RejectionCause(%v) = %q; want different", pair[0], pair[1], a)
+		}
+	}
+	if got := RejectionCause(errors.New("connection refused")); got != "unknown" {
+		t.Errorf("RejectionCause(not an API status) = %q, want unknown", got)
 	}
 }

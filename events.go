@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+)
+
+// eventFlushTimeout bounds how long shutdown waits for the last Events to be written.
+const eventFlushTimeout = 5 * time.Second
+
+// eventSettle is how long the sink must have been idle, with no write in flight, for
+// shutdown to count every Event as written. client-go's broadcaster hands each Event to
+// the sink from its own goroutine and offers no way to wait for them; once it is shut
+// down, the Events still queued reach the sink within microseconds.
+const eventSettle = 100 * time.Millisecond
+
+// eventRecording sends the controller's Events to the API server, and on shutdown
+// writes those of the syncs that finished before it returns. client-go's broadcaster
+// alone drops them: it writes on the context it was started with, which a signal has
+// already cancelled when the last syncs finish.
+type eventRecording struct {
+	broadcaster events.EventBroadcaster
+	sink        *countingSink
+	stop        context.CancelFunc
+
+	// recorded counts the Events the controller recorded, and queued those the
+	// broadcaster has taken in. The recorder hands each Event over from a goroutine
+	// of its own, and the broadcaster drops what comes after its shutdown.
+	recorded, queued atomic.Int64
+	// took is signalled (without blocking) each time the broadcaster takes one in.
+	took chan struct{}
+}
+
+// startEventRecording starts recording Events through client. The recording outlives
+// ctx; shutdown ends it.
+func startEventRecording(ctx context.Context, client eventsv1client.EventsV1Interface) (*eventRecording, error) {
+	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, idle: make(chan struct{})}
+	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	broadcaster := events.NewBroadcaster(sink)
+	if err := broadcaster.StartRecordingToSinkWithContext(recordCtx); err != nil {
+		stop()
+		return nil, fmt.Errorf("starting the event recorder: %w", err)
+	}
+	r := &eventRecording{broadcaster: broadcaster, sink: sink, stop: stop, took: make(chan struct{}, 1)}
+	if _, err := broadcaster.StartEventWatcher(func(runtime.Object) {
+		r.queued.Add(1)
+		select {
+		case r.took <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		stop()
+		return nil, fmt.Errorf("watching the event recorder: %w", err)
+	}
+	return r, nil
+}
+
+// recorder returns the recorder the controller reports through.
+func (r *eventRecording) recorder() events.EventRecorder {
+	return &countingRecorder{EventRecorder: r.broadcaster.NewRecorder(scheme.Scheme, controllerAgentName), count: &r.recorded}
+}
+
+// countingRecorder counts the Events recorded through it.
+type countingRecorder struct {
+	events.EventRecorder
+	count *atomic.Int64
+}
+
+func (r *countingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.count.Add(1)
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+// shutdown stops taking Events, and waits up to timeout for those already recorded to
+// be written. Call it once nothing records any more.
+func (r *eventRecording) shutdown(ctx context.Context, timeout time.Duration) {
+	defer r.stop()
+	logger := klog.FromContext(ctx)
+	deadline := time.Now().Add(timeout)
+	// Every Event recorded must be in the broadcaster before it shuts down.
+	for r.queued.Load() < r.recorded.Load() {
+		select {
+		case <-r.took:
+		case <-time.After(time.Until(deadline)):
+			logger.Info("Gave up waiting for Events to be queued", "recorded", r.recorded.Load(), "queued", r.queued.Load(), "timeout", timeout)
+			r.broadcaster.Shutdown()
+			return
+		}
+	}
+	// Hands every queued Event to the recording goroutine.
+	r.broadcaster.Shutdown()
+	handed := time.Now()
+	for {
+		written, inFlight, quiet := r.sink.state()
+		// Events handed over just now may not have reached the sink yet.
+		quiet = min(quiet, time.Since(handed))
+		if inFlight == 0 && quiet >= eventSettle {
+			logger.V(2).Info("Events written", "count", written)
+			return
+		}
+		if time.Now().After(deadline) {
+			logger.Info("Gave up waiting for Events to be written", "inFlight", inFlight, "timeout", timeout)
+			return
+		}
+		wait := eventSettle - quiet
+		if inFlight > 0 {
+			wait = 10 * time.Millisecond
+		}
+		select {
+		case <-time.After(wait):
+		case <-r.sink.idle:
+		}
+	}
+}
+
+// countingSink is an EventSink that knows how many writes are in flight and when the
+// last one ended.
+type countingSink struct {
+	events.EventSink
+
+	mu       sync.Mutex
+	inFlight int
+	written  int
+	last     time.Time
+	// idle is signalled (without blocking) each time the last write in flight ends.
+	idle chan struct{}
+}
+
+func (s *countingSink) begin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight++
+	s.last = time.Now()
+}
+
+func (s *countingSink) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	s.written++
+	s.last = time.Now()
+	if s.inFlight == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// state returns the writes done, those in flight, and how long the sink has been idle.
+func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written, s.inFlight, time.Since(s.last)
+}
+
+func (s *countingSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	s.begin()
+	defer s.end()
+	return s.EventSink.Create(ctx, event)
+}
+
+func (s *countingSink) Update(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	s.begin()
+	defer s.end()
+	return s.EventSink.Update(ctx, event)
+}
+
+func (s *countingSink) Patch(ctx context.Context, event *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	s.begin()
+	defer s.end()
+	return s.EventSink.Patch(ctx, event, data)
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The resources whose writes the controller tracks, the values of the resource label
+// of sample_controller_stale_skips_total.
+const (
+	resourceFoos        = "foos"
+	resourceDeployments = "deployments"
+)
+
+// resourceVersionReader is what writeTracker needs of an informer's store: the
+// resourceVersion of the newest event or list it has applied. client-go's stores
+// provide it while the AtomicFIFO feature is on (beta and on by default since 1.36)
+// and return "" otherwise.
+type resourceVersionReader interface {
+	LastStoreSyncResourceVersion() string
+}
+
+// writeTracker remembers, for each Foo, the resourceVersions of the controller's own
+// last writes for it: the Foo's status and its Deployment. It answers two questions.
+//
+// Has the cache caught up with those writes (KEP-5647, staleness mitigation)? A sync
+// that read a Foo or a Deployment older than what the controller itself last wrote
+// would decide on state it knows to be stale: it would write again what it already
+// wrote, or update a Deployment from an old copy and fail on a conflict. Such a sync is
+// skipped, and the informer event that brings the write in wakes the Foo.
+//
+// Is an event the echo of the controller's own status write? That echo carries nothing
+// the sync did not know; requeuing on it would undo the Foo's backoff.
+type writeTracker struct {
+	foos        resourceVersionReader
+	deployments resourceVersionReader
+
+	mu     sync.Mutex
+	writes map[cache.ObjectName]*fooWrites
+}
+
+// fooWrites is what writeTracker holds for one Foo.
+type fooWrites struct {
+	uid types.UID
+	// status is the resourceVersion of the last status write, until its echo comes.
+	status string
+	// foo and deployment are the newest resourceVersions written to each resource,
+	// until the cache has caught up with them.
+	foo, deployment string
+	// waiting is set when a sync was skipped: the next event for the Foo wakes it.
+	waiting bool
+}
+
+func newWriteTracker(foos, deployments resourceVersionReader) *writeTracker {
+	return &writeTracker{foos: foos, deployments: deployments, writes: map[cache.ObjectName]*fooWrites{}}
+}
+
+// record returns the entry of the Foo named key with UID uid, replacing one left by an
+// earlier Foo of the same name. The caller holds mu.
+func (w *writeTracker) record(key cache.ObjectName, uid types.UID) *fooWrites {
+	r := w.writes[key]
+	if r == nil || r.uid != uid {
+		r = &fooWrites{uid: uid}
+		w.writes[key] = r
+	}
+	return r
+}
+
+// wroteStatus records the controller's status write of a Foo, at resourceVersion rv.
+func (w *writeTracker) wroteStatus(key cache.ObjectName, uid types.UID, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.record(key, uid)
+	r.status = rv
+	r.foo = newer(r.foo, rv)
+}
+
+// wroteDeployment records a write of the Foo's Deployment, at resourceVersion rv.
+func (w *writeTracker) wroteDeployment(key cache.ObjectName, uid types.UID, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.record(key, uid)
+	r.deployment = newer(r.deployment, rv)
+}
+
+// caughtUp tells whether the caches hold the controller's last writes for the Foo
+// named key. When they do not, it returns the resource that is behind and marks the
+// Foo as waiting: the event that brings the write in must enqueue it (see observed).
+func (w *writeTracker) caughtUp(key cache.ObjectName) (behind string, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.writes[key]
+	if r == nil {
+		return "", true
+	}
+	if r.foo != "" && !reached(w.foos, r.foo) {
+		r.waiting = true
+		return resourceFoos, false
+	}
+	r.foo = ""
+	if r.deployment != "" && !reached(w.deployments, r.deployment) {
+		r.waiting = true
+		return resourceDeployments, false
+	}
+	r.deployment = ""
+	r.waiting = false
+	w.dropIfEmpty(key, r)
+	return "", true
+}
+
+// observed is called for each Foo event the informer delivers, after its cache holds
+// it. It tells whether the event is the echo of the controller's own status write, and
+// whether a sync skipped for a stale cache waits for it.
+func (w *writeTracker) observed(key cache.ObjectName, uid types.UID, rv string) (ownWrite, wake bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.writes[key]
+	if r == nil || r.uid != uid {
+		return false, false
+	}
+	if r.status != "" && r.status == rv {
+		ownWrite = true
+		r.status = ""
+	}
+	wake, r.waiting = r.waiting, false
+	w.dropIfEmpty(key, r)
+	return ownWrite, wake
+}
+
+// wake is called for each Deployment event, after the cache holds it, with the Foo it
+// enqueues. It clears the Foo's waiting mark: the sync that event causes checks again.
+func (w *writeTracker) wake(key cache.ObjectName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.writes[key]; r != nil {
+		r.waiting = false
+		w.dropIfEmpty(key, r)
+	}
+}
+
+// forget drops the entry of a Foo that is gone; an empty uid matches any.
+func (w *writeTracker) forget(key cache.ObjectName, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.writes[key]; r != nil && (uid == "" || r.uid == uid) {
+		delete(w.writes, key)
+	}
+}
+
+// len is how many Foos have an entry, for tests.
+func (w *writeTracker) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.writes)
+}
+
+// dropIfEmpty deletes an entry that holds nothing more. The caller holds mu.
+func (w *writeTracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
+	if r.status == "" && r.foo == "" && r.deployment == "" && !r.waiting {
+		delete(w.writes, key)
+	}
+}
+
+// reached tells whether store has applied resourceVersion rv. A store that cannot tell
+// (the AtomicFIFO feature is off) or a resourceVersion that does not compare (not from
+// a real API server) counts as reached: mitigation then stands aside, never blocks.
+func reached(store resourceVersionReader, rv string) bool {
+	read := store.LastStoreSyncResourceVersion()
+	if read == "" {
+		return true
+	}
+	cmp, err := resourceversion.CompareResourceVersion(rv, read)
+	return err != nil || cmp <= 0
+}
+
+// newer returns the newer of two resourceVersions, b when they do not compare.
+func newer(a, b string) string {
+	if a == "" {
+		return b
+	}
+	if cmp, err := resourceversion.CompareResourceVersion(a, b); err == nil && cmp > 0 {
+		return a
+	}
+	return b
+}
