@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
@@ -90,9 +92,11 @@ func (r *crashRun) converge(t *testing.T, what string, foos ...string) {
 	})
 }
 
-// scenario creates a Foo, scales it and renames its Deployment, waiting for each step
-// to converge.
-func (r *crashRun) scenario(t *testing.T) {
+// scenario creates a Foo, scales it, renames its Deployment and deletes it, waiting for
+// each step to converge, and returns the end state before the delete, which must not
+// depend on where the controller was killed. After the delete, the invariants say that
+// nothing is left.
+func (r *crashRun) scenario(t *testing.T) endState {
 	t.Helper()
 	createFoo(t, r.ns, "web", "web-a", 1)
 	r.converge(t, "the new Foo to converge", "web")
@@ -100,6 +104,19 @@ func (r *crashRun) scenario(t *testing.T) {
 	r.converge(t, "the scaled Foo to converge", "web")
 	patchFooSpec(t, r.ns, "web", `{"deploymentName":"web-b"}`)
 	r.converge(t, "the renamed Foo to converge", "web")
+	state, err := readEndState(t.Context(), r.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In the foreground, the Foo stays, marked for deletion, until the garbage
+	// collector has deleted its Deployment: the controller must not make it another.
+	err = env.Sample.SamplecontrollerV1alpha1().Foos(r.ns).Delete(t.Context(), "web",
+		metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	if err != nil {
+		t.Fatalf("deleting Foo %s/web: %v", r.ns, err)
+	}
+	r.converge(t, "the deleted Foo and its Deployment to be gone")
+	return state
 }
 
 // TestCrashPoints is Sieve's intermediate-state testing: a learning run of the
@@ -109,11 +126,7 @@ func (r *crashRun) scenario(t *testing.T) {
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
 	learning := newCrashRun(t, 0)
-	learning.scenario(t)
-	want, err := readEndState(t.Context(), learning.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := learning.scenario(t)
 	learned := objectWrites(learning.c.proxy.Writes())
 	for i, w := range learned {
 		t.Logf("write %d: %v", i+1, w)
@@ -133,22 +146,18 @@ func TestCrashPoints(t *testing.T) {
 			return
 		}
 		slices.Sort(recoveries)
-		fmt.Printf("faults: crash points: %d writes learned, %d crashes, %d not reached %v, all converged to the learning run's end state; recovery median %.1fs, max %.1fs\n",
+		fmt.Printf("faults: crash points (create, scale, rename, delete): %d writes learned, %d crashes, %d not reached %v, all converged to the learning run's end state and left nothing after the delete; recovery median %.1fs, max %.1fs\n",
 			len(learned), crashes, len(notReached), notReached, percentile(recoveries, 0.5).Seconds(), percentile(recoveries, 1).Seconds())
 	})
 	for k := 1; k <= len(learned); k++ {
 		t.Run(fmt.Sprintf("kill after write %d", k), func(t *testing.T) {
 			t.Parallel()
 			r := newCrashRun(t, k)
-			r.scenario(t)
-			got, err := readEndState(t.Context(), r.ns)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := r.scenario(t)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("end state differs from the learning run's (-want +got):\n%s", diff)
 			}
-			checkInvariants(t, r.ns, []string{"web"})
+			checkInvariants(t, r.ns, nil)
 
 			r.mu.Lock()
 			defer r.mu.Unlock()
