@@ -68,8 +68,9 @@ const defaultShutdownTimeout = 30 * time.Second
 var errRejected = errors.New("deployment write refused")
 
 // errStaleCache marks a sync skipped because the informer caches do not yet hold the
-// controller's own last writes for the Foo. The event that brings them in requeues it.
-var errStaleCache = errors.New("the cache is older than the controller's own last write")
+// controller's own last writes for the Foo, or hold a Foo the API server no longer
+// has. The event that brings them in requeues it.
+var errStaleCache = errors.New("the cache is stale")
 
 // Controller keeps, for every Foo, a Deployment that matches the Foo's spec, and
 // reports the Deployment's progress in the Foo's status.
@@ -404,7 +405,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	// would redo or undo that write.
 	if behind, ok := c.writes.caughtUp(key); !ok {
 		staleSkipsTotal.WithLabelValues(behind).Inc()
-		return fmt.Errorf("%w: %s", errStaleCache, behind)
+		return fmt.Errorf("%w: older than the controller's own last write: %s", errStaleCache, behind)
 	}
 
 	foo, err := c.foosLister.Foos(key.Namespace).Get(key.Name)
@@ -505,6 +506,9 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		}
 	}
 
+	if err := c.confirmFoo(ctx, foo); err != nil {
+		return nil, err
+	}
 	created, err := deployments.Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
 		c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
@@ -522,6 +526,25 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		return nil, fmt.Errorf("getting Deployment %s/%s that already exists: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
 	return existing, nil
+}
+
+// confirmFoo checks on the API server that foo, as cached, still exists. A missing
+// Deployment is often the garbage collector's work after the Foo was deleted, and its
+// delete event can come before the Foo's: a Deployment created from the cached Foo
+// would belong to no Foo, and the garbage collector would delete it again, and again
+// at every sync until the cache caught up. Creates are rare enough to afford the read.
+func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
+	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err == nil && (current.UID != foo.UID || current.DeletionTimestamp != nil) {
+		// The informer's event for the deletion, or for the Foo that took the
+		// name, brings the Foo back to the queue.
+		staleSkipsTotal.WithLabelValues(resourceFoos).Inc()
+		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
+	}
+	if err != nil {
+		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	}
+	return nil
 }
 
 // deleteStaleDeployments deletes the Deployments foo controls under a name other than

@@ -37,6 +37,23 @@ func TestSyncHandler(t *testing.T) {
 	refusedEarlier := func(f *samplev1alpha1.Foo) *samplev1alpha1.Foo {
 		return modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, ready, refusal, earlier) })
 	}
+	// confirmed is the read that checks, before a create, that the Foo still exists;
+	// the fixture lists the Deployment requests before the Foo requests.
+	confirmed := get(foosResource, "web")
+	// goneFromServer leaves the cached Foo behind the API server, which no longer
+	// has it; with replacement set, it has another Foo of that name instead.
+	goneFromServer := func(replacement *samplev1alpha1.Foo) func(f *fixture) {
+		return func(f *fixture) {
+			if err := f.client.Tracker().Delete(foosResource, "default", "web"); err != nil {
+				t.Fatal(err)
+			}
+			if replacement != nil {
+				if err := f.client.Tracker().Add(replacement); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 
 	tests := []struct {
 		name       string
@@ -53,6 +70,7 @@ func TestSyncHandler(t *testing.T) {
 		foo:  foo,
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
+			confirmed,
 			updateStatus(withStatus(foo, reconcile.NewDeployment(foo))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
@@ -121,6 +139,7 @@ func TestSyncHandler(t *testing.T) {
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
 			get(deploymentsResource, "web"),
+			confirmed,
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, now) })),
 		},
 		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
@@ -139,6 +158,7 @@ func TestSyncHandler(t *testing.T) {
 		want: []action{
 			get(deploymentsResource, "web"),
 			create(reconcile.NewDeployment(foo)),
+			confirmed,
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
 				f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
 				f.Status = calculatedStatus(f, reconcile.NewDeployment(foo), now)
@@ -160,6 +180,7 @@ func TestSyncHandler(t *testing.T) {
 				d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
 				d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
 			})),
+			confirmed,
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Status.Selector = "app=nginx,controller=web" })),
 		},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
@@ -173,6 +194,7 @@ func TestSyncHandler(t *testing.T) {
 		want: []action{
 			create(reconcile.NewDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))),
 			del(deploymentsResource, "web"),
+			confirmed,
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
 				f.Spec.DeploymentName = "web-v2"
 				f.Generation = 2
@@ -198,9 +220,24 @@ func TestSyncHandler(t *testing.T) {
 		foo:  readyFoo,
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
+			confirmed,
 			updateStatus(withStatus(readyFoo, reconcile.NewDeployment(foo))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
+	}, {
+		// Its Deployment is gone because the garbage collector removed it, and the
+		// cache has not seen the Foo's deletion yet.
+		name:    "does not recreate the deployment of a foo gone from the server",
+		foo:     readyFoo,
+		setup:   goneFromServer(nil),
+		want:    []action{confirmed},
+		wantErr: true,
+	}, {
+		name:    "does not recreate the deployment of a foo replaced on the server",
+		foo:     readyFoo,
+		setup:   goneFromServer(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.UID = "web-uid-2" })),
+		want:    []action{confirmed},
+		wantErr: true,
 	}, {
 		name:   "does not touch a deployment that is being deleted",
 		foo:    readyFoo,
@@ -213,6 +250,7 @@ func TestSyncHandler(t *testing.T) {
 		foo:  newFoo("web", nil),
 		want: []action{
 			create(reconcile.NewDeployment(newFoo("web", ptr.To[int32](1)))),
+			confirmed,
 			updateStatus(withStatus(newFoo("web", nil), reconcile.NewDeployment(newFoo("web", nil)))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
@@ -233,6 +271,7 @@ func TestSyncHandler(t *testing.T) {
 		setup: func(f *fixture) { refuse(f, "create") },
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
+			confirmed,
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, refusal, now) })),
 		},
 		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
@@ -241,7 +280,7 @@ func TestSyncHandler(t *testing.T) {
 		name:  "a refusal already reported makes no event and no status write",
 		foo:   modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, refusal, earlier) }),
 		setup: func(f *fixture) { refuse(f, "create") },
-		want:  []action{create(reconcile.NewDeployment(foo))},
+		want:  []action{create(reconcile.NewDeployment(foo)), confirmed},
 		// Still an error: the key goes back to the queue with backoff.
 		wantErr: true,
 	}, {
@@ -288,7 +327,7 @@ func TestSyncHandler(t *testing.T) {
 				return true, nil, err
 			})
 		},
-		want:    []action{create(reconcile.NewDeployment(foo))},
+		want:    []action{create(reconcile.NewDeployment(foo)), confirmed},
 		wantErr: true,
 	}, {
 		name: "create failure is returned for a retry",
@@ -298,7 +337,7 @@ func TestSyncHandler(t *testing.T) {
 				return true, nil, apierrors.NewServiceUnavailable("etcd is down")
 			})
 		},
-		want:    []action{create(reconcile.NewDeployment(foo))},
+		want:    []action{create(reconcile.NewDeployment(foo)), confirmed},
 		wantErr: true,
 	}}
 	for _, tc := range tests {

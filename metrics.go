@@ -15,12 +15,12 @@ import (
 var (
 	syncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_syncs_total",
-		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), or stale (skipped until the cache holds the controller's own last write; see sample_controller_stale_cache_skips_total).",
+		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), or stale (skipped until the cache catches up; see sample_controller_stale_cache_skips_total).",
 	}, []string{"result"})
 
 	staleSkipsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_stale_cache_skips_total",
-		Help: "Foo syncs skipped because an informer cache (resource: foos or deployments) did not yet hold the controller's own last write for the Foo; the event that brings it in requeues the Foo.",
+		Help: "Foo syncs skipped because an informer cache (resource: foos or deployments) did not yet hold the controller's own last write for the Foo, or (foos) held a Foo the API server no longer has; the event that brings the change in requeues the Foo.",
 	}, []string{"resource"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -38,7 +38,8 @@ const (
 	// syncRejected: the API server refused the Deployment write, which the Foo
 	// reports. Usually the Foo's author or a policy has to act, not the operator.
 	syncRejected = "rejected"
-	// syncStale: skipped, the cache was older than the controller's own last write.
+	// syncStale: skipped, the cache was older than the controller's own last write
+	// or than the Foo's deletion.
 	syncStale = "stale"
 )
 
