@@ -506,8 +506,11 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		}
 	}
 
-	if err := c.confirmFoo(ctx, foo); err != nil {
-		return nil, err
+	if foo.Status.ObservedGeneration > 0 {
+		// The Foo had its Deployment before: make sure it is not gone with it.
+		if err := c.confirmFoo(ctx, foo); err != nil {
+			return nil, err
+		}
 	}
 	created, err := deployments.Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
@@ -528,11 +531,13 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 	return existing, nil
 }
 
-// confirmFoo checks on the API server that foo, as cached, still exists. A missing
-// Deployment is often the garbage collector's work after the Foo was deleted, and its
-// delete event can come before the Foo's: a Deployment created from the cached Foo
-// would belong to no Foo, and the garbage collector would delete it again, and again
-// at every sync until the cache caught up. Creates are rare enough to afford the read.
+// confirmFoo checks on the API server that foo, as cached, still exists. The Deployment
+// of a Foo that had one is often missing because the garbage collector deleted it after
+// the Foo was deleted, and its delete event can come before the Foo's: a Deployment
+// created from the cached Foo would belong to no Foo, and the garbage collector would
+// delete it again, and again at every sync until the cache caught up. Only a Foo the
+// controller has synced before (its status says so) pays for the read: a new Foo's
+// first create, the bulk of a cold start, does not.
 func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
 	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || err == nil && (current.UID != foo.UID || current.DeletionTimestamp != nil) {

@@ -37,8 +37,9 @@ func TestSyncHandler(t *testing.T) {
 	refusedEarlier := func(f *samplev1alpha1.Foo) *samplev1alpha1.Foo {
 		return modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, ready, refusal, earlier) })
 	}
-	// confirmed is the read that checks, before a create, that the Foo still exists;
-	// the fixture lists the Deployment requests before the Foo requests.
+	// confirmed is the read that checks, before a Foo the controller has synced before
+	// gets a Deployment again, that the Foo still exists; a new Foo's first create
+	// makes none. The fixture lists the Deployment requests before the Foo requests.
 	confirmed := get(foosResource, "web")
 	// goneFromServer leaves the cached Foo behind the API server, which no longer
 	// has it; with replacement set, it has another Foo of that name instead.
@@ -70,7 +71,6 @@ func TestSyncHandler(t *testing.T) {
 		foo:  foo,
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
-			confirmed,
 			updateStatus(withStatus(foo, reconcile.NewDeployment(foo))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
@@ -139,7 +139,6 @@ func TestSyncHandler(t *testing.T) {
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
 			get(deploymentsResource, "web"),
-			confirmed,
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, now) })),
 		},
 		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
@@ -250,7 +249,6 @@ func TestSyncHandler(t *testing.T) {
 		foo:  newFoo("web", nil),
 		want: []action{
 			create(reconcile.NewDeployment(newFoo("web", ptr.To[int32](1)))),
-			confirmed,
 			updateStatus(withStatus(newFoo("web", nil), reconcile.NewDeployment(newFoo("web", nil)))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
@@ -271,7 +269,6 @@ func TestSyncHandler(t *testing.T) {
 		setup: func(f *fixture) { refuse(f, "create") },
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
-			confirmed,
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, refusal, now) })),
 		},
 		wantEvents: []string{"Warning DeploymentRejected " + refusedMessage},
@@ -327,7 +324,7 @@ func TestSyncHandler(t *testing.T) {
 				return true, nil, err
 			})
 		},
-		want:    []action{create(reconcile.NewDeployment(foo)), confirmed},
+		want:    []action{create(reconcile.NewDeployment(foo))},
 		wantErr: true,
 	}, {
 		name: "create failure is returned for a retry",
@@ -337,7 +334,7 @@ func TestSyncHandler(t *testing.T) {
 				return true, nil, apierrors.NewServiceUnavailable("etcd is down")
 			})
 		},
-		want:    []action{create(reconcile.NewDeployment(foo)), confirmed},
+		want:    []action{create(reconcile.NewDeployment(foo))},
 		wantErr: true,
 	}}
 	for _, tc := range tests {
