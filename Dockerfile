@@ -7,6 +7,10 @@
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
+# What --version and sample_controller_build_info report: docker build --build-arg
+# VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD).
+ARG VERSION=(devel)
+ARG REVISION=unknown
 WORKDIR /src
 # Modules in a layer of their own, so that a change to the source does not download them
 # again.
@@ -17,7 +21,9 @@ COPY . .
 # the same wherever it is built.
 RUN --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o /sample-controller .
+    go build -trimpath -o /sample-controller -ldflags "-s -w \
+      -X github.com/seed-e6610ed6/sample-controller/pkg/version.version=${VERSION} \
+      -X github.com/seed-e6610ed6/sample-controller/pkg/version.revision=${REVISION}" .
 
 FROM gcr.io/distroless/static:nonroot
 LABEL org.opencontainers.image.title="sample-controller" \

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 )
 
 // leaderElectionName is the name of the Lease the replicas compete for.
@@ -122,6 +124,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 		} else {
 			logger.Info("Released the lease", "identity", identity)
 		}
+		metrics.LeaderElectionEnded(leaderElectionName)
 		return err
 	default:
 		return nil

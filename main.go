@@ -23,6 +23,7 @@ import (
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
 func init() {
@@ -45,6 +46,8 @@ type options struct {
 	healthProbeBindAddress  string
 	profiling               bool
 
+	version bool
+
 	leaderElect              bool
 	leaderElectNamespace     string
 	leaderElectLeaseDuration time.Duration
@@ -64,6 +67,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on. 0 turns it off.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address. Off by default: the metrics endpoint has no authentication.")
+	fs.BoolVar(&o.version, "version", false, "Print the version, the commit and the Go version of this build, and exit.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's.")
 	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease lasts without renewal before another replica may take it.")
@@ -76,6 +80,10 @@ func main() {
 	var opts options
 	opts.addFlags(flag.CommandLine)
 	flag.Parse()
+	if opts.version {
+		fmt.Println(version.Get())
+		return
+	}
 
 	ctx := signalContext()
 	logger := klog.FromContext(ctx)
@@ -92,8 +100,11 @@ func run(ctx context.Context, opts options) error {
 	if opts.workers < 1 {
 		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
 	}
+	build := version.Get()
+	logger.Info("Starting sample-controller", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	// client-go picks its metrics providers when clients and queues are built.
 	metrics.RegisterClientGo()
+	metrics.RegisterBuildInfo(build)
 
 	cfg, namespace, err := restConfig(opts)
 	if err != nil {

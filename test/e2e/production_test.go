@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -165,6 +166,19 @@ func TestLeaderElection(t *testing.T) {
 	if n := syncs(t, follower); n != 0 {
 		t.Errorf("the follower made %v syncs, want 0", n)
 	}
+	// What an alert on "no leader" sums over the replicas.
+	for _, c := range []struct {
+		p    *localcluster.Controller
+		who  string
+		want float64
+	}{{leader, "leader", 1}, {follower, "follower", 0}} {
+		m := scrapeMetrics(t, c.p)
+		status := map[string]string{"name": "sample-controller"}
+		if !m.Has("leader_election_master_status", status) || m.Sum("leader_election_master_status", status) != c.want {
+			t.Errorf("the %s's leader_election_master_status = %v (present: %v), want %v", c.who,
+				m.Sum("leader_election_master_status", status), m.Has("leader_election_master_status", status), c.want)
+		}
+	}
 
 	// SIGKILL: nobody releases the Lease; the follower takes it once it expires.
 	killed := time.Now()
@@ -275,6 +289,18 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics has no %s for the foos queue", name)
 		}
 	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"sample_controller_stale_cache_skips_total", map[string]string{"resource": "foos"}},
+		{"sample_controller_stale_cache_skips_total", map[string]string{"resource": "deployments"}},
+		{"sample_controller_build_info", nil},
+	} {
+		if !m.Has(c.name, c.labels) {
+			t.Errorf("/metrics has no %s%v", c.name, c.labels)
+		}
+	}
 }
 
 // scrapeMetrics returns a controller's /metrics.
@@ -300,4 +326,25 @@ func failedSyncs(t *testing.T, p *localcluster.Controller) (failed, rejected flo
 	m := scrapeMetrics(t, p)
 	return m.Sum("sample_controller_syncs_total", map[string]string{"result": "error"}),
 		m.Sum("sample_controller_syncs_total", map[string]string{"result": "rejected"})
+}
+
+// TestVersion runs the binary under test with --version, as an operator checks what a
+// Pod runs: the image's binary carries the image's tag and its commit.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.CommandContext(t.Context(), env.ControllerBin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--version: %v\n%s", err, out)
+	}
+	line := strings.TrimSpace(string(out))
+	want := "sample-controller "
+	if os.Getenv(framework.ImageArchiveEnv) != "" {
+		want += "v0.1.0 (revision "
+	}
+	if !strings.HasPrefix(line, want) || strings.Count(line, "\n") != 0 {
+		t.Errorf("--version printed %q, want one line starting with %q", line, want)
+	}
+	if strings.Contains(line, "revision unknown") && os.Getenv(framework.ImageArchiveEnv) != "" {
+		t.Errorf("--version printed %q: the image's binary does not know its commit", line)
+	}
 }
