@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -194,7 +195,9 @@ func restConfig(opts options) (*rest.Config, string, error) {
 		cfg.QPS = float32(opts.kubeAPIQPS)
 		cfg.Burst = opts.kubeAPIBurst
 		if cfg.Burst <= 0 {
-			cfg.Burst = int(2 * opts.kubeAPIQPS)
+			// At least 1: client-go refuses a limiter with no burst, which twice a
+			// QPS below 0.5 would round down to.
+			cfg.Burst = max(1, int(math.Ceil(2*opts.kubeAPIQPS)))
 		}
 	} else {
 		// A negative QPS makes client-go build no rate limiter at all.
