@@ -51,6 +51,7 @@ type options struct {
 
 	leaderElect              bool
 	leaderElectNamespace     string
+	leaderElectName          string
 	leaderElectLeaseDuration time.Duration
 	leaderElectRenewDeadline time.Duration
 	leaderElectRetryPeriod   time.Duration
@@ -70,7 +71,9 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address. Off by default: the metrics endpoint has no authentication.")
 	fs.BoolVar(&o.version, "version", false, "Print the version, the commit and the Go version of this build, and exit.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
-	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's. The Role of artifacts/deploy grants Leases in its own namespace only.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Deprecated: use --leader-elect-resource-namespace, as Kubernetes components name it.")
+	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", "sample-controller", "Name of the Lease the replicas compete for.")
 	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease lasts without renewal before another replica may take it.")
 	fs.DurationVar(&o.leaderElectRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its Lease before giving up leadership.")
 	fs.DurationVar(&o.leaderElectRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
