@@ -11,6 +11,14 @@ help: ## Show the targets.
 run: ## Run the controller: against KUBECONFIG if set, else on a local control plane it builds and starts. Controller flags: ARGS='...'.
 	go run ./hack/run-local -- $(ARGS)
 
+.PHONY: deploy
+deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:v0.1.0).
+	hack/deploy.sh apply
+
+.PHONY: undeploy
+undeploy: ## Remove the controller from kubectl's cluster; the CRD, the Foos and their Deployments stay.
+	hack/deploy.sh delete
+
 .PHONY: test
 test: ## Run the whole test suite: checks, unit tests with -race, e2e tests on a local control plane.
 	hack/test.sh

@@ -62,6 +62,34 @@ spec:
 	}
 }
 
+// TestDeployAndUndeploy checks what `make deploy IMAGE=...` and `make undeploy` would
+// do, by server dry runs: the image a user names is the one that runs, and removing
+// the controller leaves the CRD, and so every Foo and its Deployment, in place.
+func TestDeployAndUndeploy(t *testing.T) {
+	t.Parallel()
+	const image = "registry.example.com/team/sample-controller:v9.8.7"
+	out, err := env.Deploy(t.Context(), "apply", image, "--dry-run=server", "-o", "yaml")
+	if err != nil {
+		t.Fatalf("make deploy IMAGE=%s (dry run): %v\n%s", image, err, out)
+	}
+	if !strings.Contains(out, "image: "+image+"\n") {
+		t.Errorf("make deploy IMAGE=%s would not run that image:\n%s", image, out)
+	}
+
+	out, err = env.Deploy(t.Context(), "delete", "", "--dry-run=server")
+	if err != nil {
+		t.Fatalf("make undeploy (dry run): %v\n%s", err, out)
+	}
+	for _, want := range []string{"deployment.apps \"sample-controller\" deleted", "namespace \"sample-controller-system\" deleted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make undeploy would not delete %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "customresourcedefinition") {
+		t.Errorf("make undeploy would delete the CRD, and with it every Foo:\n%s", out)
+	}
+}
+
 // TestRBACRefusesTheRest runs requests the controller's role does not allow.
 func TestRBACRefusesTheRest(t *testing.T) {
 	t.Parallel()
