@@ -26,8 +26,14 @@ RUN --mount=type=cache,target=/root/.cache/go-build \
       -X github.com/seed-e6610ed6/sample-controller/pkg/version.revision=${REVISION}" .
 
 FROM gcr.io/distroless/static:nonroot
+ARG VERSION=(devel)
+ARG REVISION=unknown
 LABEL org.opencontainers.image.title="sample-controller" \
-      org.opencontainers.image.source="https://github.com/seed-e6610ed6/sample-controller"
+      org.opencontainers.image.description="Keeps a Deployment for every Foo (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status." \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/seed-e6610ed6/sample-controller" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /sample-controller /sample-controller
 # Numeric, so that the kubelet can enforce runAsNonRoot without reading /etc/passwd.
 USER 65532:65532

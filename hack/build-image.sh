@@ -46,7 +46,8 @@ log "building the controller for linux/${ARCH}"
   go build -trimpath -o "${TOOL}" .)
 
 log "packing ${ARCHIVE#"${REPO_ROOT}/"}"
-digest="$("${TOOL}" build --binary "${BINARY}" --output "${ARCHIVE}" --tag "${IMAGE}")"
+digest="$("${TOOL}" build --binary "${BINARY}" --output "${ARCHIVE}" --tag "${IMAGE}" \
+  --version "${VERSION}" --revision "${REVISION}")"
 size="$(wc -c <"${ARCHIVE}" | tr -d ' ')"
 
 echo "image:   ${IMAGE} (linux/${ARCH})"
