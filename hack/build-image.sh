@@ -7,8 +7,8 @@
 #
 # IMAGE names the image in the archive (default sample-controller:v0.1.0, the tag artifacts/deploy uses), and its
 # tag is the version the binary reports unless VERSION says otherwise; GOARCH picks the
-# architecture (default amd64). SOURCE_DATE_EPOCH, when set, replaces the epoch as the
-# image's creation time.
+# architecture (default amd64). SOURCE_DATE_EPOCH, when set, is the image's creation
+# time; by default it is the commit's.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -25,6 +25,11 @@ else
   REVISION=unknown
 fi
 VERSION_PKG=github.com/seed-e6610ed6/sample-controller/pkg/version
+# The image's creation time is the commit's, so that it means something and the same
+# commit still gives the same digest.
+if [[ -z "${SOURCE_DATE_EPOCH:-}" ]] && commit_time="$(git -C "${REPO_ROOT}" log -1 --format=%ct 2>/dev/null)"; then
+  export SOURCE_DATE_EPOCH="${commit_time}"
+fi
 BINARY="${OUT_DIR}/sample-controller"
 ARCHIVE="${OUT_DIR}/sample-controller.oci.tar"
 
