@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
@@ -80,13 +82,20 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 }
 
 func main() {
-	klog.InitFlags(nil)
 	var opts options
 	opts.addFlags(flag.CommandLine)
+	// Logging as Kubernetes components configure it: -v, --vmodule, --logging-format
+	// (text or json) and its options, without klog's file flags, which they dropped.
+	logging := logsapi.NewLoggingConfiguration()
+	logsapi.AddGoFlags(logging, flag.CommandLine)
 	flag.Parse()
 	if opts.version {
 		fmt.Println(version.Get())
 		return
+	}
+	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "sample-controller: %v\n", err)
+		os.Exit(2)
 	}
 
 	ctx := signalContext()

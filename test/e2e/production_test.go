@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -139,10 +140,15 @@ func TestReadyzWaitsForCacheSync(t *testing.T) {
 	}
 	p := env.StartControllerAs(t, kubeconfig, "--namespace="+ns)
 
-	// The informers are refused: wait until the log says so, and check the probes then.
-	framework.Eventually(t, timeout, "the controller's list requests to be refused", func(context.Context) (bool, string) {
-		log, _ := os.ReadFile(p.LogPath())
-		return strings.Contains(string(log), "forbidden"), "no 'forbidden' in the log yet"
+	// The informers are refused: wait until the client has had a 403, and check the
+	// probes then.
+	framework.Eventually(t, timeout, "the controller's list requests to be refused", func(ctx context.Context) (bool, string) {
+		m, err := p.Metrics(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		refused := m.Sum("rest_client_requests_total", map[string]string{"code": "403"})
+		return refused > 0, fmt.Sprintf("%v requests refused with 403 so far", refused)
 	})
 	if code, body, err := p.Get(ctx, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz before the caches synced = %d %q (%v), want 503", code, body, err)
@@ -274,9 +280,9 @@ func waitLeader(t *testing.T, procs []*localcluster.Controller, previous string)
 			return false, fmt.Sprintf("holder %v", lease.Spec.HolderIdentity)
 		}
 		holder = *lease.Spec.HolderIdentity
+		// The process that says it leads, by its metrics rather than its log's wording.
 		for _, p := range procs {
-			log, _ := os.ReadFile(p.LogPath())
-			if strings.Contains(string(log), fmt.Sprintf(`"Became the leader" identity=%q`, holder)) {
+			if isLeading(ctx, p, "sample-controller") {
 				leader = p
 				return true, ""
 			}
@@ -284,6 +290,12 @@ func waitLeader(t *testing.T, procs []*localcluster.Controller, previous string)
 		return false, fmt.Sprintf("holder %s is none of the expected processes", holder)
 	})
 	return leader, holder
+}
+
+// isLeading tells whether p reports, on /metrics, that it holds the named Lease.
+func isLeading(ctx context.Context, p *localcluster.Controller, lease string) bool {
+	m, err := p.Metrics(ctx)
+	return err == nil && m.Sum("leader_election_master_status", map[string]string{"name": lease}) == 1
 }
 
 // TestMetrics scrapes a controller after it has done some work.
@@ -374,5 +386,35 @@ func TestVersion(t *testing.T) {
 	}
 	if strings.Contains(line, "revision unknown") && os.Getenv(framework.ImageArchiveEnv) != "" {
 		t.Errorf("--version printed %q: the image's binary does not know its commit", line)
+	}
+}
+
+// TestJSONLogging runs a controller with --logging-format=json, as log pipelines want
+// it: every line it writes is one JSON object with a message.
+func TestJSONLogging(t *testing.T) {
+	t.Parallel()
+	ns, p := env.NamespaceWithController(t, "--logging-format=json")
+	env.KubectlIn(t, fooYAML("logged", "logged", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "logged", 1)
+
+	log, err := os.ReadFile(p.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("%d log lines, want some:\n%s", len(lines), log)
+	}
+	for i, line := range lines {
+		if strings.HasPrefix(line, "+ ") {
+			continue // the harness's record of the command line
+		}
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("line %d is not JSON (%v): %s", i+1, err, line)
+		}
+		if _, ok := entry["msg"]; !ok {
+			t.Errorf("line %d has no msg: %s", i+1, line)
+		}
 	}
 }
