@@ -7,6 +7,10 @@
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
+# What --version and sample_controller_build_info report: docker build --build-arg
+# VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD).
+ARG VERSION=(devel)
+ARG REVISION=unknown
 WORKDIR /src
 # Modules in a layer of their own, so that a change to the source does not download them
 # again.
@@ -17,11 +21,19 @@ COPY . .
 # the same wherever it is built.
 RUN --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w" -o /sample-controller .
+    go build -trimpath -o /sample-controller -ldflags "-s -w \
+      -X github.com/seed-e6610ed6/sample-controller/pkg/version.version=${VERSION} \
+      -X github.com/seed-e6610ed6/sample-controller/pkg/version.revision=${REVISION}" .
 
 FROM gcr.io/distroless/static:nonroot
+ARG VERSION=(devel)
+ARG REVISION=unknown
 LABEL org.opencontainers.image.title="sample-controller" \
-      org.opencontainers.image.source="https://github.com/seed-e6610ed6/sample-controller"
+      org.opencontainers.image.description="Keeps a Deployment for every Foo (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status." \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/seed-e6610ed6/sample-controller" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /sample-controller /sample-controller
 # Numeric, so that the kubelet can enforce runAsNonRoot without reading /etc/passwd.
 USER 65532:65532

@@ -11,6 +11,14 @@ help: ## Show the targets.
 run: ## Run the controller: against KUBECONFIG if set, else on a local control plane it builds and starts. Controller flags: ARGS='...'.
 	go run ./hack/run-local -- $(ARGS)
 
+.PHONY: deploy
+deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:v0.1.0).
+	hack/deploy.sh apply
+
+.PHONY: undeploy
+undeploy: ## Remove the controller from kubectl's cluster; the CRD, the Foos and their Deployments stay.
+	hack/deploy.sh delete
+
 .PHONY: test
 test: ## Run the whole test suite: checks, unit tests with -race, e2e tests on a local control plane.
 	hack/test.sh
@@ -28,12 +36,12 @@ tools: ## Build the local control plane (etcd, kube-apiserver, ..., kwok) into _
 	hack/build-tools.sh
 
 .PHONY: e2e
-e2e: tools ## Run only the e2e tests.
-	go test -tags e2e -count=1 -v ./test/e2e/
+e2e: ## Run only the e2e tests, as make test does (on the image's binary).
+	hack/test.sh e2e
 
 .PHONY: test-faults
-test-faults: tools ## Run only the fault tests: crash points, a fighting actor, leader failover (see test/faults).
-	go test -tags faults -count=1 -timeout 20m -parallel 6 -v ./test/faults/
+test-faults: ## Run only the fault tests, as make test does: crash points, a fighting actor, leader failover, control-plane restarts (see test/faults).
+	hack/test.sh faults
 
 .PHONY: bench
 bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane (BENCH_ARGS='...').

@@ -13,10 +13,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
-)
 
-// leaderElectionName is the name of the Lease the replicas compete for.
-const leaderElectionName = "sample-controller"
+	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+)
 
 // runAsLeader runs run only while this process holds the Lease, until ctx is
 // cancelled.
@@ -35,7 +34,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 	}
 	identity := hostname + "_" + string(uuid.NewUUID())
 	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: leaderElectionName, Namespace: opts.leaderElectNamespace},
+		LeaseMeta:  metav1.ObjectMeta{Name: opts.leaderElectName, Namespace: opts.leaderElectNamespace},
 		Client:     kubeClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 	}
@@ -66,7 +65,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 		RetryPeriod:     opts.leaderElectRetryPeriod,
 		ReleaseOnCancel: false, // released below, once run has returned
 		WatchDog:        watchdog,
-		Name:            leaderElectionName,
+		Name:            opts.leaderElectName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
 				mu.Lock()
@@ -109,7 +108,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 	if err != nil {
 		return fmt.Errorf("setting up leader election: %w", err)
 	}
-	logger.Info("Waiting to become the leader", "lease", klog.KRef(opts.leaderElectNamespace, leaderElectionName), "identity", identity)
+	logger.Info("Waiting to become the leader", "lease", klog.KRef(opts.leaderElectNamespace, opts.leaderElectName), "identity", identity)
 	elector.Run(electionCtx)
 
 	select {
@@ -122,6 +121,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 		} else {
 			logger.Info("Released the lease", "identity", identity)
 		}
+		metrics.LeaderElectionEnded(opts.leaderElectName)
 		return err
 	default:
 		return nil

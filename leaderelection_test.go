@@ -21,6 +21,7 @@ const leaderWait = 10 * time.Second
 func leaderOptions() options {
 	return options{
 		leaderElectNamespace:     "kube-system",
+		leaderElectName:          "sample-controller",
 		leaderElectLeaseDuration: time.Second,
 		leaderElectRenewDeadline: 500 * time.Millisecond,
 		leaderElectRetryPeriod:   100 * time.Millisecond,
@@ -29,7 +30,7 @@ func leaderOptions() options {
 
 func getLease(t *testing.T, client *k8sfake.Clientset) *coordinationv1.Lease {
 	t.Helper()
-	lease, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), leaderElectionName, metav1.GetOptions{})
+	lease, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), "sample-controller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("getting the Lease: %v", err)
 	}
@@ -95,7 +96,7 @@ func TestRunAsLeaderCancelledWhileWaiting(t *testing.T) {
 	defer cancel()
 	renewed := metav1.NewMicroTime(time.Now())
 	client := k8sfake.NewClientset(&coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: leaderElectionName, Namespace: "kube-system"},
+		ObjectMeta: metav1.ObjectMeta{Name: "sample-controller", Namespace: "kube-system"},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To("the-leader"),
 			LeaseDurationSeconds: ptr.To[int32](3600),

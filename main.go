@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,11 +19,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
 func init() {
@@ -45,8 +49,11 @@ type options struct {
 	healthProbeBindAddress  string
 	profiling               bool
 
+	version bool
+
 	leaderElect              bool
 	leaderElectNamespace     string
+	leaderElectName          string
 	leaderElectLeaseDuration time.Duration
 	leaderElectRenewDeadline time.Duration
 	leaderElectRetryPeriod   time.Duration
@@ -64,18 +71,32 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on. 0 turns it off.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address. Off by default: the metrics endpoint has no authentication.")
+	fs.BoolVar(&o.version, "version", false, "Print the version, the commit and the Go version of this build, and exit.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
-	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's. The Role of artifacts/deploy grants Leases in its own namespace only.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Deprecated: use --leader-elect-resource-namespace, as Kubernetes components name it.")
+	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", "sample-controller", "Name of the Lease the replicas compete for.")
 	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease lasts without renewal before another replica may take it.")
 	fs.DurationVar(&o.leaderElectRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew its Lease before giving up leadership.")
 	fs.DurationVar(&o.leaderElectRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How often replicas try to acquire or renew the Lease.")
 }
 
 func main() {
-	klog.InitFlags(nil)
 	var opts options
 	opts.addFlags(flag.CommandLine)
+	// Logging as Kubernetes components configure it: -v, --vmodule, --logging-format
+	// (text or json) and its options, without klog's file flags, which they dropped.
+	logging := logsapi.NewLoggingConfiguration()
+	logsapi.AddGoFlags(logging, flag.CommandLine)
 	flag.Parse()
+	if opts.version {
+		fmt.Println(version.Get())
+		return
+	}
+	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "sample-controller: %v\n", err)
+		os.Exit(2)
+	}
 
 	ctx := signalContext()
 	logger := klog.FromContext(ctx)
@@ -92,8 +113,11 @@ func run(ctx context.Context, opts options) error {
 	if opts.workers < 1 {
 		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
 	}
+	build := version.Get()
+	logger.Info("Starting sample-controller", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	// client-go picks its metrics providers when clients and queues are built.
 	metrics.RegisterClientGo()
+	metrics.RegisterBuildInfo(build)
 
 	cfg, namespace, err := restConfig(opts)
 	if err != nil {
@@ -183,7 +207,9 @@ func restConfig(opts options) (*rest.Config, string, error) {
 		cfg.QPS = float32(opts.kubeAPIQPS)
 		cfg.Burst = opts.kubeAPIBurst
 		if cfg.Burst <= 0 {
-			cfg.Burst = int(2 * opts.kubeAPIQPS)
+			// At least 1: client-go refuses a limiter with no burst, which twice a
+			// QPS below 0.5 would round down to.
+			cfg.Burst = max(1, int(math.Ceil(2*opts.kubeAPIQPS)))
 		}
 	} else {
 		// A negative QPS makes client-go build no rate limiter at all.

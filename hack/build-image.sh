@@ -5,9 +5,10 @@
 # entrypoint on distroless for people with Docker. Prints the image digest and the
 # archive's size.
 #
-# IMAGE names the image in the archive (default sample-controller:v0.1.0, the tag artifacts/deploy uses); GOARCH picks the
-# architecture (default amd64). SOURCE_DATE_EPOCH, when set, replaces the epoch as the
-# image's creation time.
+# IMAGE names the image in the archive (default sample-controller:v0.1.0, the tag artifacts/deploy uses), and its
+# tag is the version the binary reports unless VERSION says otherwise; GOARCH picks the
+# architecture (default amd64). SOURCE_DATE_EPOCH, when set, is the image's creation
+# time; by default it is the commit's.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -15,6 +16,20 @@ OUT_DIR="${REPO_ROOT}/_output/image"
 TOOL="${REPO_ROOT}/_output/bin/image"
 IMAGE="${IMAGE:-sample-controller:v0.1.0}"
 ARCH="${GOARCH:-amd64}"
+# The release the binary reports (--version, sample_controller_build_info): the image's tag.
+VERSION="${VERSION:-${IMAGE##*:}}"
+# The commit, with -dirty for uncommitted changes; "unknown" outside git.
+if REVISION="$(git -C "${REPO_ROOT}" rev-parse HEAD 2>/dev/null)"; then
+  git -C "${REPO_ROOT}" diff --quiet HEAD -- 2>/dev/null || REVISION+="-dirty"
+else
+  REVISION=unknown
+fi
+VERSION_PKG=github.com/seed-e6610ed6/sample-controller/pkg/version
+# The image's creation time is the commit's, so that it means something and the same
+# commit still gives the same digest.
+if [[ -z "${SOURCE_DATE_EPOCH:-}" ]] && commit_time="$(git -C "${REPO_ROOT}" log -1 --format=%ct 2>/dev/null)"; then
+  export SOURCE_DATE_EPOCH="${commit_time}"
+fi
 BINARY="${OUT_DIR}/sample-controller"
 ARCHIVE="${OUT_DIR}/sample-controller.oci.tar"
 
@@ -28,7 +43,7 @@ log "building the controller for linux/${ARCH}"
 # Static: the image has no libc and no loader. -trimpath and no symbols keep the binary
 # free of paths from this machine, so that the image digest depends on the source only.
 (cd "${REPO_ROOT}" && CGO_ENABLED=0 GOOS=linux GOARCH="${ARCH}" \
-  go build -trimpath -ldflags "-s -w" -o "${BINARY}" .)
+  go build -trimpath -ldflags "-s -w -X ${VERSION_PKG}.version=${VERSION} -X ${VERSION_PKG}.revision=${REVISION}" -o "${BINARY}" .)
 
 # The tool runs here, so it is built for this machine whatever GOARCH says; go build
 # leaves it alone when nothing changed.
@@ -36,10 +51,11 @@ log "building the controller for linux/${ARCH}"
   go build -trimpath -o "${TOOL}" .)
 
 log "packing ${ARCHIVE#"${REPO_ROOT}/"}"
-digest="$("${TOOL}" build --binary "${BINARY}" --output "${ARCHIVE}" --tag "${IMAGE}")"
+digest="$("${TOOL}" build --binary "${BINARY}" --output "${ARCHIVE}" --tag "${IMAGE}" \
+  --version "${VERSION}" --revision "${REVISION}")"
 size="$(wc -c <"${ARCHIVE}" | tr -d ' ')"
 
 echo "image:   ${IMAGE} (linux/${ARCH})"
 echo "digest:  ${digest}"
 echo "archive: ${ARCHIVE} ($(awk -v b="${size}" 'BEGIN { printf "%.1f MiB, %d bytes", b / 1048576, b }'))"
-echo "load it: podman load -i ${ARCHIVE}  or  skopeo copy oci-archive:${ARCHIVE} REGISTRY/IMAGE:TAG"
+echo "load it: podman load -i ${ARCHIVE}  or  skopeo copy oci-archive:${ARCHIVE} docker://REGISTRY/IMAGE:TAG"

@@ -93,7 +93,7 @@ func buildImage(spec imageSpec) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
 	}
-	return img, nil
+	return mutate.Annotations(img, spec.labels).(v1.Image), nil
 }
 
 // rootfsLayer returns the uncompressed tar of the image's only layer. Everything is owned

@@ -26,7 +26,9 @@ type summary struct {
 	Env        []string          `json:"env,omitempty"`
 	WorkingDir string            `json:"workingDir,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
-	Layers     []layerSummary    `json:"layers"`
+	// Annotations are the image manifest's.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Layers      []layerSummary    `json:"layers"`
 }
 
 type layerSummary struct {
@@ -46,16 +48,17 @@ func summarize(a *archive) (summary, error) {
 		return summary{}, fmt.Errorf("reading the manifest: %w", err)
 	}
 	s := summary{
-		Digest:     a.desc.Digest.String(),
-		RefName:    a.desc.Annotations[refNameAnnotation],
-		Created:    cf.Created.Time,
-		User:       cf.Config.User,
-		Entrypoint: cf.Config.Entrypoint,
-		Cmd:        cf.Config.Cmd,
-		Env:        cf.Config.Env,
-		WorkingDir: cf.Config.WorkingDir,
-		Labels:     cf.Config.Labels,
-		Layers:     []layerSummary{},
+		Digest:      a.desc.Digest.String(),
+		RefName:     a.desc.Annotations[refNameAnnotation],
+		Created:     cf.Created.Time,
+		User:        cf.Config.User,
+		Entrypoint:  cf.Config.Entrypoint,
+		Cmd:         cf.Config.Cmd,
+		Env:         cf.Config.Env,
+		WorkingDir:  cf.Config.WorkingDir,
+		Labels:      cf.Config.Labels,
+		Annotations: manifest.Annotations,
+		Layers:      []layerSummary{},
 	}
 	if p := cf.Platform(); p != nil {
 		s.Platform = p.String()

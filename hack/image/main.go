@@ -68,6 +68,8 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	tag := fs.String("tag", "", "NAME:TAG recorded in the archive, which podman load uses as the image name.")
 	source := fs.String("source", "https://github.com/seed-e6610ed6/sample-controller",
 		"Repository recorded in the org.opencontainers.image.source label.")
+	version := fs.String("version", "", "Release recorded in the org.opencontainers.image.version label.")
+	revision := fs.String("revision", "", "Commit recorded in the org.opencontainers.image.revision label.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,10 +103,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 		binary:   binary,
 		platform: platform,
 		created:  created,
-		labels: map[string]string{
-			"org.opencontainers.image.title":  "sample-controller",
-			"org.opencontainers.image.source": *source,
-		},
+		labels:   ociLabels(*source, *version, *revision, created),
 	})
 	if err != nil {
 		return err
@@ -177,4 +176,25 @@ func sourceDate() (time.Time, error) {
 		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds: %w", v, err)
 	}
 	return time.Unix(secs, 0).UTC(), nil
+}
+
+// ociLabels are the OCI annotation keys the image carries, both as config labels (what
+// docker inspect and podman show) and as manifest annotations (what registries show).
+// Empty values are left out.
+func ociLabels(source, version, revision string, created time.Time) map[string]string {
+	labels := map[string]string{
+		"org.opencontainers.image.title":       "sample-controller",
+		"org.opencontainers.image.description": "Keeps a Deployment for every Foo (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status.",
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.source":      source,
+		"org.opencontainers.image.created":     created.UTC().Format(time.RFC3339),
+		"org.opencontainers.image.version":     version,
+		"org.opencontainers.image.revision":    revision,
+	}
+	for k, v := range labels {
+		if v == "" {
+			delete(labels, k)
+		}
+	}
+	return labels
 }

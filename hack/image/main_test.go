@@ -74,7 +74,8 @@ func runImage(t *testing.T, args ...string) string {
 func buildArchive(t *testing.T, binary, dir string) (archive, digest string) {
 	t.Helper()
 	archive = filepath.Join(dir, "image.oci.tar")
-	digest = strings.TrimSpace(runImage(t, "build", "--binary", binary, "--output", archive, "--tag", "sample-controller:test"))
+	digest = strings.TrimSpace(runImage(t, "build", "--binary", binary, "--output", archive, "--tag", "sample-controller:test",
+		"--version", "v1.2.3", "--revision", "0123abcd"))
 	return archive, digest
 }
 
@@ -124,8 +125,22 @@ func TestBuildThenInspect(t *testing.T) {
 		}
 	})
 	t.Run("says where it comes from", func(t *testing.T) {
-		if src := got.Labels["org.opencontainers.image.source"]; src != "https://github.com/seed-e6610ed6/sample-controller" {
-			t.Errorf("source label %q", src)
+		for key, want := range map[string]string{
+			"org.opencontainers.image.source":   "https://github.com/seed-e6610ed6/sample-controller",
+			"org.opencontainers.image.version":  "v1.2.3",
+			"org.opencontainers.image.revision": "0123abcd",
+			"org.opencontainers.image.licenses": "Apache-2.0",
+			"org.opencontainers.image.created":  "1970-01-01T00:00:00Z",
+		} {
+			if got.Labels[key] != want {
+				t.Errorf("label %s = %q, want %q", key, got.Labels[key], want)
+			}
+			if got.Annotations[key] != want {
+				t.Errorf("manifest annotation %s = %q, want %q", key, got.Annotations[key], want)
+			}
+		}
+		if got.Labels["org.opencontainers.image.description"] == "" {
+			t.Error("no description label")
 		}
 	})
 	t.Run("has one gzip layer", func(t *testing.T) {

@@ -66,6 +66,10 @@ func run(ctx context.Context, kubeconfig string, nodes int, controllerArgs []str
 	if err != nil {
 		return err
 	}
+	if fromArgs, rest := kubeconfigFromArgs(controllerArgs); fromArgs != "" {
+		// `make run ARGS=--kubeconfig=PATH`: the controller's flag names the cluster.
+		kubeconfig, controllerArgs = fromArgs, rest
+	}
 	if kubeconfig == "" {
 		kubeconfig = os.Getenv("KUBECONFIG")
 	}
@@ -179,4 +183,30 @@ func runCommand(ctx context.Context, dir, name string, args ...string) error {
 
 func say(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "run-local: "+format+"\n", args...)
+}
+
+// kubeconfigFromArgs finds the controller's --kubeconfig flag among args, in any of the
+// forms Go's flag package accepts, and returns its value and args without it; the
+// last one wins, as it does for the controller.
+func kubeconfigFromArgs(args []string) (string, []string) {
+	var kubeconfig string
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || name != "kubeconfig" {
+			rest = append(rest, arg)
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			i++
+			value = args[i]
+		}
+		kubeconfig = value
+	}
+	return kubeconfig, rest
 }

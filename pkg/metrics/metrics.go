@@ -10,8 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
 // Registry holds every metric the process serves: the Go runtime's and the process's,
@@ -29,6 +32,7 @@ var (
 	registerOnce sync.Once
 	queues       = newQueueMetrics()
 	requests     = newRequestMetrics()
+	leaders      = newLeaderMetrics()
 )
 
 // RegisterClientGo makes client-go report its work queue and REST client metrics to
@@ -47,7 +51,56 @@ func RegisterClientGo() {
 			RateLimiterLatency: latencyObserver{r.rateLimiterLatency},
 			RequestResult:      resultCounter{r.results},
 		})
+		l := leaders
+		Registry.MustRegister(l.status, l.slowpath)
+		leaderelection.SetProvider(l)
 	})
+}
+
+// RegisterBuildInfo adds sample_controller_build_info, always 1, whose labels say which
+// build runs: join it to other series to see what a rollout changed.
+func RegisterBuildInfo(info version.Info) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sample_controller_build_info",
+		Help: "Always 1; its labels say which build of the controller is running.",
+		ConstLabels: prometheus.Labels{
+			"version": info.Version, "revision": info.Revision, "go_version": info.GoVersion, "platform": info.Platform,
+		},
+	})
+	g.Set(1)
+	Registry.MustRegister(g)
+}
+
+// LeaderElectionEnded reports that this process no longer holds the named lease, once
+// it has released it: client-go's elector reports a lost lease, not a release.
+func LeaderElectionEnded(name string) {
+	leaders.status.WithLabelValues(name).Set(0)
+}
+
+// leaderMetrics implements leaderelection.MetricsProvider with the series
+// kube-controller-manager exposes under the same names. The elector reports 0 as soon as
+// it is created, so every replica exposes the series and "no replica leads" is
+// sum(leader_election_master_status{name="..."}) == 0 rather than a missing series.
+type leaderMetrics struct {
+	status   *prometheus.GaugeVec
+	slowpath *prometheus.CounterVec
+}
+
+func newLeaderMetrics() *leaderMetrics {
+	return &leaderMetrics{
+		status: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "leader_election_master_status",
+			Help: "1 while this process holds the named lease, 0 while it does not."}, []string{"name"}),
+		slowpath: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "leader_election_slowpath_total",
+			Help: "Lease renewals that had to read the lease again because the cached copy was out of date."}, []string{"name"}),
+	}
+}
+
+func (l *leaderMetrics) NewLeaderMetric() leaderelection.LeaderMetric { return l }
+
+func (l *leaderMetrics) On(name string)  { l.status.WithLabelValues(name).Set(1) }
+func (l *leaderMetrics) Off(name string) { l.status.WithLabelValues(name).Set(0) }
+func (l *leaderMetrics) SlowpathExercised(name string) {
+	l.slowpath.WithLabelValues(name).Inc()
 }
 
 // queueMetrics implements workqueue.MetricsProvider, one series per queue name.

@@ -1,11 +1,18 @@
 package metrics
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seed-e6610ed6/sample-controller/pkg/version"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -45,4 +52,105 @@ func TestQueueMetrics(t *testing.T) {
 	if _, err := Registry.Gather(); err != nil {
 		t.Errorf("gathering the registry: %v", err)
 	}
+}
+
+// TestLeaderElectionMetrics runs client-go's leader election on a fake Lease and checks
+// that leader_election_master_status follows it.
+func TestLeaderElectionMetrics(t *testing.T) {
+	RegisterClientGo()
+	name := fmt.Sprintf("metrics-test-%d", time.Now().UnixNano())
+	status := func() float64 { return testutil.ToFloat64(leaders.status.WithLabelValues(name)) }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leading := make(chan struct{})
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Client:     fake.NewClientset().CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: "me"},
+		},
+		LeaseDuration:   2 * time.Second,
+		RenewDeadline:   time.Second,
+		RetryPeriod:     100 * time.Millisecond,
+		ReleaseOnCancel: true,
+		Name:            name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { close(leading) },
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasSeries(t, "leader_election_master_status", "name", name) {
+		t.Fatal("no leader_election_master_status series for the lease before the election")
+	}
+	if got := status(); got != 0 {
+		t.Fatalf("before the election: %v, want 0", got)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		elector.Run(ctx)
+	}()
+	select {
+	case <-leading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never became the leader")
+	}
+	if got := status(); got != 1 {
+		t.Errorf("while leading: %v, want 1", got)
+	}
+	cancel()
+	<-done
+	LeaderElectionEnded(name)
+	if got := status(); got != 0 {
+		t.Errorf("after releasing: %v, want 0", got)
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	RegisterBuildInfo(version.Info{Version: "v1.2.3", Revision: "abc", GoVersion: "go1.26", Platform: "linux/amd64"})
+	families, err := Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sample_controller_build_info" {
+			continue
+		}
+		m := f.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["version"] != "v1.2.3" || labels["revision"] != "abc" {
+			t.Errorf("sample_controller_build_info = %v %v, want 1 with version v1.2.3, revision abc", m.GetGauge().GetValue(), labels)
+		}
+		return
+	}
+	t.Error("sample_controller_build_info is not served")
+}
+
+// hasSeries tells whether Registry serves metric with label set to value.
+func hasSeries(t *testing.T, metric, label, value string) bool {
+	t.Helper()
+	families, err := Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

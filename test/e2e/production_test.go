@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,6 +63,34 @@ spec:
 	}
 }
 
+// TestDeployAndUndeploy checks what `make deploy IMAGE=...` and `make undeploy` would
+// do, by server dry runs: the image a user names is the one that runs, and removing
+// the controller leaves the CRD, and so every Foo and its Deployment, in place.
+func TestDeployAndUndeploy(t *testing.T) {
+	t.Parallel()
+	const image = "registry.example.com/team/sample-controller:v9.8.7"
+	out, err := env.Deploy(t.Context(), "apply", image, "--dry-run=server", "-o", "yaml")
+	if err != nil {
+		t.Fatalf("make deploy IMAGE=%s (dry run): %v\n%s", image, err, out)
+	}
+	if !strings.Contains(out, "image: "+image+"\n") {
+		t.Errorf("make deploy IMAGE=%s would not run that image:\n%s", image, out)
+	}
+
+	out, err = env.Deploy(t.Context(), "delete", "", "--dry-run=server")
+	if err != nil {
+		t.Fatalf("make undeploy (dry run): %v\n%s", err, out)
+	}
+	for _, want := range []string{"deployment.apps \"sample-controller\" deleted", "namespace \"sample-controller-system\" deleted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make undeploy would not delete %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "customresourcedefinition") {
+		t.Errorf("make undeploy would delete the CRD, and with it every Foo:\n%s", out)
+	}
+}
+
 // TestRBACRefusesTheRest runs requests the controller's role does not allow.
 func TestRBACRefusesTheRest(t *testing.T) {
 	t.Parallel()
@@ -110,10 +140,15 @@ func TestReadyzWaitsForCacheSync(t *testing.T) {
 	}
 	p := env.StartControllerAs(t, kubeconfig, "--namespace="+ns)
 
-	// The informers are refused: wait until the log says so, and check the probes then.
-	framework.Eventually(t, timeout, "the controller's list requests to be refused", func(context.Context) (bool, string) {
-		log, _ := os.ReadFile(p.LogPath())
-		return strings.Contains(string(log), "forbidden"), "no 'forbidden' in the log yet"
+	// The informers are refused: wait until the client has had a 403, and check the
+	// probes then.
+	framework.Eventually(t, timeout, "the controller's list requests to be refused", func(ctx context.Context) (bool, string) {
+		m, err := p.Metrics(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		refused := m.Sum("rest_client_requests_total", map[string]string{"code": "403"})
+		return refused > 0, fmt.Sprintf("%v requests refused with 403 so far", refused)
 	})
 	if code, body, err := p.Get(ctx, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz before the caches synced = %d %q (%v), want 503", code, body, err)
@@ -164,6 +199,19 @@ func TestLeaderElection(t *testing.T) {
 	}
 	if n := syncs(t, follower); n != 0 {
 		t.Errorf("the follower made %v syncs, want 0", n)
+	}
+	// What an alert on "no leader" sums over the replicas.
+	for _, c := range []struct {
+		p    *localcluster.Controller
+		who  string
+		want float64
+	}{{leader, "leader", 1}, {follower, "follower", 0}} {
+		m := scrapeMetrics(t, c.p)
+		status := map[string]string{"name": "sample-controller"}
+		if !m.Has("leader_election_master_status", status) || m.Sum("leader_election_master_status", status) != c.want {
+			t.Errorf("the %s's leader_election_master_status = %v (present: %v), want %v", c.who,
+				m.Sum("leader_election_master_status", status), m.Has("leader_election_master_status", status), c.want)
+		}
 	}
 
 	// SIGKILL: nobody releases the Lease; the follower takes it once it expires.
@@ -232,9 +280,9 @@ func waitLeader(t *testing.T, procs []*localcluster.Controller, previous string)
 			return false, fmt.Sprintf("holder %v", lease.Spec.HolderIdentity)
 		}
 		holder = *lease.Spec.HolderIdentity
+		// The process that says it leads, by its metrics rather than its log's wording.
 		for _, p := range procs {
-			log, _ := os.ReadFile(p.LogPath())
-			if strings.Contains(string(log), fmt.Sprintf(`"Became the leader" identity=%q`, holder)) {
+			if isLeading(ctx, p, "sample-controller") {
 				leader = p
 				return true, ""
 			}
@@ -242,6 +290,12 @@ func waitLeader(t *testing.T, procs []*localcluster.Controller, previous string)
 		return false, fmt.Sprintf("holder %s is none of the expected processes", holder)
 	})
 	return leader, holder
+}
+
+// isLeading tells whether p reports, on /metrics, that it holds the named Lease.
+func isLeading(ctx context.Context, p *localcluster.Controller, lease string) bool {
+	m, err := p.Metrics(ctx)
+	return err == nil && m.Sum("leader_election_master_status", map[string]string{"name": lease}) == 1
 }
 
 // TestMetrics scrapes a controller after it has done some work.
@@ -275,6 +329,18 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics has no %s for the foos queue", name)
 		}
 	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"sample_controller_stale_cache_skips_total", map[string]string{"resource": "foos"}},
+		{"sample_controller_stale_cache_skips_total", map[string]string{"resource": "deployments"}},
+		{"sample_controller_build_info", nil},
+	} {
+		if !m.Has(c.name, c.labels) {
+			t.Errorf("/metrics has no %s%v", c.name, c.labels)
+		}
+	}
 }
 
 // scrapeMetrics returns a controller's /metrics.
@@ -300,4 +366,55 @@ func failedSyncs(t *testing.T, p *localcluster.Controller) (failed, rejected flo
 	m := scrapeMetrics(t, p)
 	return m.Sum("sample_controller_syncs_total", map[string]string{"result": "error"}),
 		m.Sum("sample_controller_syncs_total", map[string]string{"result": "rejected"})
+}
+
+// TestVersion runs the binary under test with --version, as an operator checks what a
+// Pod runs: the image's binary carries the image's tag and its commit.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.CommandContext(t.Context(), env.ControllerBin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("--version: %v\n%s", err, out)
+	}
+	line := strings.TrimSpace(string(out))
+	want := "sample-controller "
+	if os.Getenv(framework.ImageArchiveEnv) != "" {
+		want += "v0.1.0 (revision "
+	}
+	if !strings.HasPrefix(line, want) || strings.Count(line, "\n") != 0 {
+		t.Errorf("--version printed %q, want one line starting with %q", line, want)
+	}
+	if strings.Contains(line, "revision unknown") && os.Getenv(framework.ImageArchiveEnv) != "" {
+		t.Errorf("--version printed %q: the image's binary does not know its commit", line)
+	}
+}
+
+// TestJSONLogging runs a controller with --logging-format=json, as log pipelines want
+// it: every line it writes is one JSON object with a message.
+func TestJSONLogging(t *testing.T) {
+	t.Parallel()
+	ns, p := env.NamespaceWithController(t, "--logging-format=json")
+	env.KubectlIn(t, fooYAML("logged", "logged", 1), "apply", "-n", ns, "-f", "-")
+	waitReady(t, ns, "logged", 1)
+
+	log, err := os.ReadFile(p.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("%d log lines, want some:\n%s", len(lines), log)
+	}
+	for i, line := range lines {
+		if strings.HasPrefix(line, "+ ") {
+			continue // the harness's record of the command line
+		}
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("line %d is not JSON (%v): %s", i+1, err, line)
+		}
+		if _, ok := entry["msg"]; !ok {
+			t.Errorf("line %d has no msg: %s", i+1, line)
+		}
+	}
 }

@@ -125,14 +125,27 @@ func (e *Env) install(ctx context.Context) error {
 	if e.Sample, err = clientset.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if out, err := e.KubectlRun(ctx, "", "apply", "-k", filepath.Join(e.RepoRoot, "artifacts", "deploy")); err != nil {
-		return fmt.Errorf("applying artifacts/deploy: %w\n%s", err, out)
+	if out, err := e.Deploy(ctx, "apply", ""); err != nil {
+		return fmt.Errorf("installing with hack/deploy.sh: %w\n%s", err, out)
 	}
 	if err := localcluster.WaitCRDsEstablished(ctx, cfg, crdName); err != nil {
 		return err
 	}
 	e.ControllerKubeconfig = filepath.Join(e.OutDir, "controller.kubeconfig")
 	return e.WriteServiceAccountKubeconfig(ctx, DeployNamespace, ServiceAccount, e.ControllerKubeconfig)
+}
+
+// Deploy runs hack/deploy.sh, as `make deploy` and `make undeploy` do, with action
+// (apply or delete), the image (empty for the default) and extra kubectl arguments,
+// against the cluster as its admin.
+func (e *Env) Deploy(ctx context.Context, action, image string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.RepoRoot, "hack", "deploy.sh"), append([]string{action}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECTL="+e.KubectlBin, "KUBECONFIG="+e.Kubeconfig)
+	if image != "" {
+		cmd.Env = append(cmd.Env, "IMAGE="+image)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // TearDown stops the cluster, leaving no process behind; the tests' controllers are

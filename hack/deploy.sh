@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs or removes the controller in the cluster kubectl points at, as `make deploy`
+# and `make undeploy` do.
+#
+#   hack/deploy.sh apply    the CRD (artifacts/examples), then artifacts/deploy with the
+#                           image IMAGE (default sample-controller:v0.1.0)
+#   hack/deploy.sh delete   artifacts/deploy only: the CRD, the Foos and their
+#                           Deployments stay
+#
+# KUBECTL names the kubectl binary (default kubectl); KUBECONFIG and the rest of
+# kubectl's environment apply as usual. Extra arguments go to kubectl, e.g.
+# --dry-run=server. Needs nothing but kubectl: the image is set by an overlay written
+# to _output/deploy, not by `kustomize edit`.
+set -o errexit -o nounset -o pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+KUBECTL="${KUBECTL:-kubectl}"
+IMAGE="${IMAGE:-sample-controller:v0.1.0}"
+OVERLAY="${REPO_ROOT}/_output/deploy"
+
+usage() {
+  echo "usage: hack/deploy.sh apply|delete [KUBECTL-ARGS...]" >&2
+  exit 2
+}
+
+[[ $# -ge 1 ]] || usage
+action="$1"
+shift
+
+# The image's name and tag (or digest), split the way kustomize's images field wants.
+name="${IMAGE}" tag="" digest=""
+if [[ "${IMAGE}" == *@* ]]; then
+  name="${IMAGE%@*}" digest="${IMAGE#*@}"
+elif [[ "${IMAGE##*/}" == *:* ]]; then
+  name="${IMAGE%:*}" tag="${IMAGE##*:}"
+fi
+
+mkdir -p "${OVERLAY}"
+{
+  echo "# Written by hack/deploy.sh for IMAGE=${IMAGE}; do not edit."
+  echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+  echo "kind: Kustomization"
+  echo "resources:"
+  echo "- ../../artifacts/deploy"
+  echo "images:"
+  echo "- name: sample-controller"
+  echo "  newName: ${name}"
+  [[ -n "${tag}" ]] && echo "  newTag: ${tag}"
+  [[ -n "${digest}" ]] && echo "  digest: ${digest}"
+} >"${OVERLAY}/kustomization.yaml"
+
+case "${action}" in
+  apply)
+    "${KUBECTL}" apply -k "${REPO_ROOT}/artifacts/examples" "$@"
+    "${KUBECTL}" apply -k "${OVERLAY}" "$@"
+    ;;
+  delete)
+    "${KUBECTL}" delete -k "${OVERLAY}" --ignore-not-found "$@"
+    ;;
+  *)
+    usage
+    ;;
+esac
