@@ -12,7 +12,7 @@ run: ## Run the controller: against KUBECONFIG if set, else on a local control p
 	go run ./hack/run-local -- $(ARGS)
 
 .PHONY: deploy
-deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:v0.1.0).
+deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:v0.1.0), with COMPONENTS="prometheus networkpolicy" if wanted.
 	hack/deploy.sh apply
 
 .PHONY: undeploy

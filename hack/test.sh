@@ -49,6 +49,10 @@ image_tests() {
   (cd hack/image && go vet ./... && go test -count=1 ./...)
 }
 
+alertcheck_tests() {
+  (cd hack/alertcheck && go vet ./... && go test -count=1 ./...)
+}
+
 bench_tool_tests() {
   (cd hack/bench && go vet ./... && go test -count=1 ./...)
 }
@@ -109,6 +113,7 @@ stage "build the local control plane" hack/build-tools.sh
 stage "build the image" hack/build-image.sh
 stage "image tool tests" image_tests
 stage "bench tool tests" bench_tool_tests
+stage "alert check tool tests" alertcheck_tests
 stage "unit tests (-race)" unit_tests
 stage "fuzz" fuzz_tests
 stage "e2e tests" e2e_tests

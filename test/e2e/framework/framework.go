@@ -139,11 +139,23 @@ func (e *Env) install(ctx context.Context) error {
 // (apply or delete), the image (empty for the default) and extra kubectl arguments,
 // against the cluster as its admin.
 func (e *Env) Deploy(ctx context.Context, action, image string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(e.RepoRoot, "hack", "deploy.sh"), append([]string{action}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECTL="+e.KubectlBin, "KUBECONFIG="+e.Kubeconfig)
+	var env []string
 	if image != "" {
-		cmd.Env = append(cmd.Env, "IMAGE="+image)
+		env = append(env, "IMAGE="+image)
 	}
+	return e.deployScript(ctx, env, action, args...)
+}
+
+// DeployComponents runs hack/deploy.sh as `make deploy COMPONENTS="..."` does, with
+// the default image, writing its overlay to overlayDir (under RepoRoot) rather than to
+// the one all callers of Deploy share, so that tests can run side by side.
+func (e *Env) DeployComponents(ctx context.Context, overlayDir string, components []string, action string, args ...string) (string, error) {
+	return e.deployScript(ctx, []string{"OVERLAY_DIR=" + overlayDir, "COMPONENTS=" + strings.Join(components, " ")}, action, args...)
+}
+
+func (e *Env) deployScript(ctx context.Context, env []string, action string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.RepoRoot, "hack", "deploy.sh"), append([]string{action}, args...)...)
+	cmd.Env = append(append(os.Environ(), "KUBECTL="+e.KubectlBin, "KUBECONFIG="+e.Kubeconfig), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
