@@ -26,6 +26,7 @@ import (
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
@@ -46,6 +47,8 @@ type options struct {
 
 	gracefulShutdownTimeout time.Duration
 	metricsBindAddress      string
+	metricsSecure           bool
+	secureServing           *secureserving.Options
 	healthProbeBindAddress  string
 	profiling               bool
 
@@ -68,9 +71,12 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "Client-side burst of requests to the API server, with --kube-api-qps above 0. 0 means twice --kube-api-qps.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Hour, "How often the informers replay their caches. Replays of unchanged objects are dropped, so this only costs CPU. 0 turns it off.")
 	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", defaultShutdownTimeout, "On SIGTERM or SIGINT, how long in-flight syncs may take to finish before they are cancelled.")
-	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
-	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on. 0 turns it off.")
-	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address. Off by default: the metrics endpoint has no authentication.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8443", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve the metrics address over HTTPS, to callers whose bearer token the API server authenticates (TokenReview) and who may get the path (SubjectAccessReview). false serves plain HTTP to anyone, for local runs.")
+	o.secureServing = secureserving.NewOptions(controllerAgentName)
+	o.secureServing.AddFlags(fs)
+	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on, over plain HTTP and to anyone. 0 turns it off.")
+	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address; with --metrics-secure, to callers who may get /debug/pprof/*.")
 	fs.BoolVar(&o.version, "version", false, "Print the version, the commit and the Go version of this build, and exit.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's. The Role of artifacts/deploy grants Leases in its own namespace only.")
@@ -112,6 +118,11 @@ func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
 	if opts.workers < 1 {
 		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
+	}
+	if opts.metricsSecure {
+		if err := opts.secureServing.Validate(); err != nil {
+			return err
+		}
 	}
 	build := version.Get()
 	logger.Info("Starting sample-controller", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
@@ -164,7 +175,7 @@ func run(ctx context.Context, opts options) error {
 	if opts.leaderElect {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
-	servers, err := startServers(ctx, opts, controller.HasSynced, watchdog)
+	servers, err := startServers(ctx, opts, cfg, controller.HasSynced, watchdog)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"path/filepath"
 	"testing"
 
@@ -41,6 +42,33 @@ func TestRestConfigRateLimits(t *testing.T) {
 			}
 			if namespace != "team-a" {
 				t.Errorf("namespace %q, want the context's, team-a", namespace)
+			}
+		})
+	}
+}
+
+func TestMetricsFlags(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		args        []string
+		wantSecure  bool
+		wantAddress string
+		wantAuthn   string
+	}{
+		{"secure on :8443 by default", nil, true, ":8443", ""},
+		{"plain HTTP for local runs, single-dash as any other flag", []string{"-metrics-secure=false", "-metrics-bind-address=:8080"}, false, ":8080", ""},
+		{"secure serving's flags on the same command line", []string{"-kubeconfig=/k", "--authentication-kubeconfig=/a"}, true, ":8443", "/a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var opts options
+			fs := flag.NewFlagSet("sample-controller", flag.ContinueOnError)
+			opts.addFlags(fs)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			if opts.metricsSecure != c.wantSecure || opts.metricsBindAddress != c.wantAddress || opts.secureServing.AuthenticationKubeconfig != c.wantAuthn {
+				t.Errorf("--metrics-secure=%v on %q, --authentication-kubeconfig=%q; want %v on %q, %q",
+					opts.metricsSecure, opts.metricsBindAddress, opts.secureServing.AuthenticationKubeconfig, c.wantSecure, c.wantAddress, c.wantAuthn)
 			}
 		})
 	}

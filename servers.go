@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
@@ -22,15 +24,28 @@ type httpServers []*http.Server
 // startServers listens on the metrics and probe addresses, so that a taken port fails
 // the start, and serves in the background until shutdown.
 //
-//   - /metrics: Prometheus metrics.
+//   - /metrics: Prometheus metrics. With --metrics-secure, over HTTPS to callers that
+//     the API server of cfg (or of the --authentication-kubeconfig and
+//     --authorization-kubeconfig) authenticates and authorizes.
 //   - /healthz: liveness. Fails when this replica leads but has not renewed its Lease
 //     in time, so that the kubelet restarts a stuck leader.
 //   - /readyz: readiness. Fails until the informer caches have synced.
 //   - /debug/pprof/: Go's profiles, on the metrics address, with --profiling only.
-func startServers(ctx context.Context, opts options, synced func() bool, watchdog *leaderelection.HealthzAdaptor) (httpServers, error) {
+//
+// The probes stay plain HTTP without authentication: the kubelet has no token to send.
+func startServers(ctx context.Context, opts options, cfg *rest.Config, synced func() bool, watchdog *leaderelection.HealthzAdaptor) (httpServers, error) {
 	var servers httpServers
 	if opts.metricsBindAddress != "0" {
-		srv, err := serve(ctx, "metrics", opts.metricsBindAddress, metricsHandler(opts.profiling))
+		handler := metricsHandler(opts.profiling)
+		var tlsConfig *tls.Config
+		if opts.metricsSecure {
+			secure, err := opts.secureServing.New(ctx, opts.metricsBindAddress, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("configuring secure serving of metrics: %w", err)
+			}
+			handler, tlsConfig = secure.Handler(handler), secure.TLSConfig
+		}
+		srv, err := serve(ctx, "metrics", opts.metricsBindAddress, handler, tlsConfig)
 		if err != nil {
 			return nil, err
 		}
@@ -41,7 +56,7 @@ func startServers(ctx context.Context, opts options, synced func() bool, watchdo
 		if watchdog != nil {
 			healthz = watchdog.Check
 		}
-		srv, err := serve(ctx, "health probes", opts.healthProbeBindAddress, probesHandler(synced, healthz))
+		srv, err := serve(ctx, "health probes", opts.healthProbeBindAddress, probesHandler(synced, healthz), nil)
 		if err != nil {
 			servers.shutdown(klog.FromContext(ctx))
 			return nil, err
@@ -88,15 +103,22 @@ func metricsHandler(profiling bool) http.Handler {
 	return mux
 }
 
-func serve(ctx context.Context, name, addr string, handler http.Handler) (*http.Server, error) {
+// serve serves handler on addr in the background: over HTTPS with tlsConfig, else over
+// plain HTTP.
+func serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config) (*http.Server, error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for %s on %s: %w", name, addr, err)
 	}
+	scheme := "http"
+	if tlsConfig != nil {
+		listener = tls.NewListener(listener, tlsConfig)
+		scheme = "https"
+	}
 	logger := klog.FromContext(ctx)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		logger.Info("Serving "+name, "address", listener.Addr().String())
+		logger.Info("Serving "+name, "address", listener.Addr().String(), "scheme", scheme)
 		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error(err, "Server stopped", "server", name)
 		}

@@ -29,7 +29,8 @@ const (
 	controllerBin   = "_output/bin/sample-controller"
 	clusterDir      = "_output/local"
 
-	// The controller's own defaults: `make run` serves where the README says.
+	// Where `make run` serves, as the README says: metrics over plain HTTP (the
+	// harness passes --metrics-secure=false) on :8080, the probes on :8081.
 	metricsAddress = ":8080"
 	probeAddress   = ":8081"
 )

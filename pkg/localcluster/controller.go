@@ -2,14 +2,20 @@ package localcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	transportpkg "k8s.io/client-go/transport"
+	certutil "k8s.io/client-go/util/cert"
 )
 
 // ControllerStopGrace is how long the controller may take to exit after SIGTERM: longer
@@ -45,19 +51,30 @@ type ControllerOptions struct {
 	// free port on 127.0.0.1 each, so that several controllers can run at once.
 	MetricsAddress string
 	ProbeAddress   string
+	// SecureMetrics serves /metrics over HTTPS to authorized callers only
+	// (--metrics-secure), with the self-signed certificate the controller writes to a
+	// directory of its own beside the log; MetricsClient trusts it. Otherwise /metrics
+	// is plain HTTP, open to anyone.
+	SecureMetrics bool
 }
 
 // Controller is a running controller and the addresses it was told to serve on.
 type Controller struct {
 	*Process
-	// MetricsURL is http://host:port/metrics.
+	// MetricsURL is http://host:port/metrics, or https:// with SecureMetrics.
 	MetricsURL string
 	// ProbesURL is http://host:port, where /healthz and /readyz are.
 	ProbesURL string
+	// certDir holds the metrics server's certificate, with SecureMetrics.
+	certDir string
 }
 
 // controllerClient is for the controller's own endpoints on loopback.
 var controllerClient = &http.Client{Timeout: 10 * time.Second}
+
+// controllerCertPair names the controller's self-signed certificate in --cert-dir:
+// sample-controller.crt and .key.
+const controllerCertPair = "sample-controller"
 
 // StartController starts the controller with the kubeconfig and its serving addresses
 // as flags, and returns once it has started, before it serves anything.
@@ -82,11 +99,19 @@ func StartController(ctx context.Context, opts ControllerOptions) (*Controller, 
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{
+	args := []string{
 		"--kubeconfig=" + opts.Kubeconfig,
 		"--metrics-bind-address=" + opts.MetricsAddress,
 		"--health-probe-bind-address=" + opts.ProbeAddress,
-	}, opts.Args...)
+		"--metrics-secure=" + strconv.FormatBool(opts.SecureMetrics),
+	}
+	var certDir string
+	if opts.SecureMetrics {
+		metricsURL = "https" + strings.TrimPrefix(metricsURL, "http")
+		certDir = filepath.Join(opts.LogDir, opts.Name+"-certs")
+		args = append(args, "--cert-dir="+certDir)
+	}
+	args = append(args, opts.Args...)
 	p, err := StartProcess(ProcessOptions{
 		Name:   opts.Name,
 		Bin:    opts.Bin,
@@ -98,7 +123,7 @@ func StartController(ctx context.Context, opts ControllerOptions) (*Controller, 
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{Process: p, MetricsURL: metricsURL + "/metrics", ProbesURL: probesURL}, nil
+	return &Controller{Process: p, MetricsURL: metricsURL + "/metrics", ProbesURL: probesURL, certDir: certDir}, nil
 }
 
 // loopbackURL is the http URL to reach a bind address from this machine: an address
@@ -114,18 +139,22 @@ func loopbackURL(addr string) (string, error) {
 	return "http://" + net.JoinHostPort(host, port), nil
 }
 
-// Get fetches path from the probes server, or the metrics URL for "/metrics", and
-// returns the status code and the body.
+// Get fetches path from the probes server, or the metrics URL for "/metrics", without
+// credentials, and returns the status code and the body.
 func (c *Controller) Get(ctx context.Context, path string) (int, string, error) {
-	url := c.ProbesURL + path
+	url, client := c.ProbesURL+path, controllerClient
 	if path == "/metrics" {
+		var err error
+		if client, err = c.MetricsClient(""); err != nil {
+			return 0, "", err
+		}
 		url = c.MetricsURL
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := controllerClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -155,7 +184,35 @@ func (c *Controller) WaitReady(ctx context.Context) error {
 	})
 }
 
-// Metrics scrapes the controller's /metrics.
+// Metrics scrapes the controller's /metrics, without credentials.
 func (c *Controller) Metrics(ctx context.Context) (Metrics, error) {
-	return ScrapeMetrics(ctx, controllerClient, c.MetricsURL)
+	client, err := c.MetricsClient("")
+	if err != nil {
+		return nil, err
+	}
+	return ScrapeMetrics(ctx, client, c.MetricsURL)
+}
+
+// MetricsClient returns a client for MetricsURL that sends token, if any, as a bearer
+// token. With SecureMetrics it trusts the certificate the controller wrote, and no
+// other: call it once the controller serves.
+func (c *Controller) MetricsClient(token string) (*http.Client, error) {
+	if c.certDir == "" && token == "" {
+		return controllerClient, nil
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// A client per call: keep no connection open after it.
+	transport.DisableKeepAlives = true
+	if c.certDir != "" {
+		pool, err := certutil.NewPool(filepath.Join(c.certDir, controllerCertPair+".crt"))
+		if err != nil {
+			return nil, fmt.Errorf("trusting the metrics certificate of %s: %w", c.Name(), err)
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	var rt http.RoundTripper = transport
+	if token != "" {
+		rt = transportpkg.NewBearerAuthRoundTripper(token, transport)
+	}
+	return &http.Client{Transport: rt, Timeout: controllerClient.Timeout}, nil
 }

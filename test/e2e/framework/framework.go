@@ -20,6 +20,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -200,14 +201,21 @@ func (e *Env) StartReadyController(t *testing.T, ns string, args ...string) *loc
 // stops it when t ends.
 func (e *Env) StartControllerAs(t *testing.T, kubeconfig string, args ...string) *localcluster.Controller {
 	t.Helper()
-	name := fmt.Sprintf("controller-%d-%s", e.controllers.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
-	c, err := localcluster.StartController(t.Context(), localcluster.ControllerOptions{
-		Bin:        e.ControllerBin,
-		Kubeconfig: kubeconfig,
-		LogDir:     e.OutDir,
-		Name:       name,
-		Args:       append([]string{"-v=2"}, args...),
-	})
+	return e.StartControllerWith(t, localcluster.ControllerOptions{Kubeconfig: kubeconfig, Args: args})
+}
+
+// StartControllerWith is StartControllerAs with more of the harness's options: the
+// binary, the log and its name are the suite's, and the kubeconfig defaults to
+// ControllerKubeconfig.
+func (e *Env) StartControllerWith(t *testing.T, opts localcluster.ControllerOptions) *localcluster.Controller {
+	t.Helper()
+	opts.Bin, opts.LogDir = e.ControllerBin, e.OutDir
+	opts.Name = fmt.Sprintf("controller-%d-%s", e.controllers.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = e.ControllerKubeconfig
+	}
+	opts.Args = append([]string{"-v=2"}, opts.Args...)
+	c, err := localcluster.StartController(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,11 +297,9 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 // the ServiceAccount, against the cluster of the admin kubeconfig, with the
 // ServiceAccount's namespace as the context's.
 func (e *Env) WriteServiceAccountKubeconfig(ctx context.Context, namespace, name, path string) error {
-	tokenRequest, err := e.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
-	}, metav1.CreateOptions{})
+	token, err := e.ServiceAccountToken(ctx, namespace, name)
 	if err != nil {
-		return fmt.Errorf("creating a token for ServiceAccount %s/%s: %w", namespace, name, err)
+		return err
 	}
 	admin, err := clientcmd.LoadFromFile(e.Kubeconfig)
 	if err != nil {
@@ -302,10 +308,55 @@ func (e *Env) WriteServiceAccountKubeconfig(ctx context.Context, namespace, name
 	adminContext := admin.Contexts[admin.CurrentContext]
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = admin.Clusters[adminContext.Cluster]
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tokenRequest.Status.Token}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name, Namespace: namespace}
 	cfg.CurrentContext = name
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// NewServiceAccount creates a ServiceAccount in namespace, named generateName and a
+// random suffix, deletes it when t ends, and returns its name.
+func (e *Env) NewServiceAccount(t *testing.T, namespace, generateName string) string {
+	t.Helper()
+	sa, err := e.Kube.CoreV1().ServiceAccounts(namespace).Create(t.Context(), &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: generateName},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a ServiceAccount: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = e.Kube.CoreV1().ServiceAccounts(namespace).Delete(context.Background(), sa.Name, metav1.DeleteOptions{})
+	})
+	return sa.Name
+}
+
+// BindClusterRole binds the ClusterRole to the ServiceAccount namespace/name across
+// the cluster, with a ClusterRoleBinding deleted when t ends.
+func (e *Env) BindClusterRole(t *testing.T, clusterRole, namespace, name string) {
+	t.Helper()
+	binding, err := e.Kube.RbacV1().ClusterRoleBindings().Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("binding ClusterRole %s to %s/%s: %v", clusterRole, namespace, name, err)
+	}
+	t.Cleanup(func() {
+		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+}
+
+// ServiceAccountToken returns a new token of the ServiceAccount (TokenRequest), valid
+// for a day.
+func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (string, error) {
+	tokenRequest, err := e.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("creating a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	return tokenRequest.Status.Token, nil
 }
 
 // extractFromImage checks that the image runs its static binary as a non-root user,
