@@ -6,16 +6,17 @@
 # archive's size.
 #
 # IMAGE names the image in the archive (default sample-controller:v0.1.0, the tag artifacts/deploy uses), and its
-# tag is the version the binary reports unless VERSION says otherwise; GOARCH picks the
-# architecture (default amd64). SOURCE_DATE_EPOCH, when set, is the image's creation
-# time; by default it is the commit's.
+# tag is the version the binary reports unless VERSION says otherwise. ARCHS lists the
+# architectures (default "amd64 arm64": an image index with one image each; one
+# architecture gives a plain image). SOURCE_DATE_EPOCH, when set, is the image's
+# creation time; by default it is the commit's.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 OUT_DIR="${REPO_ROOT}/_output/image"
 TOOL="${REPO_ROOT}/_output/bin/image"
 IMAGE="${IMAGE:-sample-controller:v0.1.0}"
-ARCH="${GOARCH:-amd64}"
+ARCHS="${ARCHS:-amd64 arm64}"
 # The release the binary reports (--version, sample_controller_build_info): the image's tag.
 VERSION="${VERSION:-${IMAGE##*:}}"
 # The commit, with -dirty for uncommitted changes; "unknown" outside git.
@@ -30,7 +31,6 @@ VERSION_PKG=github.com/seed-e6610ed6/sample-controller/pkg/version
 if [[ -z "${SOURCE_DATE_EPOCH:-}" ]] && commit_time="$(git -C "${REPO_ROOT}" log -1 --format=%ct 2>/dev/null)"; then
   export SOURCE_DATE_EPOCH="${commit_time}"
 fi
-BINARY="${OUT_DIR}/sample-controller"
 ARCHIVE="${OUT_DIR}/sample-controller.oci.tar"
 
 log() {
@@ -39,23 +39,29 @@ log() {
 
 mkdir -p "${OUT_DIR}" "$(dirname "${TOOL}")"
 
-log "building the controller for linux/${ARCH}"
-# Static: the image has no libc and no loader. -trimpath and no symbols keep the binary
-# free of paths from this machine, so that the image digest depends on the source only.
-(cd "${REPO_ROOT}" && CGO_ENABLED=0 GOOS=linux GOARCH="${ARCH}" \
-  go build -trimpath -ldflags "-s -w -X ${VERSION_PKG}.version=${VERSION} -X ${VERSION_PKG}.revision=${REVISION}" -o "${BINARY}" .)
+binary_args=()
+for arch in ${ARCHS}; do
+  log "building the controller for linux/${arch}"
+  # Static: the image has no libc and no loader. -trimpath and no symbols keep the
+  # binary free of paths from this machine, so that the image digest depends on the
+  # source only.
+  binary="${OUT_DIR}/sample-controller-linux-${arch}"
+  (cd "${REPO_ROOT}" && CGO_ENABLED=0 GOOS=linux GOARCH="${arch}" \
+    go build -trimpath -ldflags "-s -w -X ${VERSION_PKG}.version=${VERSION} -X ${VERSION_PKG}.revision=${REVISION}" -o "${binary}" .)
+  binary_args+=(--binary "${binary}")
+done
 
-# The tool runs here, so it is built for this machine whatever GOARCH says; go build
+# The tool runs here, so it is built for this machine whatever ARCHS says; go build
 # leaves it alone when nothing changed.
 (cd "${REPO_ROOT}/hack/image" && GOOS="$(go env GOHOSTOS)" GOARCH="$(go env GOHOSTARCH)" \
   go build -trimpath -o "${TOOL}" .)
 
 log "packing ${ARCHIVE#"${REPO_ROOT}/"}"
-digest="$("${TOOL}" build --binary "${BINARY}" --output "${ARCHIVE}" --tag "${IMAGE}" \
+digest="$("${TOOL}" build "${binary_args[@]}" --output "${ARCHIVE}" --tag "${IMAGE}" \
   --version "${VERSION}" --revision "${REVISION}")"
 size="$(wc -c <"${ARCHIVE}" | tr -d ' ')"
 
-echo "image:   ${IMAGE} (linux/${ARCH})"
+echo "image:   ${IMAGE} (linux/${ARCHS// /, linux/})"
 echo "digest:  ${digest}"
 echo "archive: ${ARCHIVE} ($(awk -v b="${size}" 'BEGIN { printf "%.1f MiB, %d bytes", b / 1048576, b }'))"
-echo "load it: podman load -i ${ARCHIVE}  or  skopeo copy oci-archive:${ARCHIVE} docker://REGISTRY/IMAGE:TAG"
+echo "load it: podman load -i ${ARCHIVE}  or  skopeo copy --all oci-archive:${ARCHIVE} docker://REGISTRY/IMAGE:TAG"

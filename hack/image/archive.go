@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -23,9 +24,9 @@ import (
 const refNameAnnotation = "org.opencontainers.image.ref.name"
 
 // writeArchiveFile writes the archive to file; see replaceFile.
-func writeArchiveFile(file string, img v1.Image, refName string, mtime time.Time) error {
+func writeArchiveFile(file string, artifact partial.Describable, refName string, mtime time.Time) error {
 	return replaceFile(file, 0o644, func(w io.Writer) error {
-		return writeArchive(w, img, refName, mtime)
+		return writeArchive(w, artifact, refName, mtime)
 	})
 }
 
@@ -56,31 +57,43 @@ func replaceFile(path string, mode os.FileMode, write func(io.Writer) error) (er
 	return os.Rename(tmp.Name(), path)
 }
 
-// writeArchive writes img as an OCI image layout packed in a tar archive, the format that
-// skopeo and podman call oci-archive. Every entry carries the same time and owner, so the
-// same image gives the same archive byte for byte, not only the same digest.
-func writeArchive(w io.Writer, img v1.Image, refName string, mtime time.Time) error {
-	manifest, err := img.RawManifest()
-	if err != nil {
-		return fmt.Errorf("reading the manifest: %w", err)
-	}
-	config, err := img.RawConfigFile()
-	if err != nil {
-		return fmt.Errorf("reading the config: %w", err)
-	}
-	configFile, err := img.ConfigFile()
-	if err != nil {
-		return fmt.Errorf("reading the config: %w", err)
-	}
-	configDigest, err := img.ConfigName()
-	if err != nil {
-		return fmt.Errorf("hashing the config: %w", err)
-	}
-	desc, err := partial.Descriptor(img)
+// writeArchive writes artifact, a v1.Image or a v1.ImageIndex of images, as an OCI image
+// layout packed in a tar archive, the format that skopeo and podman call oci-archive.
+// Every entry carries the same time and owner, so the same image gives the same archive
+// byte for byte, not only the same digest.
+func writeArchive(w io.Writer, artifact partial.Describable, refName string, mtime time.Time) error {
+	var images []v1.Image
+	var indexManifest []byte
+	desc, err := partial.Descriptor(artifact)
 	if err != nil {
 		return fmt.Errorf("describing the image: %w", err)
 	}
-	desc.Platform = configFile.Platform()
+	switch a := artifact.(type) {
+	case v1.Image:
+		images = []v1.Image{a}
+		configFile, err := a.ConfigFile()
+		if err != nil {
+			return fmt.Errorf("reading the config: %w", err)
+		}
+		desc.Platform = configFile.Platform()
+	case v1.ImageIndex:
+		if indexManifest, err = a.RawManifest(); err != nil {
+			return fmt.Errorf("reading the image index: %w", err)
+		}
+		m, err := a.IndexManifest()
+		if err != nil {
+			return fmt.Errorf("reading the image index: %w", err)
+		}
+		for _, d := range m.Manifests {
+			img, err := a.Image(d.Digest)
+			if err != nil {
+				return fmt.Errorf("opening image %s of the index: %w", d.Digest, err)
+			}
+			images = append(images, img)
+		}
+	default:
+		return fmt.Errorf("cannot write a %T", artifact)
+	}
 	if refName != "" {
 		desc.Annotations = map[string]string{refNameAnnotation: refName}
 	}
@@ -91,10 +104,6 @@ func writeArchive(w io.Writer, img v1.Image, refName string, mtime time.Time) er
 	})
 	if err != nil {
 		return fmt.Errorf("encoding index.json: %w", err)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return fmt.Errorf("listing the layers: %w", err)
 	}
 
 	tw := tar.NewWriter(w)
@@ -122,6 +131,30 @@ func writeArchive(w io.Writer, img v1.Image, refName string, mtime time.Time) er
 	if err := dir("blobs/sha256/"); err != nil {
 		return err
 	}
+	for _, img := range images {
+		if err := writeImageBlobs(img, file, blob); err != nil {
+			return err
+		}
+	}
+	if indexManifest != nil {
+		if err := file(blob(desc.Digest), int64(len(indexManifest)), bytes.NewReader(indexManifest)); err != nil {
+			return err
+		}
+	}
+	// Last, as in a layout on disk: it names only blobs that are already there.
+	if err := file("index.json", int64(len(index)), bytes.NewReader(index)); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// writeImageBlobs writes the layers, the config and the manifest of img with file, at
+// the paths blob gives their digests.
+func writeImageBlobs(img v1.Image, file func(name string, size int64, body io.Reader) error, blob func(v1.Hash) string) error {
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("listing the layers: %w", err)
+	}
 	for _, layer := range layers {
 		digest, err := layer.Digest()
 		if err != nil {
@@ -141,17 +174,26 @@ func writeArchive(w io.Writer, img v1.Image, refName string, mtime time.Time) er
 			return err
 		}
 	}
+	config, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("reading the config: %w", err)
+	}
+	configDigest, err := img.ConfigName()
+	if err != nil {
+		return fmt.Errorf("hashing the config: %w", err)
+	}
 	if err := file(blob(configDigest), int64(len(config)), bytes.NewReader(config)); err != nil {
 		return err
 	}
-	if err := file(blob(desc.Digest), int64(len(manifest)), bytes.NewReader(manifest)); err != nil {
-		return err
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return fmt.Errorf("reading the manifest: %w", err)
 	}
-	// Last, as in a layout on disk: it names only blobs that are already there.
-	if err := file("index.json", int64(len(index)), bytes.NewReader(index)); err != nil {
-		return err
+	digest, err := img.Digest()
+	if err != nil {
+		return fmt.Errorf("hashing the manifest: %w", err)
 	}
-	return tw.Close()
+	return file(blob(digest), int64(len(manifest)), bytes.NewReader(manifest))
 }
 
 // layoutMarker is the oci-layout file that tells readers which version of the layout
@@ -162,13 +204,19 @@ var layoutMarker = []byte(`{"imageLayoutVersion":"1.0.0"}`)
 // from lazily; Close removes it.
 type archive struct {
 	dir string
-	// desc is the image's entry in index.json.
+	// desc is the archive's entry in index.json: one image, or an index of images for
+	// several platforms.
 	desc v1.Descriptor
-	img  v1.Image
+	// img is the image for the platform asked for, or the only one.
+	img v1.Image
+	// platforms are those the archive has images for, in its order.
+	platforms []string
 }
 
-// openArchive unpacks an OCI archive and opens the one image it holds.
-func openArchive(file string) (_ *archive, err error) {
+// openArchive unpacks an OCI archive holding one image or one index of images, and
+// opens the image for platform (os/arch[/variant]); an empty platform takes the only
+// image there is, or linux on this machine's architecture.
+func openArchive(file, platform string) (_ *archive, err error) {
 	dir, err := os.MkdirTemp("", "oci-archive-")
 	if err != nil {
 		return nil, err
@@ -191,18 +239,58 @@ func openArchive(file string) (_ *archive, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading index.json in %s: %w", file, err)
 	}
-	var images []v1.Descriptor
-	for _, desc := range manifest.Manifests {
-		if desc.MediaType.IsImage() {
-			images = append(images, desc)
+	if len(manifest.Manifests) != 1 {
+		return nil, fmt.Errorf("%s holds %d entries, want exactly 1 image or image index", file, len(manifest.Manifests))
+	}
+	a.desc = manifest.Manifests[0]
+
+	// The images, with the index that holds them.
+	type entry struct {
+		desc  v1.Descriptor
+		index v1.ImageIndex
+	}
+	var images []entry
+	switch {
+	case a.desc.MediaType.IsImage():
+		images = append(images, entry{a.desc, index})
+	case a.desc.MediaType.IsIndex():
+		child, err := index.ImageIndex(a.desc.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("opening image index %s in %s: %w", a.desc.Digest, file, err)
+		}
+		m, err := child.IndexManifest()
+		if err != nil {
+			return nil, fmt.Errorf("reading image index %s in %s: %w", a.desc.Digest, file, err)
+		}
+		for _, d := range m.Manifests {
+			if d.MediaType.IsImage() {
+				images = append(images, entry{d, child})
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%s holds a %s, want an image or an image index", file, a.desc.MediaType)
+	}
+
+	if platform == "" && len(images) > 1 {
+		// The image this machine can run, as a container engine would pull.
+		platform = "linux/" + runtime.GOARCH
+	}
+	var chosen *entry
+	for i, e := range images {
+		p := "unknown"
+		if e.desc.Platform != nil {
+			p = e.desc.Platform.String()
+		}
+		a.platforms = append(a.platforms, p)
+		if p == platform || (platform == "" && len(images) == 1) {
+			chosen = &images[i]
 		}
 	}
-	if len(images) != 1 {
-		return nil, fmt.Errorf("%s holds %d images, want exactly 1", file, len(images))
+	if chosen == nil {
+		return nil, fmt.Errorf("%s has no image for platform %q; it has %v", file, platform, a.platforms)
 	}
-	a.desc = images[0]
-	if a.img, err = index.Image(a.desc.Digest); err != nil {
-		return nil, fmt.Errorf("opening image %s in %s: %w", a.desc.Digest, file, err)
+	if a.img, err = chosen.index.Image(chosen.desc.Digest); err != nil {
+		return nil, fmt.Errorf("opening image %s in %s: %w", chosen.desc.Digest, file, err)
 	}
 	return a, nil
 }

@@ -146,7 +146,7 @@ func TestArchiveIsOCILayout(t *testing.T) {
 // the content.
 func TestArchiveReadsBack(t *testing.T) {
 	archive, _ := buildArchive(t, helloBinary, t.TempDir())
-	a, err := openArchive(archive)
+	a, err := openArchive(archive, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,3 +129,20 @@ func rootfsLayer(binary []byte, mtime time.Time) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// buildIndex puts images, one per platform, in an OCI image index carrying the same
+// annotations as each image.
+func buildIndex(images []v1.Image, annotations map[string]string) (v1.ImageIndex, error) {
+	var index v1.ImageIndex = mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, img := range images {
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, fmt.Errorf("reading an image's config: %w", err)
+		}
+		index = mutate.AppendManifests(index, mutate.IndexAddendum{
+			Add:        img,
+			Descriptor: v1.Descriptor{MediaType: types.OCIManifestSchema1, Platform: cf.Platform()},
+		})
+	}
+	return mutate.Annotations(index, annotations).(v1.ImageIndex), nil
+}

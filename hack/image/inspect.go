@@ -16,9 +16,11 @@ import (
 // summary is what inspect prints: the facts a reviewer or a test checks before trusting
 // an image.
 type summary struct {
-	Digest     string            `json:"digest"`
-	RefName    string            `json:"refName,omitempty"`
-	Platform   string            `json:"platform"`
+	Digest   string `json:"digest"`
+	RefName  string `json:"refName,omitempty"`
+	Platform string `json:"platform"`
+	// Platforms are those the archive has images for: one, or several in an index.
+	Platforms  []string          `json:"platforms"`
 	Created    time.Time         `json:"created"`
 	User       string            `json:"user"`
 	Entrypoint []string          `json:"entrypoint"`
@@ -59,6 +61,7 @@ func summarize(a *archive) (summary, error) {
 		Labels:      cf.Config.Labels,
 		Annotations: manifest.Annotations,
 		Layers:      []layerSummary{},
+		Platforms:   a.platforms,
 	}
 	if p := cf.Platform(); p != nil {
 		s.Platform = p.String()

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 )
 
 const usage = `usage:
@@ -63,7 +65,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 func runBuild(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	binaryPath := fs.String("binary", "", "Static Linux binary to run as the entrypoint.")
+	var binaryPaths []string
+	fs.Func("binary", "Static Linux binary to run as the entrypoint; repeat it, one per architecture, for a multi-platform image index.", func(v string) error {
+		binaryPaths = append(binaryPaths, v)
+		return nil
+	})
 	output := fs.String("output", "", "OCI archive to write.")
 	tag := fs.String("tag", "", "NAME:TAG recorded in the archive, which podman load uses as the image name.")
 	source := fs.String("source", "https://github.com/seed-e6610ed6/sample-controller",
@@ -73,7 +79,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *binaryPath == "" || *output == "" {
+	if len(binaryPaths) == 0 || *output == "" {
 		return errors.New("build needs --binary and --output")
 	}
 	if *tag != "" {
@@ -91,30 +97,46 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	binary, err := os.ReadFile(*binaryPath)
-	if err != nil {
-		return err
+	labels := ociLabels(*source, *version, *revision, created)
+	var images []v1.Image
+	seen := map[string]string{}
+	for _, path := range binaryPaths {
+		binary, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		platform, err := platformOf(binary)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if other, ok := seen[platform.String()]; ok {
+			return fmt.Errorf("%s and %s are both for %s", other, path, platform)
+		}
+		seen[platform.String()] = path
+		img, err := buildImage(imageSpec{binary: binary, platform: platform, created: created, labels: labels})
+		if err != nil {
+			return err
+		}
+		images = append(images, img)
 	}
-	platform, err := platformOf(binary)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *binaryPath, err)
+	// One binary makes one image; several make an index that a container engine
+	// resolves to the image of its own platform.
+	var artifact partial.Describable = images[0]
+	if len(images) > 1 {
+		index, err := buildIndex(images, labels)
+		if err != nil {
+			return err
+		}
+		artifact = index
 	}
-	img, err := buildImage(imageSpec{
-		binary:   binary,
-		platform: platform,
-		created:  created,
-		labels:   ociLabels(*source, *version, *revision, created),
-	})
-	if err != nil {
-		return err
-	}
-	if err := writeArchiveFile(*output, img, *tag, created); err != nil {
+	if err := writeArchiveFile(*output, artifact, *tag, created); err != nil {
 		return fmt.Errorf("writing %s: %w", *output, err)
 	}
-	digest, err := img.Digest()
+	desc, err := partial.Descriptor(artifact)
 	if err != nil {
 		return err
 	}
+	digest := desc.Digest
 	fmt.Fprintln(stdout, digest)
 	return nil
 }
@@ -124,6 +146,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	archivePath := fs.String("archive", "", "OCI archive to read.")
 	extractTo := fs.String("extract-entrypoint", "", "Also write the entrypoint binary from the image's layers to this path, mode 0755.")
+	platform := fs.String("platform", "", "In an archive with images for several platforms, the one to inspect (os/arch); default linux on this machine's architecture.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -131,7 +154,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		return errors.New("inspect needs --archive")
 	}
 
-	a, err := openArchive(*archivePath)
+	a, err := openArchive(*archivePath, *platform)
 	if err != nil {
 		return err
 	}

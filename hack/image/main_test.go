@@ -9,17 +9,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // helloOutput is what the test binary prints, to tell that the binary taken out of the
 // image is the one that went in and still runs.
 const helloOutput = "hello from the image"
 
-// helloBinary is a small static linux/amd64 program, built once for all tests by TestMain.
-var helloBinary string
+// helloBinary is a small static linux/amd64 program, built once for all tests by TestMain,
+// and helloARM64 the same for linux/arm64.
+var helloBinary, helloARM64 string
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
@@ -32,7 +36,11 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if helloBinary, err = buildHello(dir); err != nil {
+	if helloBinary, err = buildHello(dir, "amd64"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if helloARM64, err = buildHello(dir, "arm64"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -41,7 +49,7 @@ func testMain(m *testing.M) int {
 
 // buildHello compiles a tiny program the way hack/build-image.sh compiles the controller,
 // which is much faster than building the controller itself.
-func buildHello(dir string) (string, error) {
+func buildHello(dir, arch string) (string, error) {
 	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"" + helloOutput + "\") }\n"
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n"), 0o644); err != nil {
 		return "", err
@@ -49,10 +57,10 @@ func buildHello(dir string) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "hello")
+	bin := filepath.Join(dir, "hello-"+arch)
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOWORK=off", "GOFLAGS=")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOWORK=off", "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the test binary: %w\n%s", err, out)
 	}
@@ -279,5 +287,76 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a failed build left %s behind (stat: %v)", out, err)
+	}
+}
+
+// TestMultiPlatformIndex builds one archive from an amd64 and an arm64 binary: an image
+// index whose images a container engine picks by platform.
+func TestMultiPlatformIndex(t *testing.T) {
+	t.Setenv("SOURCE_DATE_EPOCH", "")
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "multi.oci.tar")
+	digest := strings.TrimSpace(runImage(t, "build", "--binary", helloBinary, "--binary", helloARM64,
+		"--output", archive, "--tag", "sample-controller:test", "--version", "v1.2.3"))
+
+	inspect := func(args ...string) summary {
+		t.Helper()
+		var s summary
+		out := runImage(t, append([]string{"inspect", "--archive", archive}, args...)...)
+		if err := json.Unmarshal([]byte(out), &s); err != nil {
+			t.Fatalf("inspect printed no JSON summary: %v\n%s", err, out)
+		}
+		return s
+	}
+	arm := inspect("--platform", "linux/arm64")
+	if arm.Platform != "linux/arm64" || arm.Digest != digest || arm.RefName != "sample-controller:test" {
+		t.Errorf("--platform linux/arm64: platform %q, digest %s, name %q; want linux/arm64, the index digest %s, sample-controller:test",
+			arm.Platform, arm.Digest, arm.RefName, digest)
+	}
+	if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(arm.Platforms, want) {
+		t.Errorf("platforms %q, want %q", arm.Platforms, want)
+	}
+	if arm.Labels["org.opencontainers.image.version"] != "v1.2.3" {
+		t.Errorf("the arm64 image's labels %v lack the version", arm.Labels)
+	}
+
+	// By default, this machine's platform; its binary comes out and runs.
+	extracted := filepath.Join(dir, "extracted")
+	host := inspect("--extract-entrypoint", extracted)
+	if host.Platform != "linux/"+runtime.GOARCH {
+		t.Errorf("default platform %q, want linux/%s", host.Platform, runtime.GOARCH)
+	}
+	if runtime.GOARCH == "amd64" {
+		out, err := exec.Command(extracted).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != helloOutput {
+			t.Errorf("the extracted binary printed %q (%v), want %q", out, err, helloOutput)
+		}
+	}
+
+	a, err := openArchive(archive, "linux/arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := validate.Image(a.img); err != nil {
+		t.Errorf("the arm64 image in the archive is not valid: %v", err)
+	}
+	if _, err := openArchive(archive, "linux/s390x"); err == nil {
+		t.Error("opening a platform the archive lacks: no error")
+	}
+
+	// The same binaries give the same archive.
+	again := filepath.Join(dir, "again.oci.tar")
+	runImage(t, "build", "--binary", helloBinary, "--binary", helloARM64, "--output", again, "--tag", "sample-controller:test", "--version", "v1.2.3")
+	first, _ := os.ReadFile(archive)
+	second, _ := os.ReadFile(again)
+	if !bytes.Equal(first, second) {
+		t.Error("two builds of the same binaries differ")
+	}
+
+	// Two binaries for one platform are a mistake.
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"build", "--binary", helloBinary, "--binary", helloBinary, "--output", filepath.Join(dir, "x.tar")}, &stdout, &stderr); err == nil {
+		t.Error("two amd64 binaries: no error")
 	}
 }
