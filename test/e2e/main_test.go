@@ -7,12 +7,8 @@
 package e2e
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
@@ -25,26 +21,5 @@ var env *framework.Env
 const timeout = framework.Timeout
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var err error
-	if env, err = framework.Setup(ctx, "e2e"); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: setting up: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := env.TearDown(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: stopping the cluster: %v\n", err)
-		}
-	}()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "e2e: logs of the cluster and the controllers are in %s\n", env.OutDir)
-	}
-	return code
+	os.Exit(framework.RunSuite(m, "e2e", &env))
 }

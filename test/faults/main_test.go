@@ -8,12 +8,8 @@
 package faults
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
@@ -26,26 +22,5 @@ var env *framework.Env
 const timeout = framework.Timeout
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var err error
-	if env, err = framework.Setup(ctx, "faults"); err != nil {
-		fmt.Fprintf(os.Stderr, "faults: setting up: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := env.TearDown(); err != nil {
-			fmt.Fprintf(os.Stderr, "faults: stopping the cluster: %v\n", err)
-		}
-	}()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "faults: logs of the cluster, the controllers and their API proxies are in %s\n", env.OutDir)
-	}
-	return code
+	os.Exit(framework.RunSuite(m, "faults", &env))
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -381,4 +382,29 @@ func extractFromImage(ctx context.Context, binDir, archive, dest string) error {
 	}
 	klog.FromContext(ctx).Info("Running the controller taken out of the image", "archive", archive, "user", config.User)
 	return nil
+}
+
+// RunSuite is a suite's TestMain: it sets up the suite's cluster into *env, runs the
+// tests, tears the cluster down, and returns the exit code. Setup may take up to five
+// minutes, most of it the first build of the controller.
+func RunSuite(m *testing.M, suite string, env **Env) int {
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e, err := Setup(ctx, suite)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: setting up: %v\n", suite, err)
+		return 1
+	}
+	*env = e
+	defer func() {
+		if err := e.TearDown(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: stopping the cluster: %v\n", suite, err)
+		}
+	}()
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "%s: the logs of the cluster, the controllers and any API proxies are in %s\n", suite, e.OutDir)
+	}
+	return code
 }
