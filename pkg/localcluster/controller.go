@@ -142,14 +142,25 @@ func loopbackURL(addr string) (string, error) {
 // Get fetches path from the probes server, or the metrics URL for "/metrics", without
 // credentials, and returns the status code and the body.
 func (c *Controller) Get(ctx context.Context, path string) (int, string, error) {
-	url, client := c.ProbesURL+path, controllerClient
 	if path == "/metrics" {
-		var err error
-		if client, err = c.MetricsClient(""); err != nil {
-			return 0, "", err
-		}
-		url = c.MetricsURL
+		return c.GetMetricsServer(ctx, "", path)
 	}
+	return fetch(ctx, controllerClient, c.ProbesURL+path)
+}
+
+// GetMetricsServer fetches path, such as /metrics or /debug/pprof/heap, from the
+// metrics server with token as bearer token (none when empty), and returns the status
+// code and the body.
+func (c *Controller) GetMetricsServer(ctx context.Context, token, path string) (int, string, error) {
+	client, err := c.MetricsClient(token)
+	if err != nil {
+		return 0, "", err
+	}
+	return fetch(ctx, client, strings.TrimSuffix(c.MetricsURL, "/metrics")+path)
+}
+
+// fetch GETs url with client and returns the status code and the body.
+func fetch(ctx context.Context, client *http.Client, url string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -346,22 +345,8 @@ func TestSecureMetrics(t *testing.T) {
 		tokens[sa] = token
 	}
 	get := func(ctx context.Context, token, path string) (int, string, error) {
-		client, err := p.MetricsClient(token)
-		if err != nil {
-			return 0, "", err
-		}
-		url := strings.TrimSuffix(p.MetricsURL, "/metrics") + path
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return resp.StatusCode, string(body), err
+		code, body, err := p.GetMetricsServer(ctx, token, path)
+		return code, body[:min(len(body), 1024)], err
 	}
 
 	// The binding may take a moment to reach the API server's authorizer, and a refusal
