@@ -146,6 +146,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	archivePath := fs.String("archive", "", "OCI archive to read.")
 	extractTo := fs.String("extract-entrypoint", "", "Also write the entrypoint binary from the image's layers to this path, mode 0755.")
+	rootfs := fs.String("rootfs", "", "Also unpack the image's file system, as its layers stack up, into this directory (created; it must be empty), as a container runtime's bundle holds it.")
 	platform := fs.String("platform", "", "In an archive with images for several platforms, the one to inspect (os/arch); default linux on this machine's architecture.")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -169,6 +170,11 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 		}
 		if err := extractFile(a.img, s.Entrypoint[0], *extractTo); err != nil {
 			return fmt.Errorf("extracting the entrypoint: %w", err)
+		}
+	}
+	if *rootfs != "" {
+		if err := extractRootfs(a.img, *rootfs); err != nil {
+			return fmt.Errorf("unpacking the file system: %w", err)
 		}
 	}
 	enc := json.NewEncoder(stdout)

@@ -360,3 +360,58 @@ func TestMultiPlatformIndex(t *testing.T) {
 		t.Error("two amd64 binaries: no error")
 	}
 }
+
+// TestInspectUnpacksRootfs unpacks the image as a container runtime's bundle holds it:
+// the same files, modes and binary that the image's layer has.
+func TestInspectUnpacksRootfs(t *testing.T) {
+	dir := t.TempDir()
+	archive, _ := buildArchive(t, helloBinary, dir)
+	rootfs := filepath.Join(dir, "rootfs")
+	runImage(t, "inspect", "--archive", archive, "--platform", "linux/amd64", "--rootfs", rootfs)
+
+	var got []string
+	err := filepath.WalkDir(rootfs, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(rootfs, p)
+		got = append(got, fmt.Sprintf("%s %v", rel, fi.Mode()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		". drwxr-xr-x",
+		"etc drwxr-xr-x",
+		"etc/group -rw-r--r--",
+		"etc/passwd -rw-r--r--",
+		"sample-controller -rwxr-xr-x",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("unpacked file system:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	bin, err := os.ReadFile(filepath.Join(rootfs, "sample-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.ReadFile(helloBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bin, in) {
+		t.Error("the unpacked entrypoint differs from the binary that went in")
+	}
+
+	t.Run("refuses a directory that is not empty", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		err := run([]string{"inspect", "--archive", archive, "--rootfs", rootfs}, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "not empty") {
+			t.Errorf("unpacking again into %s: %v, want an error saying it is not empty", rootfs, err)
+		}
+	})
+}
