@@ -57,14 +57,31 @@ bench_tool_tests() {
   (cd hack/bench && go vet ./... && go test -count=1 ./...)
 }
 
+# The container suite runs the image under runc, in network namespaces it makes with ip:
+# both are installed here when missing, as on a fresh machine.
+container_runtime() {
+  local missing=()
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    if [[ "$(id -u)" -ne 0 ]]; then
+      echo "the container tests need root and ${missing[*]}; install them (apt-get install ${missing[*]}) and run as root" >&2
+      return 1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  runc --version | head -1
+}
+
 e2e_tests() {
   local status=0
-  # Every e2e test runs the controller binary taken out of the image built above.
+  # Every e2e test runs the controller binary taken out of the image built above, and
+  # the container suite the image itself. One suite at a time: each has its own cluster.
   E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
-    go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ >_output/e2e.log 2>&1 || status=$?
+    go test -tags e2e -count=1 -timeout 30m -p 1 -v ./test/e2e/ ./test/container/ >_output/e2e.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:)|_test\.go:[0-9]+' _output/e2e.log || true
   if [[ ${status} -ne 0 ]]; then
-    echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/):"
+    echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/ and _output/container/):"
     tail -n 150 _output/e2e.log
   fi
   return "${status}"
@@ -91,6 +108,7 @@ case "${1:-all}" in
     stage "build the local control plane" hack/build-tools.sh
     stage "build the image" hack/build-image.sh
     if [[ "$1" == e2e ]]; then
+      stage "container runtime" container_runtime
       stage "e2e tests" e2e_tests
     else
       stage "fault tests" fault_tests
@@ -107,7 +125,7 @@ esac
 stage "gofmt" check_gofmt
 stage "verify-codegen" hack/verify-codegen.sh
 stage "go vet" go vet ./...
-stage "go vet (e2e)" go vet -tags e2e ./test/e2e/
+stage "go vet (e2e)" go vet -tags e2e ./test/e2e/ ./test/container/
 stage "go vet (faults)" go vet -tags faults ./test/faults/
 stage "build the local control plane" hack/build-tools.sh
 stage "build the image" hack/build-image.sh
@@ -116,5 +134,6 @@ stage "bench tool tests" bench_tool_tests
 stage "alert check tool tests" alertcheck_tests
 stage "unit tests (-race)" unit_tests
 stage "fuzz" fuzz_tests
+stage "container runtime" container_runtime
 stage "e2e tests" e2e_tests
 stage "fault tests" fault_tests

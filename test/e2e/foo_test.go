@@ -46,19 +46,7 @@ func waitReady(t *testing.T, ns, name string, want int32) *samplev1alpha1.Foo {
 // waitReadyWithin is waitReady with its own deadline.
 func waitReadyWithin(t *testing.T, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
 	t.Helper()
-	var foo *samplev1alpha1.Foo
-	framework.Eventually(t, within, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
-		var err error
-		foo, err = env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
-		ok := foo.Status.ObservedGeneration == foo.Generation && ready != nil && ready.Status == metav1.ConditionTrue &&
-			ready.ObservedGeneration == foo.Generation && foo.Status.AvailableReplicas == want
-		return ok, fmt.Sprintf("generation %d, status %+v", foo.Generation, foo.Status)
-	})
-	return foo
+	return env.WaitFooReady(t, within, ns, name, want)
 }
 
 // getDeployment returns the Deployment, failing the test on error.

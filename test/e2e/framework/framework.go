@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 )
@@ -61,7 +63,10 @@ type Env struct {
 	OutDir        string
 	KubectlBin    string // the kubectl binary
 	ControllerBin string
-	Kubeconfig    string // the admin's
+	// ImageArchive is the OCI archive the binary was taken from (ImageArchiveEnv); empty
+	// when the binary was built from the source.
+	ImageArchive string
+	Kubeconfig   string // the admin's
 	// ControllerKubeconfig authenticates as the ServiceAccount of artifacts/deploy, so
 	// every test that runs a controller also proves that its RBAC suffices.
 	ControllerKubeconfig string
@@ -96,8 +101,8 @@ func Setup(ctx context.Context, suite string) (*Env, error) {
 
 	// The controller comes first: a compile error should not wait for a cluster.
 	e.ControllerBin = filepath.Join(e.OutDir, "sample-controller")
-	if archive := os.Getenv(ImageArchiveEnv); archive != "" {
-		err = extractFromImage(ctx, binDir, archive, e.ControllerBin)
+	if e.ImageArchive = os.Getenv(ImageArchiveEnv); e.ImageArchive != "" {
+		err = extractFromImage(ctx, binDir, e.ImageArchive, e.ControllerBin)
 	} else {
 		err = localcluster.BuildController(ctx, root, e.ControllerBin)
 	}
@@ -363,16 +368,9 @@ func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (
 // extractFromImage checks that the image runs its static binary as a non-root user,
 // and writes that binary to dest.
 func extractFromImage(ctx context.Context, binDir, archive, dest string) error {
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "image"), "inspect", "--archive", archive, "--extract-entrypoint", dest).CombinedOutput()
+	config, err := inspectImage(ctx, binDir, archive, "--extract-entrypoint", dest)
 	if err != nil {
-		return fmt.Errorf("extracting the controller from %s: %w\n%s", archive, err, out)
-	}
-	var config struct {
-		User       string   `json:"user"`
-		Entrypoint []string `json:"entrypoint"`
-	}
-	if err := json.Unmarshal(out, &config); err != nil {
-		return fmt.Errorf("reading the image config: %w\n%s", err, out)
+		return err
 	}
 	if uid, _, _ := strings.Cut(config.User, ":"); uid == "" || uid == "0" || uid == "root" {
 		return fmt.Errorf("the image runs as %q, want a non-root user", config.User)
@@ -382,6 +380,55 @@ func extractFromImage(ctx context.Context, binDir, archive, dest string) error {
 	}
 	klog.FromContext(ctx).Info("Running the controller taken out of the image", "archive", archive, "user", config.User)
 	return nil
+}
+
+// UnpackImage unpacks the file system of the suite's image (ImageArchive) into dir, for
+// a container runtime, and returns the image's config.
+func (e *Env) UnpackImage(ctx context.Context, dir string) (localcluster.ImageConfig, error) {
+	if e.ImageArchive == "" {
+		return localcluster.ImageConfig{}, fmt.Errorf("no image to run: set %s to the archive of `make image`, as `make e2e` does", ImageArchiveEnv)
+	}
+	binDir, err := localcluster.DefaultBinDir()
+	if err != nil {
+		return localcluster.ImageConfig{}, err
+	}
+	return inspectImage(ctx, binDir, e.ImageArchive, "--rootfs", dir)
+}
+
+// inspectImage runs `image inspect` on the archive, for this machine's platform, with
+// more flags, and returns the config it prints.
+func inspectImage(ctx context.Context, binDir, archive string, args ...string) (localcluster.ImageConfig, error) {
+	var config localcluster.ImageConfig
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "image"), append([]string{"inspect", "--archive", archive}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return config, fmt.Errorf("image inspect %s %s: %w\n%s", archive, strings.Join(args, " "), err, stderr.String())
+	}
+	if err := json.Unmarshal(out, &config); err != nil {
+		return config, fmt.Errorf("reading the image config: %w\n%s", err, out)
+	}
+	return config, nil
+}
+
+// WaitFooReady waits up to within for the Foo to be Ready at its generation with want
+// available replicas, and returns it.
+func (e *Env) WaitFooReady(t *testing.T, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
+	t.Helper()
+	var foo *samplev1alpha1.Foo
+	Eventually(t, within, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
+		var err error
+		foo, err = e.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+		ok := foo.Status.ObservedGeneration == foo.Generation && ready != nil && ready.Status == metav1.ConditionTrue &&
+			ready.ObservedGeneration == foo.Generation && foo.Status.AvailableReplicas == want
+		return ok, fmt.Sprintf("generation %d, status %+v", foo.Generation, foo.Status)
+	})
+	return foo
 }
 
 // RunSuite is a suite's TestMain: it sets up the suite's cluster into *env, runs the
