@@ -338,4 +338,3 @@ func defaultMounts() []specs.Mount {
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 	}
 }
-

@@ -84,7 +84,9 @@ func TestContainerSpecOfTheDeployment(t *testing.T) {
 	if netns < 0 || spec.Linux.Namespaces[netns].Path != "/var/run/netns/pod-1" {
 		t.Errorf("namespaces %+v, want the Pod's network namespace", spec.Linux.Namespaces)
 	}
-	if !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == ServiceAccountMountPath && slices.Contains(m.Options, "ro") }) {
+	if !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool {
+		return m.Destination == ServiceAccountMountPath && slices.Contains(m.Options, "ro")
+	}) {
 		t.Error("no read-only ServiceAccount mount")
 	}
 	if !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool {
