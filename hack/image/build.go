@@ -16,9 +16,9 @@ import (
 )
 
 const (
-	// entrypoint is where the binary sits in the image; the Dockerfile copies it to the
-	// same place.
-	entrypoint = "/sample-controller"
+	// defaultEntrypoint is where the controller sits in its image; the Dockerfile copies
+	// it to the same place.
+	defaultEntrypoint = "/sample-controller"
 
 	// nonrootUser is the user and group that distroless/static:nonroot runs as, so that the
 	// Deployment's runAsUser fits images from either build.
@@ -37,8 +37,10 @@ const (
 
 // imageSpec is everything that decides the image: the same spec gives the same digest.
 type imageSpec struct {
-	binary   []byte
-	platform v1.Platform
+	binary []byte
+	// entrypoint is the binary's absolute path in the image.
+	entrypoint string
+	platform   v1.Platform
 	// created stamps the config, the history and every file, in place of the wall clock.
 	created time.Time
 	labels  map[string]string
@@ -47,7 +49,7 @@ type imageSpec struct {
 // buildImage assembles the image from scratch: one layer with the files of rootfsLayer,
 // and a config that runs the binary as the nonroot user.
 func buildImage(spec imageSpec) (v1.Image, error) {
-	layerTar, err := rootfsLayer(spec.binary, spec.created)
+	layerTar, err := rootfsLayer(spec.binary, spec.entrypoint, spec.created)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +76,7 @@ func buildImage(spec imageSpec) (v1.Image, error) {
 		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{
 			User:       nonrootUser,
-			Entrypoint: []string{entrypoint},
+			Entrypoint: []string{spec.entrypoint},
 			WorkingDir: "/",
 			Labels:     spec.labels,
 		},
@@ -87,7 +89,7 @@ func buildImage(spec imageSpec) (v1.Image, error) {
 		History: v1.History{
 			Created:   created,
 			CreatedBy: "hack/image build",
-			Comment:   "static binary at " + entrypoint + ", /etc/passwd and /etc/group",
+			Comment:   "static binary at " + spec.entrypoint + ", /etc/passwd and /etc/group",
 		},
 	})
 	if err != nil {
@@ -99,7 +101,7 @@ func buildImage(spec imageSpec) (v1.Image, error) {
 // rootfsLayer returns the uncompressed tar of the image's only layer. Everything is owned
 // by root and nothing is writable by others, so the controller, running as nonroot, can
 // change nothing in its own image.
-func rootfsLayer(binary []byte, mtime time.Time) ([]byte, error) {
+func rootfsLayer(binary []byte, entrypoint string, mtime time.Time) ([]byte, error) {
 	entries := []struct {
 		hdr  tar.Header
 		body []byte

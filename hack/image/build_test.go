@@ -22,9 +22,10 @@ func TestImageFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	img, err := buildImage(imageSpec{
-		binary:   binary,
-		platform: v1.Platform{OS: "linux", Architecture: "amd64"},
-		created:  time.Unix(0, 0).UTC(),
+		binary:     binary,
+		entrypoint: defaultEntrypoint,
+		platform:   v1.Platform{OS: "linux", Architecture: "amd64"},
+		created:    time.Unix(0, 0).UTC(),
 	})
 	if err != nil {
 		t.Fatal(err)

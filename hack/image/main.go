@@ -5,10 +5,11 @@
 // its service account's CA), no time zones and no /tmp. It is written as an OCI archive,
 // which podman load and skopeo read.
 //
-//	image build --binary PATH --output FILE.tar [--tag NAME:TAG]
-//	image inspect --archive FILE.tar [--extract-entrypoint PATH]
+//	image build --binary PATH --output FILE.tar [--tag NAME:TAG] [--entrypoint /NAME]
+//	image inspect --archive FILE.tar [--extract-entrypoint PATH] [--rootfs DIR]
 //
-// build prints the image digest. The same binary gives the same digest and the same
+// --entrypoint, --title and --description pack another static program the same way (the
+// local node's pause image); they default to the controller's. build prints the image digest. The same binary gives the same digest and the same
 // archive: every timestamp is the Unix epoch, or $SOURCE_DATE_EPOCH when it is set.
 package main
 
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -29,8 +31,8 @@ import (
 )
 
 const usage = `usage:
-  image build --binary PATH --output FILE.tar [--tag NAME:TAG] [--source URL]
-  image inspect --archive FILE.tar [--extract-entrypoint PATH]`
+  image build --binary PATH --output FILE.tar [--tag NAME:TAG] [--source URL] [--entrypoint /NAME --title T --description D]
+  image inspect --archive FILE.tar [--extract-entrypoint PATH] [--rootfs DIR]`
 
 func main() {
 	err := run(os.Args[1:], os.Stdout, os.Stderr)
@@ -74,6 +76,9 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	tag := fs.String("tag", "", "NAME:TAG recorded in the archive, which podman load uses as the image name.")
 	source := fs.String("source", "https://github.com/seed-e6610ed6/sample-controller",
 		"Repository recorded in the org.opencontainers.image.source label.")
+	entrypoint := fs.String("entrypoint", defaultEntrypoint, "Absolute path of the binary in the image, which runs it.")
+	title := fs.String("title", "sample-controller", "Name recorded in the org.opencontainers.image.title label.")
+	description := fs.String("description", controllerDescription, "Text recorded in the org.opencontainers.image.description label.")
 	version := fs.String("version", "", "Release recorded in the org.opencontainers.image.version label.")
 	revision := fs.String("revision", "", "Commit recorded in the org.opencontainers.image.revision label.")
 	if err := parseFlags(fs, args); err != nil {
@@ -81,6 +86,9 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(binaryPaths) == 0 || *output == "" {
 		return errors.New("build needs --binary and --output")
+	}
+	if clean := path.Clean(*entrypoint); !path.IsAbs(clean) || clean != *entrypoint || clean == "/" || path.Dir(clean) != "/" {
+		return fmt.Errorf("--entrypoint %q is not a file name at the root, such as /pause", *entrypoint)
 	}
 	if *tag != "" {
 		t, err := name.NewTag(*tag)
@@ -97,7 +105,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	labels := ociLabels(*source, *version, *revision, created)
+	labels := ociLabels(*title, *description, *source, *version, *revision, created)
 	var images []v1.Image
 	seen := map[string]string{}
 	for _, path := range binaryPaths {
@@ -113,7 +121,7 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s and %s are both for %s", other, path, platform)
 		}
 		seen[platform.String()] = path
-		img, err := buildImage(imageSpec{binary: binary, platform: platform, created: created, labels: labels})
+		img, err := buildImage(imageSpec{binary: binary, entrypoint: *entrypoint, platform: platform, created: created, labels: labels})
 		if err != nil {
 			return err
 		}
@@ -182,6 +190,8 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	return enc.Encode(s)
 }
 
+const controllerDescription = "Keeps a Deployment for every Foo (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status."
+
 // parseFlags rejects stray arguments, which would otherwise be ignored without a word.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
@@ -210,10 +220,10 @@ func sourceDate() (time.Time, error) {
 // ociLabels are the OCI annotation keys the image carries, both as config labels (what
 // docker inspect and podman show) and as manifest annotations (what registries show).
 // Empty values are left out.
-func ociLabels(source, version, revision string, created time.Time) map[string]string {
+func ociLabels(title, description, source, version, revision string, created time.Time) map[string]string {
 	labels := map[string]string{
-		"org.opencontainers.image.title":       "sample-controller",
-		"org.opencontainers.image.description": "Keeps a Deployment for every Foo (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status.",
+		"org.opencontainers.image.title":       title,
+		"org.opencontainers.image.description": description,
 		"org.opencontainers.image.licenses":    "Apache-2.0",
 		"org.opencontainers.image.source":      source,
 		"org.opencontainers.image.created":     created.UTC().Format(time.RFC3339),

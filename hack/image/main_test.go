@@ -415,3 +415,26 @@ func TestInspectUnpacksRootfs(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildAnotherProgram packs a program other than the controller, as the local node's
+// pause image is packed: its own entrypoint and title.
+func TestBuildAnotherProgram(t *testing.T) {
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "pause.oci.tar")
+	runImage(t, "build", "--binary", helloBinary, "--output", archive, "--tag", "localcluster.local/pause:v1",
+		"--entrypoint", "/pause", "--title", "pause", "--description", "holds a Pod's namespaces")
+	var got summary
+	if err := json.Unmarshal([]byte(runImage(t, "inspect", "--archive", archive)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Entrypoint, []string{"/pause"}) || got.Labels["org.opencontainers.image.title"] != "pause" ||
+		got.Labels["org.opencontainers.image.description"] != "holds a Pod's namespaces" || got.RefName != "localcluster.local/pause:v1" {
+		t.Errorf("entrypoint %q, labels %v, name %q", got.Entrypoint, got.Labels, got.RefName)
+	}
+	for _, bad := range []string{"pause", "/", "/bin/pause", "/pause/"} {
+		var stdout, stderr bytes.Buffer
+		if err := run([]string{"build", "--binary", helloBinary, "--output", archive, "--entrypoint", bad}, &stdout, &stderr); err == nil {
+			t.Errorf("--entrypoint %q was accepted", bad)
+		}
+	}
+}
