@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok) from the Go modules pinned under hack/tools into
+# kube-scheduler, kubectl, kubelet, kwok) from the Go modules pinned under hack/tools into
 # _output/bin (or $LOCALCLUSTER_BIN_DIR). A binary is rebuilt only when it is missing or
 # when the pins (go.mod/go.sum) or this script changed since it was built.
 set -o errexit -o nounset -o pipefail
@@ -80,6 +80,7 @@ k8s_bins=(
   "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler"
   "kubectl k8s.io/kubernetes/cmd/kubectl"
+  "kubelet k8s.io/kubernetes/cmd/kubelet"
 )
 for entry in "${k8s_bins[@]}"; do
   read -r bin pkg <<<"${entry}"
