@@ -57,12 +57,15 @@ bench_tool_tests() {
   (cd hack/bench && go vet ./... && go test -count=1 ./...)
 }
 
-# The container suite runs the image under runc, in network namespaces it makes with ip:
-# both are installed here when missing, as on a fresh machine.
+# The container suite runs the image under runc, in network namespaces it makes with ip,
+# and on a real node with containerd and the CNI plugins: all are installed here when
+# missing, as on a fresh machine.
 container_runtime() {
   local missing=()
   command -v runc >/dev/null 2>&1 || missing+=(runc)
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v containerd >/dev/null 2>&1 || missing+=(containerd)
+  [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
   if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ "$(id -u)" -ne 0 ]]; then
       echo "the container tests need root and ${missing[*]}; install them (apt-get install ${missing[*]}) and run as root" >&2
@@ -71,6 +74,7 @@ container_runtime() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   runc --version | head -1
+  containerd --version
 }
 
 e2e_tests() {

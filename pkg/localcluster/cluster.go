@@ -29,6 +29,9 @@ const (
 	ComponentControllerManager = "kube-controller-manager"
 	ComponentScheduler         = "kube-scheduler"
 	ComponentKwok              = "kwok"
+	// The real node's, with Options.RealNode.
+	ComponentContainerd = "containerd"
+	ComponentKubelet    = "kubelet"
 )
 
 const (
@@ -85,6 +88,17 @@ type Options struct {
 	SkipScheduler         bool
 	SkipKwok              bool
 
+	// RealNode adds a node that runs containers for real, RealNodeName: containerd
+	// (Debian's, with runc and the CNI bridge plugin) and a kubelet, registered next to
+	// the simulated nodes and tainted so that only Pods with RealNodeToleration run on
+	// it. Its Pods reach the apiserver through the kubernetes Service (ServiceRelay). It
+	// needs root, containerd, the CNI plugins, and the image tool of hack/build-image.sh
+	// for its pause image.
+	RealNode bool
+	// NodeImages are OCI archives imported into the real node's containerd: it pulls
+	// nothing, so these are the images its Pods can run.
+	NodeImages []string
+
 	// ExtraArgs are appended to the command line of the named component (one of the
 	// component constants), for example an audit policy for the apiserver.
 	ExtraArgs map[string][]string
@@ -106,6 +120,13 @@ type Cluster struct {
 	mu         sync.Mutex
 	components []*component
 
+	// cleanups run after every component has stopped, last added first.
+	cleanups []func() error
+
+	// relay is the kubernetes Service's, once ServiceRelay started it.
+	relayMu sync.Mutex
+	relay   *ServiceRelay
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -116,6 +137,10 @@ type component struct {
 	ready func(context.Context) error
 	grace time.Duration
 	proc  *Process
+	// beforeStop and afterStop, when set, run around the component's stop by Stop (not
+	// by Restart): the kubelet drains its node first, containerd's leftovers go after.
+	beforeStop func()
+	afterStop  func() error
 }
 
 // Start starts a cluster and returns once every component is ready and the simulated
@@ -226,6 +251,14 @@ func (c *Cluster) Resume(name string) error {
 	return p.Resume()
 }
 
+// runComponent adds a component to the cluster, which stops it, and starts it.
+func (c *Cluster) runComponent(ctx context.Context, comp *component) error {
+	c.mu.Lock()
+	c.components = append(c.components, comp)
+	c.mu.Unlock()
+	return c.startComponent(ctx, comp)
+}
+
 // startComponent starts a component's process and waits until it is ready, within
 // startTimeout.
 func (c *Cluster) startComponent(ctx context.Context, comp *component) error {
@@ -260,16 +293,32 @@ func (c *Cluster) Stop() error {
 		c.mu.Lock()
 		components := c.components
 		c.mu.Unlock()
+		var errs []error
 		for i := len(components) - 1; i >= 0; i-- {
 			// Nil when it failed to start; a component stopped on purpose may exit
 			// with any status.
-			if comp, p := c.lookup(components[i].opts.Name); p != nil {
-				_ = p.Stop(comp.grace)
+			comp, p := c.lookup(components[i].opts.Name)
+			if p == nil {
+				continue
+			}
+			if comp.beforeStop != nil {
+				comp.beforeStop()
+			}
+			_ = p.Stop(comp.grace)
+			if comp.afterStop != nil {
+				errs = append(errs, comp.afterStop())
 			}
 		}
+		c.mu.Lock()
+		cleanups := c.cleanups
+		c.mu.Unlock()
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			errs = append(errs, cleanups[i]())
+		}
+		c.stopErr = errors.Join(errs...)
 		if c.removeDir {
 			if err := os.RemoveAll(c.dir); err != nil {
-				c.stopErr = fmt.Errorf("removing cluster directory: %w", err)
+				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("removing cluster directory: %w", err))
 			}
 		}
 	})
@@ -346,7 +395,7 @@ func newLayout(dir string) layout {
 		kwokDir:     filepath.Join(dir, "kwok"),
 		kubeconfigs: map[string]string{},
 	}
-	for _, who := range []string{"admin", ComponentControllerManager, ComponentScheduler, ComponentKwok} {
+	for _, who := range []string{"admin", ComponentControllerManager, ComponentScheduler, ComponentKwok, ComponentKubelet} {
 		l.kubeconfigs[who] = filepath.Join(dir, who+".kubeconfig")
 	}
 	return l
@@ -423,10 +472,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			ready: ready,
 			grace: grace,
 		}
-		c.mu.Lock()
-		c.components = append(c.components, comp)
-		c.mu.Unlock()
-		return c.startComponent(ctx, comp)
+		return c.runComponent(ctx, comp)
 	}
 
 	// componentFlags are what kube-controller-manager and kube-scheduler share: their
@@ -559,6 +605,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	if opts.RealNode {
+		return c.startRealNode(ctx, l, creds, opts, client, probes)
+	}
 	return nil
 }
 
@@ -610,6 +659,9 @@ func writeCredentials(l layout, apiserverURL string) (credentials, *authority, e
 		ComponentControllerManager: {"system:kube-controller-manager", nil},
 		ComponentScheduler:         {"system:kube-scheduler", nil},
 		ComponentKwok:              {"localcluster-kwok", []string{"system:masters"}},
+		// The node identity, and an admin: without the Node authorizer, which this
+		// cluster does not enable, RBAC grants system:nodes nothing.
+		ComponentKubelet: {"system:node:" + RealNodeName, []string{"system:nodes", "system:masters"}},
 	}
 	for who, id := range identities {
 		cert, err := ca.issueClient(id.user, id.groups...)

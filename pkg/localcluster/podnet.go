@@ -32,7 +32,7 @@ const (
 
 // PodNetwork gives Pods run without a kubelet their own network namespaces on a bridge of
 // this machine, as a CNI bridge plugin does, with the kubernetes Service reachable
-// through a ServiceRelay. It needs root and the ip command (iproute2).
+// through the cluster's ServiceRelay. It needs root and the ip command (iproute2).
 type PodNetwork struct {
 	*ServiceRelay
 	gateway net.IP
@@ -50,12 +50,13 @@ type PodSandbox struct {
 	netns string
 }
 
-// StartPodNetwork sets up the bridge and the Service relay. Close it when done.
+// StartPodNetwork sets up the bridge, and the Service relay if the cluster has none yet.
+// Close it when done.
 func (c *Cluster) StartPodNetwork(ctx context.Context) (_ *PodNetwork, err error) {
 	_, subnet, _ := net.ParseCIDR(podSubnet)
 	n := &PodNetwork{gateway: nthAddress(subnet, 1)}
 	removeStalePodNetwork()
-	if n.ServiceRelay, err = c.StartServiceRelay(ctx); err != nil {
+	if n.ServiceRelay, err = c.ServiceRelay(ctx); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -109,12 +110,9 @@ func (n *PodNetwork) AddPod(name string) (*PodSandbox, error) {
 	return p, nil
 }
 
-// Close stops the relay and removes the Pods' namespaces and the bridge.
+// Close removes the Pods' namespaces and the bridge; the relay is the cluster's.
 func (n *PodNetwork) Close() error {
 	var errs []error
-	if n.ServiceRelay != nil {
-		errs = append(errs, n.ServiceRelay.Close())
-	}
 	n.mu.Lock()
 	pods := n.pods
 	n.mu.Unlock()

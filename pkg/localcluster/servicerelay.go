@@ -36,9 +36,26 @@ type ServiceRelay struct {
 	wg       sync.WaitGroup
 }
 
-// StartServiceRelay starts the relay of the cluster's kubernetes Service. Close it when
-// done.
-func (c *Cluster) StartServiceRelay(ctx context.Context) (_ *ServiceRelay, err error) {
+// ServiceRelay returns the relay of the cluster's kubernetes Service, starting it the
+// first time. The cluster closes it when it stops.
+func (c *Cluster) ServiceRelay(ctx context.Context) (*ServiceRelay, error) {
+	c.relayMu.Lock()
+	defer c.relayMu.Unlock()
+	if c.relay != nil {
+		return c.relay, nil
+	}
+	r, err := c.startServiceRelay(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.relay = r
+	c.mu.Lock()
+	c.cleanups = append(c.cleanups, r.close)
+	c.mu.Unlock()
+	return r, nil
+}
+
+func (c *Cluster) startServiceRelay(ctx context.Context) (_ *ServiceRelay, err error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, errors.New("the Service relay needs the ip command: apt-get install iproute2")
 	}
@@ -65,7 +82,7 @@ func (c *Cluster) StartServiceRelay(ctx context.Context) (_ *ServiceRelay, err e
 	}
 	port := strconv.Itoa(int(svc.Spec.Ports[0].Port))
 	if r.listener, err = net.Listen("tcp", net.JoinHostPort(svc.Spec.ClusterIP, port)); err != nil {
-		return nil, errors.Join(fmt.Errorf("listening at the kubernetes Service's address: %w", err), r.Close())
+		return nil, errors.Join(fmt.Errorf("listening at the kubernetes Service's address: %w", err), r.close())
 	}
 	r.wg.Add(1)
 	go r.accept()
@@ -105,8 +122,8 @@ func (r *ServiceRelay) RelayedConnections(ip net.IP) int {
 	return r.accepted[ip.String()]
 }
 
-// Close stops the relay, cutting its connections, and removes the address.
-func (r *ServiceRelay) Close() error {
+// close stops the relay, cutting its connections, and removes the address.
+func (r *ServiceRelay) close() error {
 	r.mu.Lock()
 	r.closed = true
 	for c := range r.conns {

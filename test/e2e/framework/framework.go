@@ -81,7 +81,7 @@ type Env struct {
 
 // Setup gets the controller binary, starts the cluster and installs artifacts/deploy
 // with kubectl, for the suite named suite. On error nothing is left running.
-func Setup(ctx context.Context, suite string) (*Env, error) {
+func Setup(ctx context.Context, suite string, opts ...SuiteOption) (*Env, error) {
 	root, err := localcluster.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -110,7 +110,13 @@ func Setup(ctx context.Context, suite string) (*Env, error) {
 		return nil, err
 	}
 
-	e.Cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(e.OutDir, "cluster"), BinDir: binDir})
+	clusterOpts := localcluster.Options{Dir: filepath.Join(e.OutDir, "cluster"), BinDir: binDir}
+	for _, opt := range opts {
+		if err := opt(e, &clusterOpts); err != nil {
+			return nil, err
+		}
+	}
+	e.Cluster, err = localcluster.Start(ctx, clusterOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +124,21 @@ func Setup(ctx context.Context, suite string) (*Env, error) {
 		return nil, errors.Join(err, e.TearDown())
 	}
 	return e, nil
+}
+
+// SuiteOption changes the suite's cluster before it starts.
+type SuiteOption func(*Env, *localcluster.Options) error
+
+// WithRealNode gives the suite's cluster a node with a kubelet and containerd, into
+// which the suite's image is imported (localcluster.Options.RealNode).
+func WithRealNode() SuiteOption {
+	return func(e *Env, opts *localcluster.Options) error {
+		if e.ImageArchive == "" {
+			return fmt.Errorf("a real node runs the image: set %s to the archive of `make image`, as `make e2e` does", ImageArchiveEnv)
+		}
+		opts.RealNode, opts.NodeImages = true, []string{e.ImageArchive}
+		return nil
+	}
 }
 
 // install makes the clients, applies artifacts/deploy exactly as a user does, and
@@ -434,11 +455,11 @@ func (e *Env) WaitFooReady(t *testing.T, within time.Duration, ns, name string, 
 // RunSuite is a suite's TestMain: it sets up the suite's cluster into *env, runs the
 // tests, tears the cluster down, and returns the exit code. Setup may take up to five
 // minutes, most of it the first build of the controller.
-func RunSuite(m *testing.M, suite string, env **Env) int {
+func RunSuite(m *testing.M, suite string, env **Env, opts ...SuiteOption) int {
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	e, err := Setup(ctx, suite)
+	e, err := Setup(ctx, suite, opts...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: setting up: %v\n", suite, err)
 		return 1

@@ -1,0 +1,177 @@
+//go:build e2e
+
+package container
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+)
+
+// TestDeploymentOnRealNode runs artifacts/deploy's Deployment, as applied, on the
+// cluster's real node: a kubelet with containerd, runc and the CNI bridge plugin, which
+// runs the image imported from `make image`. Only placement is added, as a user's
+// overlay would add it: a nodeSelector for the real node and its toleration. The
+// kubelet then does the rest: pulls nothing (IfNotPresent finds the image), mounts the
+// ServiceAccount token, sets the Service environment, applies the security context and
+// calls the probes.
+func TestDeploymentOnRealNode(t *testing.T) {
+	ctx := t.Context()
+	deployments := env.Kube.AppsV1().Deployments(framework.DeployNamespace)
+	d, err := deployments.Get(ctx, "sample-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := labels.SelectorFromSet(d.Spec.Selector.MatchLabels).String()
+	onRealNode := func(ctx context.Context) ([]corev1.Pod, error) {
+		pods, err := env.Kube.CoreV1().Pods(framework.DeployNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: selector,
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", localcluster.RealNodeName).String(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return pods.Items, nil
+	}
+
+	toleration := localcluster.RealNodeToleration
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":%q},"tolerations":[{"key":%q,"operator":%q,"value":%q,"effect":%q}]}}}}`,
+		localcluster.RealNodeName, toleration.Key, toleration.Operator, toleration.Value, toleration.Effect)
+	placed := time.Now()
+	env.Kubectl(t, "patch", "-n", framework.DeployNamespace, "deployment/sample-controller", "--type=strategic", "-p", patch)
+	t.Cleanup(func() {
+		// Back to where artifacts/deploy puts it, so that the next test finds the
+		// cluster as the suite set it up.
+		out, err := env.KubectlRun(context.Background(), "", "patch", "-n", framework.DeployNamespace, "deployment/sample-controller", "--type=json", "-p",
+			`[{"op":"remove","path":"/spec/template/spec/nodeSelector"},{"op":"remove","path":"/spec/template/spec/tolerations"}]`)
+		if err != nil {
+			t.Errorf("undoing the placement: %v\n%s", err, out)
+		}
+	})
+
+	// Each Pod's time from its container running to Ready, as polled here.
+	running := map[string]time.Time{}
+	readyAfter := map[string]time.Duration{}
+	framework.Eventually(t, framework.Timeout, fmt.Sprintf("%d replicas Ready on %s", *d.Spec.Replicas, localcluster.RealNodeName), func(ctx context.Context) (bool, string) {
+		pods, err := onRealNode(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var states []string
+		for _, p := range pods {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if _, ok := running[p.Name]; !ok && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+				running[p.Name] = time.Now()
+			}
+			if _, ok := readyAfter[p.Name]; !ok && podReady(&p) {
+				readyAfter[p.Name] = time.Since(running[p.Name])
+			}
+			states = append(states, fmt.Sprintf("%s %s ready=%v", p.Name, p.Status.Phase, podReady(&p)))
+		}
+		ready := 0
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil && podReady(&p) {
+				ready++
+			}
+		}
+		return ready == int(*d.Spec.Replicas), strings.Join(states, "; ")
+	})
+	t.Logf("real node: both replicas Ready %v after the placement was applied", time.Since(placed).Round(time.Millisecond))
+	for name, after := range readyAfter {
+		t.Logf("real node: %s Ready %v after its container was seen running (the kubelet probes every %ds)",
+			name, after.Round(time.Millisecond), d.Spec.Template.Spec.Containers[0].ReadinessProbe.PeriodSeconds)
+	}
+
+	pods, err := onRealNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader string
+	framework.Eventually(t, framework.Timeout, "a replica on the real node to hold the Lease", func(ctx context.Context) (bool, string) {
+		holder, err := leaseHolder(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil && podReady(&p) && strings.HasPrefix(holder, p.Name+"_") {
+				leader = p.Name
+			}
+		}
+		return leader != "", "holder " + holder
+	})
+
+	// nginx Pods have no toleration: they run on the simulated nodes, and the Foo
+	// converges from the real node's controller.
+	ns := env.NewNamespace(t)
+	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
+	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
+	nginx, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(nginx.Items, func(p corev1.Pod) bool { return p.Spec.NodeName == localcluster.RealNodeName }); i >= 0 {
+		t.Errorf("the Foo's Pod %s runs on the real node", nginx.Items[i].Name)
+	}
+
+	// Deleting the leader's Pod is what a drain or a rollout does: the kubelet sends
+	// SIGTERM, the controller releases the Lease, and another replica takes it: the
+	// standby, or the replacement Pod if it asks first. Without the release it would
+	// wait out the lease duration.
+	leaseDuration := leaseDurationOf(t, &d.Spec.Template.Spec.Containers[0])
+	deleted := time.Now()
+	if err := env.Kube.CoreV1().Pods(framework.DeployNamespace).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var successor string
+	framework.Eventually(t, leaseDuration, "another replica to hold the Lease", func(ctx context.Context) (bool, string) {
+		holder, err := leaseHolder(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		successor, _, _ = strings.Cut(holder, "_")
+		return successor != "" && successor != leader, "holder " + holder
+	})
+	t.Logf("real node: %s held the Lease %v after the leader's Pod was deleted (the kubelet stops it with SIGTERM)",
+		successor, time.Since(deleted).Round(time.Millisecond))
+	env.Kubectl(t, "patch", "-n", ns, "foo/example-foo", "--type=merge", "-p", `{"spec":{"replicas":2}}`)
+	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 2)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// leaseDurationOf is the --leader-elect-lease-duration the manifest gives the container.
+func leaseDurationOf(t *testing.T, c *corev1.Container) time.Duration {
+	t.Helper()
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--leader-elect-lease-duration="); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatalf("the manifest's %s: %v", a, err)
+			}
+			return d
+		}
+	}
+	t.Fatalf("the manifest's args %q set no --leader-elect-lease-duration", c.Args)
+	return 0
+}
