@@ -10,7 +10,8 @@ trap 'rm -rf "${tmp}"' EXIT
 
 # Copy the tree without build output, VCS data or local state; keep the generator
 # binaries so a warm run does not rebuild them.
-tar -C "${REPO_ROOT}" --exclude=./.git --exclude=./_output/bin --exclude=./_output/local -cf - . | tar -C "${tmp}" -xf -
+tar -C "${REPO_ROOT}" --exclude=./.git --exclude=./_output/bin --exclude=./_output/local \
+  --exclude=./_output/e2e --exclude=./_output/faults --exclude=./_output/container --exclude=./_output/image -cf - . | tar -C "${tmp}" -xf -
 
 "${tmp}/hack/update-codegen.sh" >/dev/null
 
