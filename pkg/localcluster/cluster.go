@@ -99,6 +99,12 @@ type Options struct {
 	// nothing, so these are the images its Pods can run.
 	NodeImages []string
 
+	// DisableShardedListAndWatch starts the apiserver without the ShardedListAndWatch
+	// feature (KEP-5866, alpha in 1.36), which the cluster otherwise enables. Without it
+	// the apiserver ignores ListOptions.ShardSelector and returns every object, as an
+	// older one does.
+	DisableShardedListAndWatch bool
+
 	// ExtraArgs are appended to the command line of the named component (one of the
 	// component constants), for example an audit policy for the apiserver.
 	ExtraArgs map[string][]string
@@ -530,6 +536,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--service-account-signing-key-file=" + creds.saKey,
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--profiling=false",
+		"--feature-gates=ShardedListAndWatch=" + strconv.FormatBool(!opts.DisableShardedListAndWatch),
 		// Without it, on SIGTERM the apiserver waits for its clients to end their
 		// watches, which they never do: it would be killed after apiserverStopGrace.
 		"--shutdown-watch-termination-grace-period=2s",
