@@ -312,8 +312,13 @@ func unpack(file, dir string) error {
 		return err
 	}
 	defer root.Close()
+	return unpackTar(tar.NewReader(f), root)
+}
 
-	tr := tar.NewReader(f)
+// unpackTar writes the directories and regular files of tr into root with their modes,
+// and refuses anything else: OCI layouts and this tool's image layers hold nothing
+// else.
+func unpackTar(tr *tar.Reader, root *os.Root) error {
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -322,7 +327,12 @@ func unpack(file, dir string) error {
 		if err != nil {
 			return err
 		}
+		// Names that leave root (.., absolute) are left for os.Root to refuse.
 		name := path.Clean(hdr.Name)
+		if name == "." {
+			continue
+		}
+		mode := os.FileMode(hdr.Mode).Perm()
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o755); err != nil {
@@ -336,7 +346,11 @@ func unpack(file, dir string) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("%s: an OCI layout has only files and directories, not type %q", hdr.Name, hdr.Typeflag)
+			return fmt.Errorf("%s: only files and directories are expected, not tar type %q", hdr.Name, hdr.Typeflag)
+		}
+		// After writing: the umask must not narrow the archive's mode.
+		if err := root.Chmod(name, mode); err != nil {
+			return err
 		}
 	}
 }

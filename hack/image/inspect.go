@@ -102,9 +102,8 @@ func extractFile(img v1.Image, name, dst string) (err error) {
 
 // extractRootfs writes the image's file system into dir, which must be empty or not
 // exist: directories and regular files with their modes, as the image's only layer has
-// them (build refuses anything else, so this does too). os.Root keeps every name inside
-// dir. Ownership is left to the caller: run as root, everything is root's, as in the
-// image.
+// them. os.Root keeps every name inside dir. Ownership is left to the caller: run as
+// root, everything is root's, as in the image.
 func extractRootfs(img v1.Image, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -122,43 +121,7 @@ func extractRootfs(img v1.Image, dir string) error {
 
 	fs := mutate.Extract(img)
 	defer fs.Close()
-	tr := tar.NewReader(fs)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading the image's files: %w", err)
-		}
-		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-		if name == "" {
-			continue
-		}
-		mode := os.FileMode(hdr.Mode).Perm()
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, 0o755); err != nil {
-				return err
-			}
-			if err := root.Chmod(name, mode); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-				return err
-			}
-			if err := unpackFile(root, name, tr); err != nil {
-				return err
-			}
-			// After writing: the umask must not narrow the image's mode.
-			if err := root.Chmod(name, mode); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%s: the image has only files and directories, not tar type %q", hdr.Name, hdr.Typeflag)
-		}
-	}
+	return unpackTar(tar.NewReader(fs), root)
 }
 
 func writeExecutable(dst string, body io.Reader) error {
