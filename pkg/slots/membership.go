@@ -1,0 +1,223 @@
+package slots
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// MemberOfLabel marks the Leases by which the replicas of one group announce
+// themselves; its value is the group.
+const MemberOfLabel = "samplecontroller.k8s.io/member-of"
+
+// Membership announces this replica in a Lease of its own, renewed every third of its
+// duration, and follows the Leases of the others. A member is live while its Lease was
+// renewed within its duration, by this replica's clock: membership decides only who
+// should hold which slot, so a stale view costs balance, never safety (each slot has a
+// fencing Lease of its own).
+type Membership struct {
+	client    kubernetes.Interface
+	namespace string
+	group     string
+	identity  string
+	duration  time.Duration
+	clock     clock.WithDelayedExecution
+
+	factory informers.SharedInformerFactory
+	lister  coordinationlisters.LeaseLister
+	synced  cache.InformerSynced
+
+	// changed has a value when the live members may have changed: a Lease came, went
+	// or was renewed, or one is due to expire.
+	changed chan struct{}
+	mu      sync.Mutex
+	timer   clock.Timer
+}
+
+// NewMembership follows the member Leases of group in namespace, for identity.
+func NewMembership(client kubernetes.Interface, namespace, group, identity string, duration time.Duration, clk clock.WithDelayedExecution) *Membership {
+	m := &Membership{
+		client: client, namespace: namespace, group: group, identity: identity, duration: duration, clock: clk,
+		changed: make(chan struct{}, 1),
+	}
+	m.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = m.selector().String()
+		}))
+	leases := m.factory.Coordination().V1().Leases()
+	m.lister, m.synced = leases.Lister(), leases.Informer().HasSynced
+	changed := func() {
+		m.scheduleExpiry()
+		m.notify()
+	}
+	_, _ = leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	})
+	return m
+}
+
+// selector selects the group's member Leases. The informer asks the apiserver for those
+// only; the cache is filtered again, since a fake or proxy may not filter a watch.
+func (m *Membership) selector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{MemberOfLabel: m.group})
+}
+
+// LeaseName is the member Lease of identity in group: identities are host names and
+// UUIDs, longer than a name may be, so it is hashed.
+func LeaseName(group, identity string) string {
+	h := fnv.New64a()
+	h.Write([]byte(identity))
+	return fmt.Sprintf("%s-member-%016x", group, h.Sum64())
+}
+
+// Changes has a value whenever Live may answer differently.
+func (m *Membership) Changes() <-chan struct{} { return m.changed }
+
+func (m *Membership) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run announces this replica until ctx ends, then deletes its Lease, so that the
+// others take over its slots at once instead of after the Lease's duration. It returns
+// once the announcement is withdrawn.
+func (m *Membership) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	m.factory.Start(ctx.Done())
+	defer m.factory.Shutdown()
+	go func() {
+		// Live answers once the Leases are listed: that is a change too.
+		if cache.WaitForCacheSync(ctx.Done(), m.synced) {
+			m.scheduleExpiry()
+			m.notify()
+		}
+	}()
+	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+		if err := m.renew(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Announcing this replica", "group", m.group)
+		}
+	}, m.duration/3, 0.1, true)
+	m.mu.Lock()
+	if m.timer != nil {
+		m.timer.Stop()
+	}
+	m.mu.Unlock()
+
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.duration/3)
+	defer cancel()
+	err := m.client.CoordinationV1().Leases(m.namespace).Delete(leaveCtx, LeaseName(m.group, m.identity), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "Withdrawing this replica; the others take over once its Lease expires", "group", m.group)
+	}
+}
+
+// renew writes this replica's Lease with the time now.
+func (m *Membership) renew(ctx context.Context) error {
+	leases := m.client.CoordinationV1().Leases(m.namespace)
+	name := LeaseName(m.group, m.identity)
+	now := metav1.NewMicroTime(m.clock.Now())
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{MemberOfLabel: m.group}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(m.identity),
+				LeaseDurationSeconds: ptr.To(int32(m.duration / time.Second)),
+				AcquireTime:          &now,
+				RenewTime:            &now,
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.HolderIdentity = ptr.To(m.identity)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(m.duration / time.Second))
+	lease.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	return err
+}
+
+// Live is the identities of the members whose Lease is current, sorted, and whether
+// the view is complete (the Leases have been listed).
+func (m *Membership) Live() ([]string, bool) {
+	if !m.synced() {
+		return nil, false
+	}
+	leases, err := m.lister.List(m.selector())
+	if err != nil {
+		return nil, false
+	}
+	now := m.clock.Now()
+	var live []string
+	for _, l := range leases {
+		if expiry, ok := leaseExpiry(l); ok && now.Before(expiry) {
+			live = append(live, *l.Spec.HolderIdentity)
+		}
+	}
+	slices.Sort(live)
+	return slices.Compact(live), true
+}
+
+// scheduleExpiry arms a timer for the next expiry among the current Leases: no event
+// comes when a Lease merely stops being renewed, so the timer is that event.
+func (m *Membership) scheduleExpiry() {
+	leases, err := m.lister.List(m.selector())
+	if err != nil {
+		return
+	}
+	now := m.clock.Now()
+	var next time.Time
+	for _, l := range leases {
+		if expiry, ok := leaseExpiry(l); ok && now.Before(expiry) && (next.IsZero() || expiry.Before(next)) {
+			next = expiry
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.timer != nil {
+		m.timer.Stop()
+		m.timer = nil
+	}
+	if next.IsZero() {
+		return
+	}
+	m.timer = m.clock.AfterFunc(next.Sub(now), func() {
+		// On a goroutine of its own: a fake clock calls this with its lock held.
+		go func() {
+			m.scheduleExpiry()
+			m.notify()
+		}()
+	})
+}
+
+// leaseExpiry is when a member Lease lapses unless renewed.
+func leaseExpiry(l *coordinationv1.Lease) (time.Time, bool) {
+	s := l.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return time.Time{}, false
+	}
+	return s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second), true
+}
