@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 )
 
 // runAsLeader runs run only while this process holds the Lease, until ctx is
@@ -116,7 +116,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 		// run has returned: hand the Lease over now rather than after it expires.
 		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.leaderElectRenewDeadline)
 		defer cancel()
-		if releaseErr := releaseLease(releaseCtx, lock, identity); releaseErr != nil {
+		if releaseErr := slots.ReleaseLease(releaseCtx, lock, identity); releaseErr != nil {
 			logger.Error(releaseErr, "Releasing the lease; another replica takes over once it expires", "identity", identity)
 		} else {
 			logger.Info("Released the lease", "identity", identity)
@@ -126,23 +126,4 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 	default:
 		return nil
 	}
-}
-
-// releaseLease empties the Lease if identity still holds it, with a duration of one
-// second, as client-go's elector does when it releases on cancel.
-func releaseLease(ctx context.Context, lock resourcelock.Interface, identity string) error {
-	record, _, err := lock.Get(ctx)
-	if err != nil {
-		return fmt.Errorf("reading the lease: %w", err)
-	}
-	if record.HolderIdentity != identity {
-		return nil
-	}
-	now := metav1.NewTime(time.Now())
-	return lock.Update(ctx, resourcelock.LeaderElectionRecord{
-		LeaderTransitions:    record.LeaderTransitions,
-		LeaseDurationSeconds: 1,
-		AcquireTime:          now,
-		RenewTime:            now,
-	})
 }

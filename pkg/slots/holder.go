@@ -1,0 +1,225 @@
+package slots
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// LeaseTimings are the fencing Leases' timings, as client-go's leader election takes
+// them.
+type LeaseTimings struct {
+	Duration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Holder runs work for the slots assigned to this member, each slot only while this
+// member holds the slot's Lease: it asks for a slot's Lease when the assignment gives it
+// the slot, and when the assignment takes the slot away it stops the slot's work, waits
+// for it to return, and only then releases the Lease, so that the next holder never
+// works alongside it. A Lease it cannot renew ends with OnLost, which must stop every
+// write of this process at once (the controller exits).
+type Holder struct {
+	Space      Space
+	Membership *Membership
+	Client     kubernetes.Interface
+	Namespace  string
+	Group      string
+	Identity   string
+	Timings    LeaseTimings
+	// Work runs while the slot is held, until its context ends; it returns once every
+	// write it started has ended.
+	Work func(ctx context.Context, slot int) error
+	// OnLost is called when the Lease of a slot whose work runs was lost.
+	OnLost func(slot int)
+
+	mu      sync.Mutex
+	running map[int]*slotRun
+}
+
+// slotRun is one slot's election and work, and how to end them.
+type slotRun struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// SlotLeaseName is the fencing Lease of a slot.
+func SlotLeaseName(group string, slot int) string {
+	return fmt.Sprintf("%s-slot-%d", group, slot)
+}
+
+// Run follows the assignment until ctx ends, then stops every slot's work and releases
+// its Lease before it returns.
+func (h *Holder) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	h.mu.Lock()
+	h.running = map[int]*slotRun{}
+	h.mu.Unlock()
+	for {
+		if members, ok := h.Membership.Live(); ok {
+			h.apply(ctx, SlotsOf(h.Space.Assign(members), h.Identity))
+		}
+		select {
+		case <-h.Membership.Changes():
+		case <-ctx.Done():
+			logger.V(2).Info("Giving up every slot")
+			h.apply(ctx, nil)
+			return
+		}
+	}
+}
+
+// Held are the slots whose election runs here: held, or waited for.
+func (h *Holder) Held() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var slots []int
+	for slot := range h.Space.Len() {
+		if h.running[slot] != nil {
+			slots = append(slots, slot)
+		}
+	}
+	return slots
+}
+
+// apply starts the elections of the slots in want that do not run yet, and stops
+// those that run and are not in want, all at once, and waits for the stops.
+func (h *Holder) apply(ctx context.Context, want []int) {
+	keep := map[int]bool{}
+	for _, slot := range want {
+		keep[slot] = true
+	}
+	h.mu.Lock()
+	var stopping []*slotRun
+	for slot, run := range h.running {
+		if !keep[slot] {
+			run.stop()
+			stopping = append(stopping, run)
+			delete(h.running, slot)
+		}
+	}
+	for _, slot := range want {
+		if h.running[slot] == nil && ctx.Err() == nil {
+			h.running[slot] = h.start(ctx, slot)
+		}
+	}
+	h.mu.Unlock()
+	for _, run := range stopping {
+		<-run.done
+	}
+}
+
+// start runs the slot's election; the work starts when the Lease is held.
+func (h *Holder) start(parent context.Context, slot int) *slotRun {
+	ctx, stop := context.WithCancel(context.WithoutCancel(parent))
+	run := &slotRun{stop: stop, done: make(chan struct{})}
+	logger := klog.FromContext(parent).WithValues("slot", slot)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: SlotLeaseName(h.Group, slot), Namespace: h.Namespace},
+		Client:     h.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: h.Identity},
+	}
+	go func() {
+		defer close(run.done)
+		// The election outlives ctx while the work runs: the Lease is released only
+		// once the work has returned.
+		electionCtx, endElection := context.WithCancel(context.Background())
+		defer endElection()
+		var (
+			mu      sync.Mutex
+			working bool
+			worked  bool
+		)
+		stopWaiting := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !working {
+				endElection()
+			}
+		})
+		defer stopWaiting()
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   h.Timings.Duration,
+			RenewDeadline:   h.Timings.RenewDeadline,
+			RetryPeriod:     h.Timings.RetryPeriod,
+			ReleaseOnCancel: false,
+			Name:            lock.LeaseMeta.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(leaderCtx context.Context) {
+					mu.Lock()
+					if ctx.Err() != nil {
+						mu.Unlock()
+						endElection()
+						return
+					}
+					working = true
+					mu.Unlock()
+					logger.V(2).Info("Holding the slot")
+					workCtx, cancel := context.WithCancel(leaderCtx)
+					defer cancel()
+					stopWork := context.AfterFunc(ctx, cancel)
+					defer stopWork()
+					if err := h.Work(workCtx, slot); err != nil {
+						logger.Error(err, "The slot's work ended")
+					}
+					mu.Lock()
+					worked = true
+					mu.Unlock()
+					endElection()
+				},
+				OnStoppedLeading: func() {
+					mu.Lock()
+					lost := working && !worked
+					mu.Unlock()
+					if lost && ctx.Err() == nil && h.OnLost != nil {
+						h.OnLost(slot)
+					}
+				},
+			},
+		})
+		if err != nil {
+			logger.Error(err, "Setting up the slot's election")
+			return
+		}
+		elector.Run(electionCtx)
+		mu.Lock()
+		release := worked
+		mu.Unlock()
+		if release {
+			releaseCtx, cancel := context.WithTimeout(context.Background(), h.Timings.RenewDeadline)
+			defer cancel()
+			if err := ReleaseLease(releaseCtx, lock, h.Identity); err != nil {
+				logger.Error(err, "Releasing the slot; the next holder takes it once it expires")
+			} else {
+				logger.V(2).Info("Released the slot")
+			}
+		}
+	}()
+	return run
+}
+
+// ReleaseLease empties the Lease if identity still holds it, with a duration of one
+// second, as client-go's elector does when it releases on cancel.
+func ReleaseLease(ctx context.Context, lock resourcelock.Interface, identity string) error {
+	record, _, err := lock.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the lease: %w", err)
+	}
+	if record.HolderIdentity != identity {
+		return nil
+	}
+	now := metav1.NewTime(time.Now())
+	return lock.Update(ctx, resourcelock.LeaderElectionRecord{
+		LeaderTransitions:    record.LeaderTransitions,
+		LeaseDurationSeconds: 1,
+		AcquireTime:          now,
+		RenewTime:            now,
+	})
+}
