@@ -106,6 +106,10 @@ type Controller struct {
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
 	shutdownTimeout time.Duration
+
+	// slot, in sharded mode, is the one slot this controller acts on; nil acts on
+	// every Foo it sees.
+	slot *slotScope
 }
 
 // NewController wires the controller to its informers. The Deployment informer
@@ -423,6 +427,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// fight the garbage collector.
 		return nil
 	}
+	if c.slot != nil && !c.slot.owns(ctx, foo) {
+		// Another slot's: an apiserver that ignores shard selectors sent it.
+		return nil
+	}
 
 	deployment, syncErr := c.syncDeployment(ctx, foo)
 	var retryErr error
@@ -469,6 +477,9 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	}
 
 	updated, changed := reconcile.UpdateDeployment(foo, deployment)
+	if c.slot != nil && c.slot.label(updated) {
+		changed = true
+	}
 	if !changed {
 		return deployment, nil
 	}
@@ -512,7 +523,11 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 			return nil, err
 		}
 	}
-	created, err := deployments.Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{FieldManager: fieldManager})
+	desired := reconcile.NewDeployment(foo)
+	if c.slot != nil {
+		c.slot.label(desired)
+	}
+	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
 		c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))

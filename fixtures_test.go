@@ -115,7 +115,7 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		client:     fake.NewClientset(sampleObjects...),
 		recorder:   events.NewFakeRecorder(100),
 	}
-	kubeFactory, sampleFactory := newInformerFactories(f.kubeclient, f.client, "", 0)
+	kubeFactory, sampleFactory := newInformerFactories(f.kubeclient, f.client, "", 0, nil)
 	c, err := NewController(ctx, f.kubeclient, f.client,
 		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), f.recorder)
 	if err != nil {

@@ -20,19 +20,34 @@ import (
 // controller's label, so its memory does not grow with the other Deployments in the
 // cluster. Both drop managedFields from cached objects: the controller never reads
 // them, and they are often the largest part of an object.
-func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientset.Interface, namespace string, resync time.Duration) (kubeinformers.SharedInformerFactory, sampleinformers.SharedInformerFactory) {
+func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientset.Interface, namespace string, resync time.Duration, scope *informerScope) (kubeinformers.SharedInformerFactory, sampleinformers.SharedInformerFactory) {
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, resync,
 		kubeinformers.WithNamespace(namespace),
 		kubeinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
 			options.LabelSelector = reconcile.FooUIDLabel
+			if scope != nil {
+				options.LabelSelector += "," + scope.deploymentLabels
+			}
 		}),
 		kubeinformers.WithTransform(dropManagedFields),
 	)
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
 		sampleinformers.WithNamespace(namespace),
+		sampleinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
+			if scope != nil {
+				options.ShardSelector = scope.shardSelector
+			}
+		}),
 		sampleinformers.WithTransform(dropManagedFields),
 	)
 	return kubeFactory, sampleFactory
+}
+
+// informerScope narrows the informers to one slot in sharded mode: Deployments by a
+// label selector, Foos by a shard selector.
+type informerScope struct {
+	deploymentLabels string
+	shardSelector    string
 }
 
 // dropManagedFields is an informer transform that clears metadata.managedFields.

@@ -28,11 +28,10 @@ import (
 // start while this process still works.
 func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
-	hostname, err := os.Hostname()
+	identity, err := newIdentity()
 	if err != nil {
-		return fmt.Errorf("getting the hostname for the leader election identity: %w", err)
+		return err
 	}
-	identity := hostname + "_" + string(uuid.NewUUID())
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Name: opts.leaderElectName, Namespace: opts.leaderElectNamespace},
 		Client:     kubeClient.CoordinationV1(),
@@ -126,4 +125,14 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 	default:
 		return nil
 	}
+}
+
+// newIdentity names this process in Leases: the host name (the Pod's name) and a UUID,
+// so that a restarted container is not mistaken for the one before it.
+func newIdentity() (string, error) {
+	hostname, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("getting the hostname for the Lease identity: %w", err)
+	}
+	return hostname + "_" + string(uuid.NewUUID()), nil
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -22,11 +23,13 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
+	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
@@ -55,6 +58,7 @@ type options struct {
 	version bool
 
 	leaderElect              bool
+	shardSlots               int
 	leaderElectNamespace     string
 	leaderElectName          string
 	leaderElectLeaseDuration time.Duration
@@ -79,6 +83,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address; with --metrics-secure, to callers who may get /debug/pprof/*.")
 	fs.BoolVar(&o.version, "version", false, "Print the version, the commit and the Go version of this build, and exit.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Run workers only while holding a Lease, so that several replicas can run with one active.")
+	fs.IntVar(&o.shardSlots, "shard-slots", 0, "Sharded mode (alpha), instead of --leader-elect: divide the Foos into this many slots by the hash of their UID, and let every replica act on its share, each slot only while the replica holds the slot's Lease. The Leases use the --leader-elect-* name, namespace and timings. 0 turns it off.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Empty means the controller's own: the in-cluster namespace, or the kubeconfig context's. The Role of artifacts/deploy grants Leases in its own namespace only.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Deprecated: use --leader-elect-resource-namespace, as Kubernetes components name it.")
 	fs.StringVar(&o.leaderElectName, "leader-elect-resource-name", "sample-controller", "Name of the Lease the replicas compete for.")
@@ -118,6 +123,12 @@ func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
 	if opts.workers < 1 {
 		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
+	}
+	if opts.shardSlots < 0 || opts.shardSlots > slots.MaxSlots {
+		return fmt.Errorf("--shard-slots must be between 0 (off) and %d, got %d", slots.MaxSlots, opts.shardSlots)
+	}
+	if opts.shardSlots > 0 && opts.leaderElect {
+		return errors.New("--shard-slots and --leader-elect exclude each other: sharded replicas all work, each on its slots")
 	}
 	if opts.metricsSecure {
 		if err := opts.secureServing.Validate(); err != nil {
@@ -160,7 +171,24 @@ func run(ctx context.Context, opts options) error {
 	defer eventRecording.shutdown(ctx, eventFlushTimeout)
 	recorder := eventRecording.recorder()
 
-	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod)
+	if opts.shardSlots > 0 {
+		metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration)
+		identity, err := newIdentity()
+		if err != nil {
+			return err
+		}
+		membership := slots.NewMembership(kubeClient, opts.leaderElectNamespace, opts.leaderElectName, identity, opts.leaderElectLeaseDuration, clock.RealClock{})
+		// Ready once the replica knows the others; each slot's caches sync before its
+		// workers start.
+		servers, err := startServers(ctx, opts, cfg, membership.HasSynced, nil)
+		if err != nil {
+			return err
+		}
+		defer servers.shutdown(logger)
+		return runSharded(ctx, opts, kubeClient, sampleClient, recorder, identity, membership)
+	}
+
+	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil)
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
 	controller, err := NewController(ctx, kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, recorder)
 	if err != nil {

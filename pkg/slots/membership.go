@@ -89,6 +89,9 @@ func LeaseName(group, identity string) string {
 	return fmt.Sprintf("%s-member-%016x", group, h.Sum64())
 }
 
+// HasSynced tells whether the member Leases have been listed.
+func (m *Membership) HasSynced() bool { return m.synced() }
+
 // Changes has a value whenever Live may answer differently.
 func (m *Membership) Changes() <-chan struct{} { return m.changed }
 

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
+)
+
+// SlotLabel marks, in sharded mode, each Deployment with the slot of its Foo, so that
+// the replica holding the slot can list and watch exactly its Deployments by label.
+const SlotLabel = samplecontroller.GroupName + "/slot"
+
+var (
+	slotsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sample_controller_slots_held",
+		Help: "Slots whose Lease this replica holds and whose Foos it acts on (sharded mode).",
+	})
+	slotAcquisitions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sample_controller_slot_acquisitions_total",
+		Help: "Times this replica took a slot over and started acting on it (sharded mode).",
+	})
+)
+
+// slotScope is what a controller of one slot needs to know of it.
+type slotScope struct {
+	space slots.Space
+	slot  int
+	value string
+	// outside is set once the controller saw a Foo of another slot, so that it says
+	// so once.
+	outside atomic.Bool
+}
+
+// owns tells whether foo is in the slot. A Foo of another slot reaches the cache only
+// when the apiserver ignores the shard selector (ShardedListAndWatch off, or older than
+// 1.36); the controller then filters on its side, and says so once.
+func (s *slotScope) owns(ctx context.Context, foo *samplev1alpha1.Foo) bool {
+	if s.space.Of(foo.UID) == s.slot {
+		return true
+	}
+	if !s.outside.Swap(true) {
+		klog.FromContext(ctx).Info("The API server sent Foos outside this slot: it ignores shard selectors (feature ShardedListAndWatch off, or older than 1.36); filtering here instead, with every Foo cached",
+			"slot", s.slot, "example", klog.KObj(foo))
+	}
+	return false
+}
+
+// label sets the slot label on d, and tells whether it changed.
+func (s *slotScope) label(d *appsv1.Deployment) bool {
+	if d.Labels[SlotLabel] == s.value {
+		return false
+	}
+	if d.Labels == nil {
+		d.Labels = map[string]string{}
+	}
+	d.Labels[SlotLabel] = s.value
+	return true
+}
+
+// runSharded runs the controller in sharded mode until ctx ends: the replica announces
+// itself (slots.Membership), and acts on the slots the assignment gives it, each with
+// informers of its own that the apiserver filters to the slot, only while it holds the
+// slot's Lease (slots.Holder).
+func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interface, sampleClient clientset.Interface, recorder events.EventRecorder, identity string, membership *slots.Membership) error {
+	logger := klog.FromContext(ctx)
+	space, err := slots.NewSpace(opts.shardSlots)
+	if err != nil {
+		return err
+	}
+	var controllers sync.Map // slot -> *Controller
+	holder := &slots.Holder{
+		Space:      space,
+		Membership: membership,
+		Client:     kubeClient,
+		Namespace:  opts.leaderElectNamespace,
+		Group:      opts.leaderElectName,
+		Identity:   identity,
+		Timings: slots.LeaseTimings{
+			Duration:      opts.leaderElectLeaseDuration,
+			RenewDeadline: opts.leaderElectRenewDeadline,
+			RetryPeriod:   opts.leaderElectRetryPeriod,
+		},
+		Work: func(ctx context.Context, slot int) error {
+			slotsHeld.Inc()
+			slotAcquisitions.Inc()
+			defer slotsHeld.Dec()
+			ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("slot", slot))
+			return runSlot(ctx, opts, space, slot, kubeClient, sampleClient, recorder, &controllers)
+		},
+		OnLost: func(slot int) {
+			logger.Error(nil, "Lost the Lease of a slot; exiting so that two replicas never act on it at once", "slot", slot, "identity", identity)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		},
+	}
+	metrics.Registry.MustRegister(slotsHeld, slotAcquisitions, newCachedObjectsCollector(&controllers))
+
+	logger.Info("Running sharded", "slots", space.Len(), "group", klog.KRef(opts.leaderElectNamespace, opts.leaderElectName), "identity", identity)
+	var wg sync.WaitGroup
+	wg.Go(func() { membership.Run(ctx) })
+	holder.Run(ctx)
+	wg.Wait()
+	return nil
+}
+
+// runSlot acts on one slot until ctx ends: informers filtered to the slot by the
+// apiserver, a controller on them, and its workers, drained before it returns.
+func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kubeClient kubernetes.Interface, sampleClient clientset.Interface, recorder events.EventRecorder, controllers *sync.Map) error {
+	shardSelector, _, err := space.Selector([]int{slot})
+	if err != nil {
+		return err
+	}
+	scope := &slotScope{space: space, slot: slot, value: strconv.Itoa(slot)}
+	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, &informerScope{
+		deploymentLabels: SlotLabel + "=" + scope.value,
+		shardSelector:    shardSelector,
+	})
+	controller, err := NewController(ctx, kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recorder)
+	if err != nil {
+		return err
+	}
+	controller.shutdownTimeout = opts.gracefulShutdownTimeout
+	controller.slot = scope
+	// Its own queue name, for the workqueue metrics of each slot.
+	controller.workqueue = workqueue.NewTypedRateLimitingQueueWithConfig(controller.rateLimiter,
+		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: fmt.Sprintf("foos-slot-%d", slot)})
+
+	controllers.Store(slot, controller)
+	defer controllers.Delete(slot)
+	defer sampleFactory.Shutdown()
+	defer kubeFactory.Shutdown()
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
+	return controller.Run(ctx, opts.workers)
+}
+
+// cachedObjectsCollector reports the objects in the caches of the slots this replica
+// acts on: with the apiserver filtering, about 1/N of all with N replicas.
+type cachedObjectsCollector struct {
+	controllers *sync.Map
+	desc        *prometheus.Desc
+}
+
+func newCachedObjectsCollector(controllers *sync.Map) *cachedObjectsCollector {
+	return &cachedObjectsCollector{
+		controllers: controllers,
+		desc: prometheus.NewDesc("sample_controller_cached_objects",
+			"Objects in the informer caches of the slots this replica acts on (sharded mode), by resource.",
+			[]string{"resource"}, nil),
+	}
+}
+
+func (c *cachedObjectsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *cachedObjectsCollector) Collect(ch chan<- prometheus.Metric) {
+	var foos, deployments int
+	c.controllers.Range(func(_, v any) bool {
+		controller := v.(*Controller)
+		foos += len(controller.foosIndexer.ListKeys())
+		deployments += len(controller.deploymentsIndexer.ListKeys())
+		return true
+	})
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(foos), resourceFoos)
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(deployments), resourceDeployments)
+}

@@ -1,0 +1,149 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+)
+
+// shardedRole is the Lease Role of artifacts/deploy with the sharded component, as
+// kustomize renders it.
+func shardedRole(t *testing.T) *rbacv1.Role {
+	t.Helper()
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, filepath.Join(env.RepoRoot, "artifacts", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s/components/sharded\n", rel, rel)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(env.Kubectl(t, "kustomize", overlay), "\n---\n") {
+		var role rbacv1.Role
+		if err := yaml.Unmarshal([]byte(doc), &role); err == nil && role.Kind == "Role" && role.Name == "sample-controller-leader-election" {
+			return &role
+		}
+	}
+	t.Fatal("the sharded component renders no Lease Role")
+	return nil
+}
+
+// TestShardedReplicasShareTheFoos runs three replicas in sharded mode, with the RBAC of
+// the sharded component: the Foos converge, every slot is held by exactly one replica,
+// and each replica caches only its own slots' Foos (the local apiserver filters). When
+// one replica stops, the others take its slots and act on them.
+func TestShardedReplicasShareTheFoos(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ns := env.NewNamespace(t)
+	role := shardedRole(t)
+	role.ObjectMeta = metav1.ObjectMeta{Name: role.Name}
+	if _, err := env.Kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: framework.ServiceAccount, Namespace: framework.DeployNamespace}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const slotCount, foos = 16, 30
+	args := []string{
+		fmt.Sprintf("--shard-slots=%d", slotCount), "--leader-elect-resource-namespace=" + ns,
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+	}
+	replicas := []*localcluster.Controller{
+		env.StartController(t, ns, args...), env.StartController(t, ns, args...), env.StartController(t, ns, args...),
+	}
+
+	for i := range foos {
+		name := fmt.Sprintf("shared-%d", i)
+		_, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Create(ctx, &samplev1alpha1.Foo{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       samplev1alpha1.FooSpec{DeploymentName: name, Replicas: ptr.To[int32](1)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range foos {
+		waitReady(t, ns, fmt.Sprintf("shared-%d", i), 1)
+	}
+
+	// Every slot is held once, and every Foo is cached by the one replica of its slot.
+	shares := func(ctx context.Context, live []*localcluster.Controller) (held, cached []float64, state string) {
+		for _, r := range live {
+			m, err := r.Metrics(ctx)
+			if err != nil {
+				return nil, nil, err.Error()
+			}
+			held = append(held, m.Sum("sample_controller_slots_held", nil))
+			cached = append(cached, m.Sum("sample_controller_cached_objects", map[string]string{"resource": "foos"}))
+		}
+		return held, cached, fmt.Sprintf("slots held %v, Foos cached %v", held, cached)
+	}
+	balanced := func(live []*localcluster.Controller) func(ctx context.Context) (bool, string) {
+		return func(ctx context.Context) (bool, string) {
+			held, cached, state := shares(ctx, live)
+			if held == nil {
+				return false, state
+			}
+			var slots, objects float64
+			for i := range held {
+				// Balanced: every replica holds its share, give or take one.
+				if share := float64(slotCount) / float64(len(live)); held[i] < share-1 || held[i] > share+1 {
+					return false, state
+				}
+				slots += held[i]
+				objects += cached[i]
+			}
+			return slots == slotCount && objects == foos, state
+		}
+	}
+	var state string
+	framework.Eventually(t, timeout, "three replicas to share the slots and the Foos", func(ctx context.Context) (bool, string) {
+		ok, s := balanced(replicas)(ctx)
+		state = s
+		return ok, s
+	})
+	t.Logf("sharded, 3 replicas: %s", state)
+
+	// A replica that stops gives its slots up; the others take them and act on them.
+	if err := replicas[0].Stop(localcluster.ControllerStopGrace); err != nil {
+		t.Errorf("the stopped replica exited with %v", err)
+	}
+	framework.Eventually(t, timeout, "two replicas to share the slots and the Foos", func(ctx context.Context) (bool, string) {
+		ok, s := balanced(replicas[1:])(ctx)
+		state = s
+		return ok, s
+	})
+	t.Logf("sharded, 2 replicas after one stopped: %s", state)
+	for i := range foos {
+		if i%3 == 0 {
+			env.Kubectl(t, "scale", "-n", ns, fmt.Sprintf("foo/shared-%d", i), "--replicas=2")
+		}
+	}
+	for i := range foos {
+		if i%3 == 0 {
+			waitReady(t, ns, fmt.Sprintf("shared-%d", i), 2)
+		}
+	}
+}
