@@ -177,7 +177,7 @@ func run(ctx context.Context, opts options) error {
 		if err != nil {
 			return err
 		}
-		membership := slots.NewMembership(kubeClient, opts.leaderElectNamespace, opts.leaderElectName, identity, opts.leaderElectLeaseDuration, clock.RealClock{})
+		membership := slots.NewMembership(kubeClient, opts.leaderElectNamespace, opts.leaderElectName, identity, opts.shardSlots, opts.leaderElectLeaseDuration, clock.RealClock{})
 		// Ready once the replica knows the others; each slot's caches sync before its
 		// workers start.
 		servers, err := startServers(ctx, opts, cfg, membership.HasSynced, nil)

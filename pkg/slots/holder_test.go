@@ -60,7 +60,7 @@ func TestHolderHandsSlotsOver(t *testing.T) {
 
 	start := func(identity string) (stop func()) {
 		runCtx, cancel := context.WithCancel(ctx)
-		m := NewMembership(client, ns, group, identity, 10*time.Second, clock.RealClock{})
+		m := NewMembership(client, ns, group, identity, space.Len(), 10*time.Second, clock.RealClock{})
 		h := &Holder{
 			Space: space, Membership: m, Client: client, Namespace: ns, Group: group, Identity: identity,
 			Timings: timings, Work: log.work(identity),

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +28,11 @@ import (
 // themselves; its value is the group.
 const MemberOfLabel = "samplecontroller.k8s.io/member-of"
 
+// SlotsAnnotation on a member Lease is the number of slots the member divides the Foos
+// into. Members that disagree would cut the same Foos into different slots, whose
+// Leases fence nothing between them.
+const SlotsAnnotation = "samplecontroller.k8s.io/slots"
+
 // Membership announces this replica in a Lease of its own, renewed every third of its
 // duration, and follows the Leases of the others. A member is live while its Lease was
 // renewed within its duration, by this replica's clock: membership decides only who
@@ -36,6 +43,7 @@ type Membership struct {
 	namespace string
 	group     string
 	identity  string
+	slots     int
 	duration  time.Duration
 	clock     clock.WithDelayedExecution
 
@@ -48,12 +56,15 @@ type Membership struct {
 	changed chan struct{}
 	mu      sync.Mutex
 	timer   clock.Timer
+	// disagreed says once that an older member divides the Foos otherwise.
+	disagreed sync.Once
 }
 
-// NewMembership follows the member Leases of group in namespace, for identity.
-func NewMembership(client kubernetes.Interface, namespace, group, identity string, duration time.Duration, clk clock.WithDelayedExecution) *Membership {
+// NewMembership follows the member Leases of group in namespace, for identity, which
+// divides the Foos into slots.
+func NewMembership(client kubernetes.Interface, namespace, group, identity string, slots int, duration time.Duration, clk clock.WithDelayedExecution) *Membership {
 	m := &Membership{
-		client: client, namespace: namespace, group: group, identity: identity, duration: duration, clock: clk,
+		client: client, namespace: namespace, group: group, identity: identity, slots: slots, duration: duration, clock: clk,
 		changed: make(chan struct{}, 1),
 	}
 	m.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
@@ -143,7 +154,11 @@ func (m *Membership) renew(ctx context.Context) error {
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{MemberOfLabel: m.group}},
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        name,
+				Labels:      map[string]string{MemberOfLabel: m.group},
+				Annotations: map[string]string{SlotsAnnotation: strconv.Itoa(m.slots)},
+			},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(m.identity),
 				LeaseDurationSeconds: ptr.To(int32(m.duration / time.Second)),
@@ -157,14 +172,19 @@ func (m *Membership) renew(ctx context.Context) error {
 		return err
 	}
 	lease.Spec.HolderIdentity = ptr.To(m.identity)
+	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, strconv.Itoa(m.slots))
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(m.duration / time.Second))
 	lease.Spec.RenewTime = &now
 	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return err
 }
 
-// Live is the identities of the members whose Lease is current, sorted, and whether
-// the view is complete (the Leases have been listed).
+// Live is the identities of the members to share the slots with, sorted, and whether
+// to act at all. Those are the members whose Lease is current and who divide the Foos
+// into as many slots as this one. While the oldest live member divides them otherwise,
+// as during a rollout that changes the number, this replica acts on nothing: the old
+// replicas keep their slots until they are gone, and no Foo is in two replicas' slots.
+// Nothing is to be done either before the Leases have been listed.
 func (m *Membership) Live() ([]string, bool) {
 	if !m.synced() {
 		return nil, false
@@ -174,14 +194,50 @@ func (m *Membership) Live() ([]string, bool) {
 		return nil, false
 	}
 	now := m.clock.Now()
-	var live []string
+	var live []*coordinationv1.Lease
 	for _, l := range leases {
-		if expiry, ok := leaseExpiry(l); ok && now.Before(expiry) {
-			live = append(live, *l.Spec.HolderIdentity)
+		// A Lease that does not say how it divides the Foos is no member's.
+		if expiry, ok := leaseExpiry(l); ok && now.Before(expiry) && slotsOf(l) > 0 {
+			live = append(live, l)
 		}
 	}
-	slices.Sort(live)
-	return slices.Compact(live), true
+	if len(live) > 0 {
+		oldest := slices.MinFunc(live, func(a, b *coordinationv1.Lease) int {
+			if c := acquired(a).Compare(acquired(b)); c != 0 {
+				return c
+			}
+			return strings.Compare(*a.Spec.HolderIdentity, *b.Spec.HolderIdentity)
+		})
+		if slotsOf(oldest) != m.slots {
+			m.disagreed.Do(func() {
+				klog.Background().Info("Acting on no slot while an older replica divides the Foos into another number of slots",
+					"replica", *oldest.Spec.HolderIdentity, "itsSlots", oldest.Annotations[SlotsAnnotation], "slots", m.slots)
+			})
+			return nil, false
+		}
+	}
+	var peers []string
+	for _, l := range live {
+		if slotsOf(l) == m.slots {
+			peers = append(peers, *l.Spec.HolderIdentity)
+		}
+	}
+	slices.Sort(peers)
+	return slices.Compact(peers), true
+}
+
+// acquired is when a member first announced itself.
+func acquired(l *coordinationv1.Lease) time.Time {
+	if l.Spec.AcquireTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.AcquireTime.Time
+}
+
+// slotsOf is the number of slots a member divides the Foos into; 0 when it does not say.
+func slotsOf(l *coordinationv1.Lease) int {
+	n, _ := strconv.Atoi(l.Annotations[SlotsAnnotation])
+	return n
 }
 
 // scheduleExpiry arms a timer for the next expiry among the current Leases: no event

@@ -3,6 +3,7 @@ package slots
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,8 +41,8 @@ func TestMembership(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
 	const ns, group = "system", "sample-controller"
 
-	a := NewMembership(client, ns, group, "a", 30*time.Second, clk)
-	b := NewMembership(client, ns, group, "b", 30*time.Second, clk)
+	a := NewMembership(client, ns, group, "a", 8, 30*time.Second, clk)
+	b := NewMembership(client, ns, group, "b", 8, 30*time.Second, clk)
 	aCtx, stopA := context.WithCancel(ctx)
 	defer stopA()
 	bCtx, stopB := context.WithCancel(ctx)
@@ -56,14 +57,7 @@ func TestMembership(t *testing.T) {
 
 	t.Run("a member that stops renewing lapses when its Lease expires", func(t *testing.T) {
 		// A replica that died: its Lease stays, renewed no more.
-		now := metav1.NewMicroTime(clk.Now())
-		_, err := client.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: LeaseName(group, "dead"), Labels: map[string]string{MemberOfLabel: group}},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("dead"), LeaseDurationSeconds: ptr.To[int32](5), RenewTime: &now},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		createMember(t, client, ns, group, "dead", 8, clk.Now(), clk.Now(), 5)
 		waitLive(t, a, "a", "b", "dead")
 		// The timer at its expiry is the only event that says it lapsed.
 		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
@@ -84,12 +78,53 @@ func TestMembership(t *testing.T) {
 		}
 	})
 
+	t.Run("a member dividing the Foos otherwise", func(t *testing.T) {
+		// Younger: not a peer. Older: nobody acts until it is gone.
+		younger := createMember(t, client, ns, group, "younger", 32, clk.Now(), clk.Now(), 30)
+		older := createMember(t, client, ns, group, "older", 32, clk.Now().Add(-time.Hour), clk.Now(), 30)
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			_, act := a.Live()
+			return !act, nil
+		}); err != nil {
+			live, act := a.Live()
+			t.Fatalf("with an older member of 32 slots, Live = %q, %v; want no action", live, act)
+		}
+		for _, l := range []string{older, younger} {
+			if err := client.CoordinationV1().Leases(ns).Delete(ctx, l, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if l == older {
+				waitLive(t, a, "a")
+			}
+		}
+		waitLive(t, a, "a")
+	})
+
 	t.Run("another group's Leases are not members", func(t *testing.T) {
-		other := NewMembership(client, ns, "other", "x", 30*time.Second, clk)
+		other := NewMembership(client, ns, "other", "x", 8, 30*time.Second, clk)
 		otherCtx, stop := context.WithCancel(ctx)
 		defer stop()
 		go other.Run(otherCtx)
 		waitLive(t, other, "x")
 		waitLive(t, a, "a")
 	})
+}
+
+// createMember writes a member Lease as another replica would have, and returns its name.
+func createMember(t *testing.T, client *fake.Clientset, ns, group, identity string, slots int, acquired, renewed time.Time, seconds int32) string {
+	t.Helper()
+	now, since := metav1.NewMicroTime(renewed), metav1.NewMicroTime(acquired)
+	name := LeaseName(group, identity)
+	_, err := client.CoordinationV1().Leases(ns).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{MemberOfLabel: group},
+			Annotations: map[string]string{SlotsAnnotation: strconv.Itoa(slots)},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(identity), LeaseDurationSeconds: ptr.To(seconds), AcquireTime: &since, RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
