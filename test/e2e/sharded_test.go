@@ -5,43 +5,15 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
-
-// shardedRole is the Lease Role of artifacts/deploy with the sharded component, as
-// kustomize renders it.
-func shardedRole(t *testing.T) *rbacv1.Role {
-	t.Helper()
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, filepath.Join(env.RepoRoot, "artifacts", "deploy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kustomization := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s/components/sharded\n", rel, rel)
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(env.Kubectl(t, "kustomize", overlay), "\n---\n") {
-		var role rbacv1.Role
-		if err := yaml.Unmarshal([]byte(doc), &role); err == nil && role.Kind == "Role" && role.Name == "sample-controller-leader-election" {
-			return &role
-		}
-	}
-	t.Fatal("the sharded component renders no Lease Role")
-	return nil
-}
 
 // TestShardedReplicasShareTheFoos runs three replicas in sharded mode, with the RBAC of
 // the sharded component: the Foos converge, every slot is held by exactly one replica,
@@ -51,19 +23,7 @@ func TestShardedReplicasShareTheFoos(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	ns := env.NewNamespace(t)
-	role := shardedRole(t)
-	role.ObjectMeta = metav1.ObjectMeta{Name: role.Name}
-	if _, err := env.Kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := env.Kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: framework.ServiceAccount, Namespace: framework.DeployNamespace}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env.GrantShardedLeases(t, ns)
 
 	const slotCount, foos = 16, 30
 	args := []string{

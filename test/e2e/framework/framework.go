@@ -31,6 +31,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
@@ -372,6 +373,44 @@ func (e *Env) BindClusterRole(t *testing.T, clusterRole, namespace, name string)
 	t.Cleanup(func() {
 		_ = e.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
 	})
+}
+
+// GrantShardedLeases lets the ServiceAccount of artifacts/deploy use Leases in ns as the
+// sharded component of artifacts/deploy lets it in its own namespace: that component's
+// Role, as kustomize renders it, bound in ns until t ends with the namespace.
+func (e *Env) GrantShardedLeases(t *testing.T, ns string) {
+	t.Helper()
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, filepath.Join(e.RepoRoot, "artifacts", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s/components/sharded\n", rel, rel)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var role *rbacv1.Role
+	for _, doc := range strings.Split(e.Kubectl(t, "kustomize", overlay), "\n---\n") {
+		var r rbacv1.Role
+		if err := yaml.Unmarshal([]byte(doc), &r); err == nil && r.Kind == "Role" && r.Name == "sample-controller-leader-election" {
+			role = &r
+		}
+	}
+	if role == nil {
+		t.Fatal("the sharded component renders no Lease Role")
+	}
+	role.ObjectMeta = metav1.ObjectMeta{Name: role.Name}
+	if _, err := e.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Kube.RbacV1().RoleBindings(ns).Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: DeployNamespace}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // ServiceAccountToken returns a new token of the ServiceAccount (TokenRequest), valid
