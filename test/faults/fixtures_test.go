@@ -55,8 +55,14 @@ func startProxied(t *testing.T, ns string, args ...string) *proxiedController {
 // newProxied starts the API proxy of a controller, without the controller.
 func newProxied(t *testing.T, ns string, args ...string) *proxiedController {
 	t.Helper()
+	return newProxiedOn(t, env.Cluster, env.ControllerKubeconfig, ns, args...)
+}
+
+// newProxiedOn is newProxied on another cluster, with the credentials of kubeconfig.
+func newProxiedOn(t *testing.T, cluster *localcluster.Cluster, kubeconfig, ns string, args ...string) *proxiedController {
+	t.Helper()
 	name := fmt.Sprintf("proxy-%d-%s", proxies.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
-	proxy, err := env.Cluster.StartAPIProxy(name)
+	proxy, err := cluster.StartAPIProxy(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +79,7 @@ func newProxied(t *testing.T, ns string, args ...string) *proxiedController {
 		}
 		_ = os.WriteFile(filepath.Join(env.OutDir, name+".writes"), []byte(log.String()), 0o644)
 	})
-	if err := proxy.WriteKubeconfig(env.ControllerKubeconfig, c.kubeconfig); err != nil {
+	if err := proxy.WriteKubeconfig(kubeconfig, c.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -5,13 +5,23 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
@@ -96,8 +106,151 @@ func TestShardedHandOffs(t *testing.T) {
 	for _, c := range started {
 		logs = append(logs, c.proxy.Writes())
 	}
+	writes, outside, handOffs := checkTenures(t, logs, slotOf)
+	fmt.Printf("faults: sharded 1->3->1->3 and SIGKILL of 1 of 3 (%d slots, Leases of %v): slots held again %.1fs after the SIGKILL; %d slot hand-offs; %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		shardSlots, shardLease, heldAgain.Seconds(), handOffs, writes, outside, len(names), settled.Seconds())
+}
+
+// TestShardedWithoutTheGate runs three sharded replicas on a cluster of its own whose
+// apiserver ignores shard selectors, as one without ShardedListAndWatch or older than
+// 1.36 does: every replica caches every Foo, says once that the apiserver sent it
+// others' Foos, and acts only on its own slots' (no write outside its tenure).
+func TestShardedWithoutTheGate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{
+		Dir: filepath.Join(env.OutDir, "cluster-without-sharded-list-and-watch"), BinDir: env.Cluster.BinDir(),
+		DisableShardedListAndWatch: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Stop(); err != nil {
+			t.Errorf("stopping the second cluster: %v", err)
+		}
+	})
+	cfg := cluster.RESTConfig()
+	if err := localcluster.InstallCRD(ctx, cfg, filepath.Join(env.RepoRoot, "artifacts", "examples", "crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "gateless"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A ServiceAccount bound to cluster-admin: the proxies pass tokens, not client
+	// certificates, and this case is about the gate, the other about RBAC.
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sharded"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "sharded"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "sharded", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(env.OutDir, "gateless.kubeconfig")
+	if err := framework.WriteServiceAccountKubeconfig(ctx, kube, cluster.KubeconfigPath(), ns, "sharded", kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{
+		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + ns,
+		"--leader-elect-lease-duration=" + shardLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+	}
+	var replicas []*proxiedController
+	for range 3 {
+		c := newProxiedOn(t, cluster, kubeconfig, ns, args...)
+		c.start(t)
+		replicas = append(replicas, c)
+	}
+	waitSlotsHeld(t, replicas)
+
+	const count = 24
+	var names []string
+	for i := range count {
+		name := fmt.Sprintf("gateless-%d", i)
+		names = append(names, name)
+		_, err := sample.SamplecontrollerV1alpha1().Foos(ns).Create(ctx, &samplev1alpha1.Foo{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       samplev1alpha1.FooSpec{DeploymentName: name, Replicas: ptr.To[int32](1)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, timeout, fmt.Sprintf("%d Foos to be Ready", count), func(ctx context.Context) (bool, string) {
+		foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, foo := range foos.Items {
+			if c := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && foo.Status.AvailableReplicas == 1 {
+				ready++
+			}
+		}
+		return ready == count, fmt.Sprintf("%d Ready", ready)
+	})
+
+	var cached []float64
+	for _, c := range replicas {
+		m, err := c.process().Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := m.Sum("sample_controller_cached_objects", map[string]string{"resource": "foos"})
+		cached = append(cached, n)
+		// Each slot's informer holds every Foo: the replica's caches hold them once per slot.
+		if held := m.Sum("sample_controller_slots_held", nil); n != held*count {
+			t.Errorf("%s caches %v Foos over %v slots, want every Foo in each slot's cache (%v)", c.proxy.Name(), n, held, held*count)
+		}
+		log, err := os.ReadFile(c.process().LogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(log), "The API server sent Foos outside this slot") {
+			t.Errorf("%s never said that the apiserver ignored its shard selector; its log is %s", c.proxy.Name(), c.process().LogPath())
+		}
+	}
+
+	foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	space, err := slots.NewSpace(shardSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slotOf := map[string]int{}
+	for _, foo := range foos.Items {
+		slotOf[foo.Name] = space.Of(foo.UID)
+	}
+	var logs [][]localcluster.APIWrite
+	for _, c := range replicas {
+		logs = append(logs, c.proxy.Writes())
+	}
+	writes, outside, _ := checkTenures(t, logs, slotOf)
+	fmt.Printf("faults: sharded without ShardedListAndWatch: 3 replicas, %d Foos converged; Foos cached per replica %v (every Foo once per slot held); %d writes, %d outside the writer's tenure\n",
+		count, cached, writes, outside)
+}
+
+// checkTenures fails the test for every Foo or Deployment write that falls outside its
+// replica's tenure of the Foo's slot (slotOf, by Foo name, which is also its
+// Deployment's), and returns the writes checked, those outside, and the hand-offs.
+func checkTenures(t *testing.T, logs [][]localcluster.APIWrite, slotOf map[string]int) (writes, outside, handOffs int) {
+	t.Helper()
 	tenures := slotTenures(logs)
-	writes, outside := 0, 0
 	for _, log := range logs {
 		for _, w := range objectWrites(log) {
 			slot, ok := slotOf[w.Name]
@@ -111,12 +264,10 @@ func TestShardedHandOffs(t *testing.T) {
 			}
 		}
 	}
-	handOffs := 0
 	for _, ts := range tenures {
 		handOffs += len(ts) - 1
 	}
-	fmt.Printf("faults: sharded 1->3->1->3 and SIGKILL of 1 of 3 (%d slots, Leases of %v): slots held again %.1fs after the SIGKILL; %d slot hand-offs; %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
-		shardSlots, shardLease, heldAgain.Seconds(), handOffs, writes, outside, len(names), settled.Seconds())
+	return writes, outside, handOffs
 }
 
 // waitSlotsHeld waits until the live replicas hold every slot between them, each its

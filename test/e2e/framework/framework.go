@@ -325,11 +325,17 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 // the ServiceAccount, against the cluster of the admin kubeconfig, with the
 // ServiceAccount's namespace as the context's.
 func (e *Env) WriteServiceAccountKubeconfig(ctx context.Context, namespace, name, path string) error {
-	token, err := e.ServiceAccountToken(ctx, namespace, name)
+	return WriteServiceAccountKubeconfig(ctx, e.Kube, e.Kubeconfig, namespace, name, path)
+}
+
+// WriteServiceAccountKubeconfig is Env.WriteServiceAccountKubeconfig for any cluster:
+// kube and adminKubeconfig are its.
+func WriteServiceAccountKubeconfig(ctx context.Context, kube kubernetes.Interface, adminKubeconfig, namespace, name, path string) error {
+	token, err := ServiceAccountToken(ctx, kube, namespace, name)
 	if err != nil {
 		return err
 	}
-	admin, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	admin, err := clientcmd.LoadFromFile(adminKubeconfig)
 	if err != nil {
 		return err
 	}
@@ -416,7 +422,12 @@ func (e *Env) GrantShardedLeases(t *testing.T, ns string) {
 // ServiceAccountToken returns a new token of the ServiceAccount (TokenRequest), valid
 // for a day.
 func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (string, error) {
-	tokenRequest, err := e.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+	return ServiceAccountToken(ctx, e.Kube, namespace, name)
+}
+
+// ServiceAccountToken is Env.ServiceAccountToken for any cluster.
+func ServiceAccountToken(ctx context.Context, kube kubernetes.Interface, namespace, name string) (string, error) {
+	tokenRequest, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
 	}, metav1.CreateOptions{})
 	if err != nil {
