@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed-e6610ed6/sample-controller/pkg/election"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 )
@@ -127,99 +127,29 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	}
 	go func() {
 		defer close(run.done)
-		// The election outlives ctx while the work runs: the Lease is released only
-		// once the work has returned.
-		electionCtx, endElection := context.WithCancel(context.Background())
-		defer endElection()
-		var (
-			mu      sync.Mutex
-			working bool
-			worked  bool
-		)
-		stopWaiting := context.AfterFunc(ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if !working {
-				endElection()
-			}
-		})
-		defer stopWaiting()
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   h.Timings.Duration,
-			RenewDeadline:   h.Timings.RenewDeadline,
-			RetryPeriod:     h.Timings.RetryPeriod,
-			ReleaseOnCancel: false,
-			Name:            lock.LeaseMeta.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(leaderCtx context.Context) {
-					mu.Lock()
-					if ctx.Err() != nil {
-						mu.Unlock()
-						endElection()
-						return
-					}
-					working = true
-					mu.Unlock()
-					logger.V(2).Info("Holding the slot")
-					workCtx, cancel := context.WithCancel(leaderCtx)
-					defer cancel()
-					stopWork := context.AfterFunc(ctx, cancel)
-					defer stopWork()
-					if err := h.Work(workCtx, slot); err != nil {
-						logger.Error(err, "The slot's work ended")
-					}
-					mu.Lock()
-					worked = true
-					mu.Unlock()
-					endElection()
-				},
-				OnStoppedLeading: func() {
-					mu.Lock()
-					lost := working && !worked
-					mu.Unlock()
-					if lost && ctx.Err() == nil && h.OnLost != nil {
-						h.OnLost(slot)
-					}
-				},
+		result := election.Run(ctx, election.Config{
+			Lock:          lock,
+			Name:          lock.LeaseMeta.Name,
+			LeaseDuration: h.Timings.Duration,
+			RenewDeadline: h.Timings.RenewDeadline,
+			RetryPeriod:   h.Timings.RetryPeriod,
+			OnLost: func() {
+				if h.OnLost != nil {
+					h.OnLost(slot)
+				}
 			},
+		}, func(ctx context.Context) error {
+			logger.V(2).Info("Holding the slot")
+			return h.Work(ctx, slot)
 		})
-		if err != nil {
-			logger.Error(err, "Setting up the slot's election")
-			return
-		}
-		elector.Run(electionCtx)
-		mu.Lock()
-		release := worked
-		mu.Unlock()
-		if release {
-			releaseCtx, cancel := context.WithTimeout(context.Background(), h.Timings.RenewDeadline)
-			defer cancel()
-			if err := ReleaseLease(releaseCtx, lock, h.Identity); err != nil {
-				logger.Error(err, "Releasing the slot; the next holder takes it once it expires")
-			} else {
-				logger.V(2).Info("Released the slot")
-			}
+		switch {
+		case result.Err != nil:
+			logger.Error(result.Err, "The slot's work ended")
+		case result.ReleaseErr != nil:
+			logger.Error(result.ReleaseErr, "Releasing the slot; the next holder takes it once it expires")
+		case result.Worked:
+			logger.V(2).Info("Released the slot")
 		}
 	}()
 	return run
-}
-
-// ReleaseLease empties the Lease if identity still holds it, with a duration of one
-// second, as client-go's elector does when it releases on cancel.
-func ReleaseLease(ctx context.Context, lock resourcelock.Interface, identity string) error {
-	record, _, err := lock.Get(ctx)
-	if err != nil {
-		return fmt.Errorf("reading the lease: %w", err)
-	}
-	if record.HolderIdentity != identity {
-		return nil
-	}
-	now := metav1.NewTime(time.Now())
-	return lock.Update(ctx, resourcelock.LeaderElectionRecord{
-		LeaderTransitions:    record.LeaderTransitions,
-		LeaseDurationSeconds: 1,
-		AcquireTime:          now,
-		RenewTime:            now,
-	})
 }

@@ -89,24 +89,7 @@ func TestShardedHandOffs(t *testing.T) {
 	names := <-load
 	settled := checkInvariants(t, ns, names)
 
-	space, err := slots.NewSpace(shardSlots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	foos, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slotOf := map[string]int{}
-	for _, foo := range foos.Items {
-		// Each Foo's Deployment has the Foo's name.
-		slotOf[foo.Name] = space.Of(foo.UID)
-	}
-	var logs [][]localcluster.APIWrite
-	for _, c := range started {
-		logs = append(logs, c.proxy.Writes())
-	}
-	writes, outside, handOffs := checkTenures(t, logs, slotOf)
+	writes, outside, handOffs := checkTenures(t, env.Sample, ns, started)
 	fmt.Printf("faults: sharded 1->3->1->3 and SIGKILL of 1 of 3 (%d slots, Leases of %v): slots held again %.1fs after the SIGKILL; %d slot hand-offs; %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
 		shardSlots, shardLease, heldAgain.Seconds(), handOffs, writes, outside, len(names), settled.Seconds())
 }
@@ -224,11 +207,21 @@ func TestShardedWithoutTheGate(t *testing.T) {
 		}
 	}
 
-	foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
+	writes, outside, _ := checkTenures(t, sample, ns, replicas)
+	fmt.Printf("faults: sharded without ShardedListAndWatch: 3 replicas, %d Foos converged; Foos cached per replica %v (every Foo once per slot held); %d writes, %d outside the writer's tenure\n",
+		count, cached, writes, outside)
+}
+
+// checkTenures fails the test for every Foo or Deployment write of the replicas that
+// falls outside its replica's tenure of the Foo's slot, and returns the writes checked,
+// those outside, and the hand-offs. Each Foo in ns names its Deployment after itself.
+func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas []*proxiedController) (writes, outside, handOffs int) {
+	t.Helper()
+	space, err := slots.NewSpace(shardSlots)
 	if err != nil {
 		t.Fatal(err)
 	}
-	space, err := slots.NewSpace(shardSlots)
+	foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,16 +233,6 @@ func TestShardedWithoutTheGate(t *testing.T) {
 	for _, c := range replicas {
 		logs = append(logs, c.proxy.Writes())
 	}
-	writes, outside, _ := checkTenures(t, logs, slotOf)
-	fmt.Printf("faults: sharded without ShardedListAndWatch: 3 replicas, %d Foos converged; Foos cached per replica %v (every Foo once per slot held); %d writes, %d outside the writer's tenure\n",
-		count, cached, writes, outside)
-}
-
-// checkTenures fails the test for every Foo or Deployment write that falls outside its
-// replica's tenure of the Foo's slot (slotOf, by Foo name, which is also its
-// Deployment's), and returns the writes checked, those outside, and the hand-offs.
-func checkTenures(t *testing.T, logs [][]localcluster.APIWrite, slotOf map[string]int) (writes, outside, handOffs int) {
-	t.Helper()
 	tenures := slotTenures(logs)
 	for _, log := range logs {
 		for _, w := range objectWrites(log) {

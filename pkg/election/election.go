@@ -1,0 +1,149 @@
+// Package election runs work only while this process holds a Lease, with client-go's
+// leader election, in the order that keeps two holders from ever working at once: on
+// cancellation the work stops first and the Lease is released after; a Lease lost
+// without being asked to stop is reported at once and not released.
+package election
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// Config is one election.
+type Config struct {
+	Lock resourcelock.Interface
+	// Name names the election in client-go's metrics and logs.
+	Name                                      string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	WatchDog                                  *leaderelection.HealthzAdaptor
+	// OnLost is called when the Lease is lost while the work runs and nobody asked it
+	// to stop. It must end every write of the work at once: the controller exits. The
+	// work's context is cancelled too, but a standby may take the Lease before the
+	// work has noticed.
+	OnLost func()
+	// OnNewLeader, if set, is told every holder the election observes.
+	OnNewLeader func(identity string)
+}
+
+// Result is how an election ended.
+type Result struct {
+	// Worked is whether the work ran: this process held the Lease.
+	Worked bool
+	// Err is the work's.
+	Err error
+	// ReleaseErr is the release's, once the work returned: another holder then waits
+	// for the Lease to expire.
+	ReleaseErr error
+}
+
+// Run runs work only while this process holds the Lease, until ctx is cancelled or the
+// work returns. On cancellation the work stops first and the Lease is released after,
+// so that the next holder never works alongside this one; releasing hands over in
+// about one retry period instead of a lease duration. Cancelling ctx before the Lease
+// is held ends the wait.
+func Run(ctx context.Context, cfg Config, work func(context.Context) error) Result {
+	// The election outlives ctx: it ends when work has returned, or when ctx is
+	// cancelled before this process ever held the Lease.
+	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var (
+		mu      sync.Mutex
+		working bool // work has started
+		worked  bool // work has returned
+		result  Result
+	)
+	stopWaiting := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !working {
+			endElection()
+		}
+	})
+	defer stopWaiting()
+
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            cfg.Lock,
+		LeaseDuration:   cfg.LeaseDuration,
+		RenewDeadline:   cfg.RenewDeadline,
+		RetryPeriod:     cfg.RetryPeriod,
+		ReleaseOnCancel: false, // released below, once work has returned
+		WatchDog:        cfg.WatchDog,
+		Name:            cfg.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				mu.Lock()
+				if ctx.Err() != nil {
+					mu.Unlock()
+					endElection()
+					return
+				}
+				working = true
+				mu.Unlock()
+				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx).
+				workCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				err := work(workCtx)
+				mu.Lock()
+				worked, result.Err = true, err
+				mu.Unlock()
+				endElection()
+			},
+			OnStoppedLeading: func() {
+				mu.Lock()
+				lost := working && !worked
+				mu.Unlock()
+				if lost && ctx.Err() == nil && cfg.OnLost != nil {
+					cfg.OnLost()
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if cfg.OnNewLeader != nil {
+					cfg.OnNewLeader(identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Name, err)}
+	}
+	elector.Run(electionCtx)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if !worked {
+		return result
+	}
+	result.Worked = true
+	// The work has returned: hand the Lease over now rather than after it expires.
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
+	defer cancel()
+	result.ReleaseErr = Release(releaseCtx, cfg.Lock, cfg.Lock.Identity())
+	return result
+}
+
+// Release empties the Lease if identity still holds it, with a duration of one second,
+// as client-go's elector does when it releases on cancel.
+func Release(ctx context.Context, lock resourcelock.Interface, identity string) error {
+	record, _, err := lock.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the lease: %w", err)
+	}
+	if record.HolderIdentity != identity {
+		return nil
+	}
+	now := metav1.NewTime(time.Now())
+	return lock.Update(ctx, resourcelock.LeaderElectionRecord{
+		LeaderTransitions:    record.LeaderTransitions,
+		LeaseDurationSeconds: 1,
+		AcquireTime:          now,
+		RenewTime:            now,
+	})
+}
