@@ -114,8 +114,10 @@ type Controller struct {
 
 // NewController wires the controller to its informers. The Deployment informer
 // should list only the Deployments the controller manages (see newInformerFactories).
+// queueName names the work queue in its metrics.
 func NewController(
 	ctx context.Context,
+	queueName string,
 	kubeclientset kubernetes.Interface,
 	sampleclientset clientset.Interface,
 	deploymentInformer appsinformers.DeploymentInformer,
@@ -132,7 +134,7 @@ func NewController(
 		foosIndexer:        fooInformer.Informer().GetIndexer(),
 		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			rateLimiter,
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "foos"},
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: queueName},
 		),
 		rateLimiter:     rateLimiter,
 		recorder:        recorder,

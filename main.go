@@ -190,7 +190,7 @@ func run(ctx context.Context, opts options) error {
 
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil)
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
-	controller, err := NewController(ctx, kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, recorder)
+	controller, err := NewController(ctx, "foos", kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, recorder)
 	if err != nil {
 		return err
 	}

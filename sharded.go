@@ -10,9 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
@@ -130,15 +128,14 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 		deploymentLabels: SlotLabel + "=" + scope.value,
 		shardSelector:    shardSelector,
 	})
-	controller, err := NewController(ctx, kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recorder)
+	// Each slot's queue has a name of its own in the workqueue metrics.
+	controller, err := NewController(ctx, fmt.Sprintf("foos-slot-%d", slot), kubeClient, sampleClient,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recorder)
 	if err != nil {
 		return err
 	}
 	controller.shutdownTimeout = opts.gracefulShutdownTimeout
 	controller.slot = scope
-	// Its own queue name, for the workqueue metrics of each slot.
-	controller.workqueue = workqueue.NewTypedRateLimitingQueueWithConfig(controller.rateLimiter,
-		workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: fmt.Sprintf("foos-slot-%d", slot)})
 
 	controllers.Store(slot, controller)
 	defer controllers.Delete(slot)

@@ -75,19 +75,6 @@ func (h *Holder) Run(ctx context.Context) {
 	}
 }
 
-// Held are the slots whose election runs here: held, or waited for.
-func (h *Holder) Held() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var slots []int
-	for slot := range h.Space.Len() {
-		if h.running[slot] != nil {
-			slots = append(slots, slot)
-		}
-	}
-	return slots
-}
-
 // apply starts the elections of the slots in want that do not run yet, and stops
 // those that run and are not in want, all at once, and waits for the stops.
 func (h *Holder) apply(ctx context.Context, want []int) {

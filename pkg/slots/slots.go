@@ -2,7 +2,8 @@
 // (KEP-5866: the 64-bit FNV-1a hash of object.metadata.uid) into a fixed number of
 // equal slots, writes the shard selector of a set of slots, and assigns slots to
 // replicas so that each holds an equal share and few slots move when a replica comes or
-// goes. It is the arithmetic of the sharded mode; it talks to nothing.
+// goes. Membership and Holder run that assignment over Leases: who is live, and which
+// slot's work runs here, each only while its Lease is held.
 package slots
 
 import (
