@@ -33,6 +33,12 @@ var (
 		Name: "sample_controller_slot_acquisitions_total",
 		Help: "Times this replica took a slot over and started acting on it (sharded mode).",
 	})
+	slotUnheld = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "sample_controller_slot_unheld_seconds",
+		Help: "When this replica took a slot over, how long the slot had gone without a holder, at most: since another replica last renewed or released the slot's Lease, as this replica saw it (sharded mode).",
+		// From a hand-over (one retry period) to a dead holder's Lease expiring.
+		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60},
+	})
 )
 
 // slotScope is what a controller of one slot needs to know of it.
@@ -82,7 +88,8 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 		return err
 	}
 	var controllers sync.Map // slot -> *Controller
-	holder := &slots.Holder{
+	var holder *slots.Holder
+	holder = &slots.Holder{
 		Space:      space,
 		Membership: membership,
 		Client:     kubeClient,
@@ -97,6 +104,9 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 		Work: func(ctx context.Context, slot int) error {
 			slotsHeld.Inc()
 			slotAcquisitions.Inc()
+			if unheld, ok := holder.Unheld(slot); ok {
+				slotUnheld.Observe(unheld.Seconds())
+			}
 			defer slotsHeld.Dec()
 			ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("slot", slot))
 			return runSlot(ctx, opts, space, slot, kubeClient, sampleClient, recorder, &controllers)
@@ -106,7 +116,7 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		},
 	}
-	metrics.Registry.MustRegister(slotsHeld, slotAcquisitions, newCachedObjectsCollector(&controllers))
+	metrics.Registry.MustRegister(slotsHeld, slotAcquisitions, slotUnheld, newCachedObjectsCollector(&controllers))
 
 	logger.Info("Running sharded", "slots", space.Len(), "group", klog.KRef(opts.leaderElectNamespace, opts.leaderElectName), "identity", identity)
 	var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // LeaseTimings are the fencing Leases' timings, as client-go's leader election takes
@@ -38,15 +39,32 @@ type Holder struct {
 	Work func(ctx context.Context, slot int) error
 	// OnLost is called when the Lease of a slot whose work runs was lost.
 	OnLost func(slot int)
+	// Clock is the observer's; the real clock when nil.
+	Clock clock.Clock
 
-	mu      sync.Mutex
-	running map[int]*slotRun
+	mu       sync.Mutex
+	running  map[int]*slotRun
+	observer *observer
 }
 
 // slotRun is one slot's election and work, and how to end them.
 type slotRun struct {
 	stop context.CancelFunc
 	done chan struct{}
+}
+
+// Unheld is how long, at most, the slot went without a holder before this member took
+// it: since another holder last renewed or released its Lease, as this member saw it.
+// It is false when no other holder was seen.
+func (h *Holder) Unheld(slot int) (time.Duration, bool) {
+	h.mu.Lock()
+	o := h.observer
+	h.mu.Unlock()
+	at, ok := o.lastForeign(SlotLeaseName(h.Group, slot))
+	if !ok {
+		return 0, false
+	}
+	return o.clock.Since(at), true
 }
 
 // SlotLeaseName is the fencing Lease of a slot.
@@ -58,9 +76,21 @@ func SlotLeaseName(group string, slot int) string {
 // its Lease before it returns.
 func (h *Holder) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
+	clk := h.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	h.mu.Lock()
 	h.running = map[int]*slotRun{}
+	h.observer = newObserver(h.Client, h.Namespace, h.Group, h.Identity, clk)
 	h.mu.Unlock()
+	// The slot Leases are followed for as long as this member runs, whether it holds
+	// them or not, so that it can tell a dead holder's Lease expired the moment it has.
+	observing, stopObserving := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { h.observer.run(observing) })
+	defer wg.Wait()
+	defer stopObserving()
 	for {
 		if members, ok := h.Membership.Live(); ok {
 			h.apply(ctx, SlotsOf(h.Space.Assign(members), h.Identity))
@@ -107,16 +137,26 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	ctx, stop := context.WithCancel(context.WithoutCancel(parent))
 	run := &slotRun{stop: stop, done: make(chan struct{})}
 	logger := klog.FromContext(parent).WithValues("slot", slot)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: SlotLeaseName(h.Group, slot), Namespace: h.Namespace},
-		Client:     h.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: h.Identity},
+	name := SlotLeaseName(h.Group, slot)
+	lock := &observedLock{
+		LeaseLock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Namespace},
+			Client:     h.Client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Identity},
+			Labels:     map[string]string{SlotOfLabel: h.Group},
+		},
+		observer: h.observer,
 	}
 	go func() {
 		defer close(run.done)
+		// Asking before the holder's Lease has expired only starts the elector's own
+		// count; ask the moment it expires, or is released.
+		if !h.observer.waitTakeable(ctx, name) {
+			return
+		}
 		result := election.Run(ctx, election.Config{
 			Lock:          lock,
-			Name:          lock.LeaseMeta.Name,
+			Name:          name,
 			LeaseDuration: h.Timings.Duration,
 			RenewDeadline: h.Timings.RenewDeadline,
 			RetryPeriod:   h.Timings.RetryPeriod,

@@ -2,14 +2,20 @@ package slots
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 )
@@ -104,6 +110,110 @@ func TestHolderHandsSlotsOver(t *testing.T) {
 	stopA()
 	waitOwners("nobody works once both stopped", all(""))
 
+	if len(log.overlaps) > 0 {
+		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
+	}
+}
+
+// TestHolderTakesADeadMembersSlotsAtOnce partitions one of two members from the
+// apiserver (every write of it fails, as for a replica that died or lost its network)
+// and checks that the other takes its slots the moment the assignment gives them to
+// it: their Leases, which it has watched all along, have expired by then. client-go's
+// elector alone would wait a Lease duration more, counted from its first look.
+func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	// a's client shares client's objects, and fails every request but watches once a
+	// is cut off.
+	aClient := fake.NewClientset()
+	aClient.ReactionChain = slices.Clone(client.ReactionChain)
+	aClient.WatchReactionChain = slices.Clone(client.WatchReactionChain)
+	var cut atomic.Bool
+	aClient.PrependReactor("*", "*", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if cut.Load() {
+			return true, nil, errors.New("cut off from the apiserver")
+		}
+		return false, nil, nil
+	})
+
+	const ns, group = "system", "sample-controller"
+	const memberDuration = 4 * time.Second
+	space := mustSpace(t, 8)
+	log := &workLog{active: map[int]string{}}
+	timings := LeaseTimings{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+	holders := map[string]*Holder{}
+	start := func(identity string, client kubernetes.Interface, onLost func(int)) {
+		runCtx, cancel := context.WithCancel(ctx)
+		m := NewMembership(client, ns, group, identity, space.Len(), memberDuration, clock.RealClock{})
+		h := &Holder{
+			Space: space, Membership: m, Client: client, Namespace: ns, Group: group, Identity: identity,
+			Timings: timings, Work: log.work(identity), OnLost: onLost,
+		}
+		holders[identity] = h
+		var wg sync.WaitGroup
+		wg.Go(func() { m.Run(runCtx) })
+		wg.Go(func() { h.Run(runCtx) })
+		t.Cleanup(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
+	waitOwners := func(what string, want func([]string) bool) time.Time {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			return want(log.owners(space.Len())), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: owners %q", what, log.owners(space.Len()))
+		}
+		return time.Now()
+	}
+
+	var lost atomic.Int32
+	start("a", aClient, func(int) { lost.Add(1) })
+	waitOwners("a works on every slot", func(owners []string) bool {
+		return !slices.ContainsFunc(owners, func(o string) bool { return o != "a" })
+	})
+	start("b", client, func(slot int) { t.Errorf("b lost slot %d", slot) })
+	waitOwners("a and b share the slots as assigned", func(owners []string) bool {
+		return slices.Equal(owners, space.Assign([]string{"a", "b"}))
+	})
+	var aSlots []int
+	for slot, who := range space.Assign([]string{"a", "b"}) {
+		if who == "a" {
+			aSlots = append(aSlots, slot)
+		}
+	}
+
+	cut.Store(true)
+	cutAt := time.Now()
+	allB := waitOwners("b works on every slot", func(owners []string) bool {
+		return !slices.ContainsFunc(owners, func(o string) bool { return o != "b" })
+	})
+	// The moment the assignment moved a's slots to b: a's member Lease expired.
+	member, err := client.CoordinationV1().Leases(ns).Get(ctx, LeaseName(group, "a"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assigned := member.Spec.RenewTime.Add(memberDuration)
+	t.Logf("a cut off; a's member Lease expired %v later, and b worked on every slot %v after that",
+		assigned.Sub(cutAt).Round(time.Millisecond), allB.Sub(assigned).Round(time.Millisecond))
+	// Without the observer b would wait a slot Lease duration (2 s) from the moment
+	// the slots were assigned to it.
+	if late := allB.Sub(assigned); late > timings.Duration/2 {
+		t.Errorf("b took a's slots %v after they were assigned to it; their Leases had expired by then", late)
+	}
+	if lost.Load() != int32(len(aSlots)) {
+		t.Errorf("a reported %d slots lost, want its %d", lost.Load(), len(aSlots))
+	}
+	for _, slot := range aSlots {
+		unheld, ok := holders["b"].Unheld(slot)
+		if !ok || unheld < timings.Duration || unheld > allB.Sub(cutAt)+time.Second {
+			t.Errorf("slot %d: b says it went unheld for %v (%v), want between the Lease duration and %v", slot, unheld, ok, allB.Sub(cutAt))
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
 		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
 	}

@@ -1,0 +1,219 @@
+package slots
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
+)
+
+// SlotOfLabel marks the fencing Leases of a group's slots; its value is the group.
+const SlotOfLabel = "samplecontroller.k8s.io/slot-of"
+
+// observer follows a group's slot Leases all the time, and remembers when this process
+// first saw each Lease's current record. client-go's elector judges a Lease expired
+// once it has seen the same record for the Lease's duration, counted from its own first
+// look; an elector started only when a slot is assigned, after its holder died, would
+// wait a whole duration more. The observer counts from the first sight of the record
+// instead, which is the same rule with an earlier first look: it is never earlier than
+// the holder's write, so a Lease it calls expired has gone unrenewed for at least its
+// duration.
+type observer struct {
+	namespace string
+	group     string
+	identity  string
+	clock     clock.Clock
+
+	factory informers.SharedInformerFactory
+	lister  coordinationlisters.LeaseLister
+	synced  cache.InformerSynced
+
+	mu   sync.Mutex
+	seen map[string]sighting
+	// foreign is, per Lease, when it was last seen written by someone else (a renewal by
+	// another holder, or a release): the latest moment the slot was held by another.
+	foreign map[string]time.Time
+	// changed is closed, and replaced, whenever a Lease changes.
+	changed chan struct{}
+}
+
+// sighting is a Lease's record and when this process first saw it.
+type sighting struct {
+	raw []byte
+	at  time.Time
+}
+
+func newObserver(client kubernetes.Interface, namespace, group, identity string, clk clock.Clock) *observer {
+	o := &observer{
+		namespace: namespace, group: group, identity: identity, clock: clk,
+		seen: map[string]sighting{}, foreign: map[string]time.Time{}, changed: make(chan struct{}),
+	}
+	o.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(opts *metav1.ListOptions) {
+			opts.LabelSelector = o.selector().String()
+		}))
+	leases := o.factory.Coordination().V1().Leases()
+	o.lister, o.synced = leases.Lister(), leases.Informer().HasSynced
+	_, _ = leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    o.saw,
+		UpdateFunc: func(_, obj any) { o.saw(obj) },
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if lease, ok := obj.(*coordinationv1.Lease); ok {
+				o.mu.Lock()
+				delete(o.seen, lease.Name)
+				o.broadcast()
+				o.mu.Unlock()
+			}
+		},
+	})
+	return o
+}
+
+func (o *observer) selector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{SlotOfLabel: o.group})
+}
+
+// run follows the Leases until ctx ends.
+func (o *observer) run(ctx context.Context) {
+	o.factory.Start(ctx.Done())
+	<-ctx.Done()
+	o.factory.Shutdown()
+}
+
+// record is a Lease's election record as client-go's LeaseLock.Get encodes it, so that
+// the two compare byte for byte.
+func record(lease *coordinationv1.Lease) (*resourcelock.LeaderElectionRecord, []byte) {
+	r := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+	raw, _ := json.Marshal(*r)
+	return r, raw
+}
+
+func (o *observer) saw(obj any) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok || !o.selector().Matches(labels.Set(lease.Labels)) {
+		return
+	}
+	r, raw := record(lease)
+	now := o.clock.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if bytes.Equal(o.seen[lease.Name].raw, raw) {
+		return
+	}
+	o.seen[lease.Name] = sighting{raw: raw, at: now}
+	if r.HolderIdentity != o.identity {
+		o.foreign[lease.Name] = now
+	}
+	o.broadcast()
+}
+
+// broadcast wakes every waiter; o.mu is held.
+func (o *observer) broadcast() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// expiresAt is when the Lease name becomes free for this process by the observer's
+// count, and the channel that is closed when that may change. The zero time means free
+// now (no Lease, an empty holder, or this process's own), and so does an unsynced
+// observer: the elector then counts from its own first look, as client-go's always does.
+func (o *observer) expiresAt(name string) (time.Time, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.synced() {
+		return time.Time{}, o.changed
+	}
+	lease, err := o.lister.Leases(o.namespace).Get(name)
+	if err != nil {
+		return time.Time{}, o.changed
+	}
+	r, raw := record(lease)
+	s, ok := o.seen[name]
+	if r.HolderIdentity == "" || r.HolderIdentity == o.identity || !ok || !bytes.Equal(s.raw, raw) {
+		return time.Time{}, o.changed
+	}
+	return s.at.Add(time.Duration(r.LeaseDurationSeconds) * time.Second), o.changed
+}
+
+// waitTakeable waits until the Lease name may be taken by this process (see
+// expiresAt): until the observed record has lasted its duration, or it changes. It
+// returns false when ctx ends first.
+func (o *observer) waitTakeable(ctx context.Context, name string) bool {
+	for {
+		at, changed := o.expiresAt(name)
+		wait := at.Sub(o.clock.Now())
+		if wait <= 0 {
+			return true
+		}
+		timer := o.clock.NewTimer(wait)
+		select {
+		case <-timer.C():
+		case <-changed:
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		}
+		timer.Stop()
+	}
+}
+
+// expired tells whether raw, a record just read from the apiserver, is the one this
+// process has seen unchanged for its whole duration, held by another.
+func (o *observer) expired(name string, r *resourcelock.LeaderElectionRecord, raw []byte) bool {
+	if r.HolderIdentity == "" || r.HolderIdentity == o.identity {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.seen[name]
+	return ok && bytes.Equal(s.raw, raw) &&
+		!o.clock.Now().Before(s.at.Add(time.Duration(r.LeaseDurationSeconds)*time.Second))
+}
+
+// lastForeign is when the Lease name was last seen written by another holder or
+// released: how long the slot has gone without a holder, at most, when this process
+// takes it.
+func (o *observer) lastForeign(name string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.foreign[name]
+	return at, ok
+}
+
+// observedLock is a slot's LeaseLock for client-go's elector, which reports a Lease
+// the observer has seen expire as free, so that the elector takes it at once. It takes
+// it with an update conditional on the resourceVersion just read, as always: a holder
+// that renewed in between makes the update fail.
+type observedLock struct {
+	*resourcelock.LeaseLock
+	observer *observer
+}
+
+func (l *observedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, raw, err := l.LeaseLock.Get(ctx)
+	if err != nil || !l.observer.expired(l.LeaseMeta.Name, r, raw) {
+		return r, raw, err
+	}
+	free := *r
+	free.HolderIdentity = ""
+	freeRaw, err := json.Marshal(free)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &free, freeRaw, nil
+}
