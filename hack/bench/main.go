@@ -34,6 +34,8 @@ type config struct {
 	reactionDuration, reactionDeadline time.Duration
 	reactionInflight                   int
 	profile                            bool
+	shardedFoos, shardSlots            int
+	shardedReplicas                    []int
 	ourBinary, controllerBinary        string
 	controllerName, controllerArgs     string
 	outDir                             string
@@ -47,9 +49,10 @@ const (
 	caseSteady    = "steady"    // mutating requests per minute once converged
 	caseMemory    = "memory"    // RSS and heap, before and after unrelated Deployments
 	caseReaction  = "reaction"  // spec change to Deployment latency
+	caseSharded   = "sharded"   // replicas in sharded mode, against one unsharded
 )
 
-var allCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction}
+var allCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction, caseSharded}
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -67,6 +70,9 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.memoryTimeout, "memory-timeout", 5*time.Minute, "give up on creating the unrelated Deployments after this long")
 	fs.IntVar(&cfg.parallelism, "parallelism", 32, "parallel requests when the bench creates Foos and unrelated Deployments")
 	fs.IntVar(&cfg.reactionInflight, "reaction-inflight", 100, "reaction case: most patches in flight at once; 100 sustain 1000 changes/s while a patch takes under 100 ms")
+	fs.IntVar(&cfg.shardedFoos, "sharded-foos", 10000, "sharded case: number of Foos, spread over 40 namespaces and, in other sessions, half in one")
+	shardedReplicas := fs.String("sharded-replicas", "1,2,4", "sharded case: numbers of sharded replicas, comma-separated; one unsharded replica runs too, to compare with")
+	fs.IntVar(&cfg.shardSlots, "shard-slots", 16, "sharded case: the replicas' --shard-slots (artifacts/deploy/components/sharded's)")
 	fs.BoolVar(&cfg.profile, "profile", false, "reaction case: write CPU profiles of the apiserver and of our controller (started with --profiling) over each rate's changes, for go tool pprof")
 	fs.StringVar(&cfg.ourBinary, "our-binary", "", "use this build of our controller instead of building it from the repository root")
 	fs.StringVar(&cfg.controllerBinary, "controller-binary", "", "also run every case against this controller, e.g. _output/bin/sample-controller-classic from hack/build-classic.sh")
@@ -89,6 +95,9 @@ func parseFlags(args []string) (config, error) {
 	if cfg.rates, err = parseInts("--rates", *rates); err != nil {
 		return cfg, err
 	}
+	if cfg.shardedReplicas, err = parseInts("--sharded-replicas", *shardedReplicas); err != nil {
+		return cfg, err
+	}
 	cfg.cases = map[string]bool{}
 	for _, c := range strings.Split(*cases, ",") {
 		if c = strings.TrimSpace(c); !slices.Contains(allCases, c) {
@@ -96,7 +105,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.cases[c] = true
 	}
-	for name, v := range map[string]int{"--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
+	for name, v := range map[string]int{"--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
@@ -134,13 +143,14 @@ type sessionPlan struct {
 	driver driver
 	foos   int
 	cases  []benchCase
+	layout *layout // nil: every Foo in benchNamespace
 }
 
 // plan is the table of cases: for every size, the limits and every controller, each
 // on a fresh cluster, beginning with a cold start. The controllers' clusters of
 // --steady-foos go on with the steady-state, memory and reaction cases, and the
 // limit's with the reaction case.
-func plan(cfg config, controllers []driver) []sessionPlan {
+func plan(cfg config, controllers []driver, ours controller) []sessionPlan {
 	var later, reactions []benchCase
 	if cfg.cases[caseSteady] {
 		later = append(later, steadyCase{})
@@ -173,10 +183,10 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 			if full {
 				cases = append(cases, reactions...)
 			}
-			out = append(out, sessionPlan{limit{}, n, cases})
+			out = append(out, sessionPlan{driver: limit{}, foos: n, cases: cases})
 		}
 		if limitColdStart {
-			out = append(out, sessionPlan{limit{Events: true}, n, []benchCase{coldStartCase{record: true}}})
+			out = append(out, sessionPlan{driver: limit{Events: true}, foos: n, cases: []benchCase{coldStartCase{record: true}}})
 		}
 		for _, c := range controllers {
 			cases := []benchCase{coldStartCase{record: cfg.cases[caseColdStart]}}
@@ -184,7 +194,20 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 				cases = append(cases, later...)
 			}
 			if len(cases) > 1 || cfg.cases[caseColdStart] {
-				out = append(out, sessionPlan{c, n, cases})
+				out = append(out, sessionPlan{driver: c, foos: n, cases: cases})
+			}
+		}
+	}
+	if cfg.cases[caseSharded] {
+		for _, l := range shardedLayouts {
+			sets := []replicaSet{{Replicas: 1}}
+			for _, n := range cfg.shardedReplicas {
+				sets = append(sets, replicaSet{Replicas: n, Slots: cfg.shardSlots})
+			}
+			for _, set := range sets {
+				set.Ours = ours
+				out = append(out, sessionPlan{driver: set, foos: cfg.shardedFoos, layout: l,
+					cases: []benchCase{coldStartCase{record: true}, shardedCase{}}})
 			}
 		}
 	}
@@ -249,7 +272,7 @@ func run(ctx context.Context, cfg config) error {
 
 	res := &results{Started: time.Now(), Flags: cfg.flags}
 	var runErr error
-	for _, p := range plan(cfg, controllers) {
+	for _, p := range plan(cfg, controllers, ours) {
 		r, err := runSession(ctx, cfg, root, p)
 		res.Runs = append(res.Runs, r)
 		if err != nil {
@@ -263,6 +286,13 @@ func run(ctx context.Context, cfg config) error {
 	if err := writeResults(cfg.outDir, res); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
-	fmt.Print(buildTable(res).markdown())
+	var tables []string
+	if t := buildTable(res); len(t.columns) > 0 {
+		tables = append(tables, t.markdown())
+	}
+	if sharded := shardedMarkdown(res); sharded != "" {
+		tables = append(tables, sharded)
+	}
+	fmt.Print(strings.Join(tables, "\n"))
 	return runErr
 }

@@ -32,7 +32,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || cfg.controllerName != "sample-controller-classic" {
 		t.Errorf("controllerName = %q, %v", cfg.controllerName, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--workers=0"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--sharded-replicas=0"}, {"--shard-slots=0"}, {"--cases=nope"}, {"--workers=0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -47,7 +47,7 @@ func TestPlan(t *testing.T) {
 		want  []string
 	}{{
 		name: "every case: limits first, the later cases on the cluster of --steady-foos",
-		args: []string{"--foos=100,1000", "--rates=25,100"},
+		args: []string{"--foos=100,1000", "--rates=25,100", "--sharded-foos=300", "--sharded-replicas=3"},
 		want: []string{
 			"limit 100: cold start",
 			"limit with events 100: cold start",
@@ -55,6 +55,21 @@ func TestPlan(t *testing.T) {
 			"limit 1000: cold start, reaction 25/s, reaction 100/s",
 			"limit with events 1000: cold start",
 			"ours 1000: cold start, steady, memory, reaction 25/s, reaction 100/s",
+			"ours-unsharded 300 in 40 namespaces: cold start, sharded",
+			"ours-sharded-3 300 in 40 namespaces: cold start, sharded",
+			"ours-unsharded 300 in half in one namespace: cold start, sharded",
+			"ours-sharded-3 300 in half in one namespace: cold start, sharded",
+		},
+	}, {
+		name: "the sharded case: one unsharded replica, then each number of sharded ones, for each layout",
+		args: []string{"--cases=sharded", "--sharded-foos=50", "--sharded-replicas=1,2"},
+		want: []string{
+			"ours-unsharded 50 in 40 namespaces: cold start, sharded",
+			"ours-sharded-1 50 in 40 namespaces: cold start, sharded",
+			"ours-sharded-2 50 in 40 namespaces: cold start, sharded",
+			"ours-unsharded 50 in half in one namespace: cold start, sharded",
+			"ours-sharded-1 50 in half in one namespace: cold start, sharded",
+			"ours-sharded-2 50 in half in one namespace: cold start, sharded",
 		},
 	}, {
 		name: "the steady-state size runs once though it is not a cold-start size",
@@ -90,12 +105,16 @@ func TestPlan(t *testing.T) {
 				controllers = append(controllers, controller{Name: "classic"})
 			}
 			var got []string
-			for _, p := range plan(cfg, controllers) {
+			for _, p := range plan(cfg, controllers, controller{Name: ourName}) {
 				var cases []string
 				for _, c := range p.cases {
 					cases = append(cases, describeCase(c))
 				}
-				got = append(got, fmt.Sprintf("%s %d: %s", p.driver.column(), p.foos, strings.Join(cases, ", ")))
+				where := ""
+				if p.layout != nil {
+					where = " in " + p.layout.Name
+				}
+				got = append(got, fmt.Sprintf("%s %d%s: %s", p.driver.column(), p.foos, where, strings.Join(cases, ", ")))
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("plan =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
@@ -117,6 +136,8 @@ func describeCase(c benchCase) string {
 		return "memory"
 	case reactionCase:
 		return fmt.Sprintf("reaction %d/s", c.rate)
+	case shardedCase:
+		return "sharded"
 	}
 	return fmt.Sprintf("%T", c)
 }

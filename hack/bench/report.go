@@ -33,6 +33,7 @@ type runResult struct {
 	Steady    *steadyResult    `json:"steady,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
 	Reactions []reactionResult `json:"reactions,omitempty"`
+	Sharded   *shardedResult   `json:"sharded,omitempty"`
 	// Skipped says why the cases after the cold start did not run.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -98,11 +99,17 @@ func buildTable(res *results) *table {
 	// Every cold start of a size shows every request key any of them made.
 	keys := map[int][]string{}
 	for _, r := range res.Runs {
+		if _, sharded := r.Driver.(replicaSet); sharded {
+			continue
+		}
 		if cs := r.ColdStart; cs != nil {
 			keys[cs.Foos] = slices.AppendSeq(keys[cs.Foos], maps.Keys(cs.PerFoo))
 		}
 	}
 	for _, r := range res.Runs {
+		if _, sharded := r.Driver.(replicaSet); sharded {
+			continue // shardedMarkdown's
+		}
 		if !slices.Contains(t.columns, r.Column) {
 			t.columns = append(t.columns, r.Column)
 			t.limits[r.Column] = r.Limit

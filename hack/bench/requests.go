@@ -18,26 +18,32 @@ var countedResources = []string{"foos", "deployments", "events"}
 var mutatingVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 
 // countRequests reads the apiserver's apiserver_request_total; the function it
-// returns counts the requests served since. The bench itself only watches meanwhile.
+// returns counts the requests served since on the counted resources. The bench itself
+// only watches meanwhile.
 func countRequests(ctx context.Context, cluster *localcluster.Cluster) (func(context.Context) (requestCounts, error), error) {
+	return countRequestsOn(ctx, cluster, countedResources)
+}
+
+// countRequestsOn is countRequests on the given resources.
+func countRequestsOn(ctx context.Context, cluster *localcluster.Cluster, resources []string) (func(context.Context) (requestCounts, error), error) {
 	m, err := cluster.APIServerMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	before := apiserverRequests(m)
+	before := apiserverRequests(m, resources)
 	return func(ctx context.Context) (requestCounts, error) {
 		m, err := cluster.APIServerMetrics(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return apiserverRequests(m).minus(before), nil
+		return apiserverRequests(m, resources).minus(before), nil
 	}, nil
 }
 
 // apiserverRequests sums apiserver_request_total over every label but verb, resource
-// and subresource, for the counted resources and every verb but WATCH (a watch is one
-// long request, not work per object).
-func apiserverRequests(m localcluster.Metrics) requestCounts {
+// and subresource, for resources and every verb but WATCH (a watch is one long
+// request, not work per object).
+func apiserverRequests(m localcluster.Metrics, resources []string) requestCounts {
 	out := requestCounts{}
 	for _, s := range m["apiserver_request_total"].GetMetric() {
 		labels := map[string]string{}
@@ -45,7 +51,7 @@ func apiserverRequests(m localcluster.Metrics) requestCounts {
 			labels[l.GetName()] = l.GetValue()
 		}
 		verb, resource := labels["verb"], labels["resource"]
-		if !slices.Contains(countedResources, resource) || strings.HasPrefix(verb, "WATCH") {
+		if !slices.Contains(resources, resource) || strings.HasPrefix(verb, "WATCH") {
 			continue
 		}
 		key := verb + " " + resource

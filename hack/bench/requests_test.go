@@ -27,7 +27,7 @@ func TestAPIServerRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := apiserverRequests(m)
+	got := apiserverRequests(m, countedResources)
 	want := requestCounts{
 		"POST deployments": 1003, // every code counts
 		"PUT foos/status":  1002,

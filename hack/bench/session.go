@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
@@ -42,11 +44,18 @@ type session struct {
 	watch   *watcher
 	foos    []*samplev1alpha1.Foo
 
+	// layout spreads the Foos over namespaces; nil puts them all in benchNamespace.
+	layout *layout
+
 	driver driver
 	proc   *localcluster.Process    // the controller; nil for a limit
 	ctrl   *localcluster.Controller // proc, if it is ours and serves /metrics
-	limit  *limitRun                // the limit's writers; nil for a controller
-	fail   func(error)              // ends the cases with this error: the controller exited, say
+	// processes are the replicas of a replicaSet driver (proc is nil then), and
+	// killed those a case killed on purpose.
+	processes []*localcluster.Controller
+	killed    sync.Map    // *localcluster.Controller -> true
+	limit     *limitRun   // the limit's writers; nil for a controller
+	fail      func(error) // ends the cases with this error: the controller exited, say
 
 	converged bool      // the cold start converged
 	replicas  []int32   // the last spec.replicas the reaction case set on each Foo
@@ -59,9 +68,14 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	_, isLimit := p.driver.(limit)
+	name := fmt.Sprintf("%s-%d", p.driver.column(), p.foos)
+	if p.layout != nil {
+		name += "-" + p.layout.Key
+	}
 	s := &session{
 		cfg:    cfg,
-		name:   strings.ReplaceAll(fmt.Sprintf("%s-%d", p.driver.column(), p.foos), " ", "-"),
+		name:   strings.ReplaceAll(name, " ", "-"),
+		layout: p.layout,
 		driver: p.driver,
 		fail:   fail,
 		result: runResult{Column: p.driver.column(), Limit: isLimit, Driver: p.driver, Foos: p.foos},
@@ -111,13 +125,17 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	if err := localcluster.InstallCRD(ctx, s.cluster.RESTConfig(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
 		return err
 	}
-	for _, ns := range []string{benchNamespace, unrelatedNamespace} {
+	namespaces, watched := []string{benchNamespace, unrelatedNamespace}, benchNamespace
+	if s.layout != nil {
+		namespaces, watched = append(namespaces, s.layout.Namespaces...), metav1.NamespaceAll
+	}
+	for _, ns := range namespaces {
 		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		if err != nil {
+		if err != nil && !apierrors.IsAlreadyExists(err) { // default
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
-	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
+	if s.watch, err = startWatcher(ctx, s.kube, s.sample, watched); err != nil {
 		return err
 	}
 	return s.createFoos(ctx, n)
@@ -129,12 +147,16 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 	began := time.Now()
 	s.foos = make([]*samplev1alpha1.Foo, n)
 	err := parallel(ctx, n, s.cfg.parallelism, func(ctx context.Context, i int) error {
+		namespace := benchNamespace
+		if s.layout != nil {
+			namespace = s.layout.namespaceOf(i)
+		}
 		foo := &samplev1alpha1.Foo{
-			ObjectMeta: metav1.ObjectMeta{Name: fooName(i), Namespace: benchNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: fooName(i), Namespace: namespace},
 			Spec:       samplev1alpha1.FooSpec{DeploymentName: fooName(i), Replicas: ptr.To[int32](initialReplicas)},
 		}
 		var err error
-		if s.foos[i], err = s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Create(ctx, foo, metav1.CreateOptions{}); err != nil {
+		if s.foos[i], err = s.sample.SamplecontrollerV1alpha1().Foos(namespace).Create(ctx, foo, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating Foo %s: %w", foo.Name, err)
 		}
 		return nil
@@ -157,6 +179,14 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 func (s *session) stop() {
 	if s.proc != nil {
 		if err := s.proc.Stop(localcluster.ControllerStopGrace); err != nil {
+			progressf("%s: %v", s.name, err)
+		}
+	}
+	for _, r := range s.processes {
+		if _, killed := s.killed.Load(r); killed {
+			continue
+		}
+		if err := r.Stop(localcluster.ControllerStopGrace); err != nil {
 			progressf("%s: %v", s.name, err)
 		}
 	}

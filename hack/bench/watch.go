@@ -17,7 +17,7 @@ import (
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
 )
 
-// watcher watches the Foos and Deployments of the bench namespace and hands every
+// watcher watches the Foos and Deployments of a namespace (or all) and hands every
 // change, with the time it arrived, to the collector observing it. It only watches,
 // so the bench adds no requests while a controller is measured.
 type watcher struct {
@@ -29,18 +29,18 @@ type watcher struct {
 	onFoo        func(f *samplev1alpha1.Foo, at time.Time)
 }
 
-func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (*watcher, error) {
+func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, namespace string) (*watcher, error) {
 	// Deployments lose their managedFields, of no use here; Foos keep theirs, which
 	// tell whether a status was written.
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
-		kubeinformers.WithNamespace(benchNamespace),
+		kubeinformers.WithNamespace(namespace),
 		kubeinformers.WithTransform(func(obj any) (any, error) {
 			if m, err := meta.Accessor(obj); err == nil {
 				m.SetManagedFields(nil)
 			}
 			return obj, nil
 		}))
-	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0, sampleinformers.WithNamespace(benchNamespace))
+	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0, sampleinformers.WithNamespace(namespace))
 	deployments := kubeFactory.Apps().V1().Deployments().Informer()
 	foos := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
 	ctx, cancel := context.WithCancel(ctx)
@@ -63,7 +63,7 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 	sampleFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), deployments.HasSynced, foos.HasSynced) {
 		w.stop()
-		return nil, fmt.Errorf("watching the bench namespace: caches did not sync: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("watching the Foos and Deployments: caches did not sync: %w", context.Cause(ctx))
 	}
 	return w, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -37,8 +38,8 @@ type Result struct {
 	Worked bool
 	// Err is the work's.
 	Err error
-	// ReleaseErr is the release's, once the work returned: another holder then waits
-	// for the Lease to expire.
+	// ReleaseErr is the release's, once the work returned or the wait was cancelled:
+	// another holder then waits for the Lease to expire.
 	ReleaseErr error
 }
 
@@ -119,31 +120,44 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	mu.Lock()
 	defer mu.Unlock()
 	if !worked {
+		if ctx.Err() != nil {
+			// Cancelled while asking for the Lease. A create or update of it whose answer
+			// the cancellation cut off may still have been committed, naming this process
+			// as the holder of a Lease that nobody renews: release it, or the next holder
+			// waits for it to expire.
+			releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
+			defer cancel()
+			_, result.ReleaseErr = Release(releaseCtx, cfg.Lock, cfg.Lock.Identity())
+		}
 		return result
 	}
 	result.Worked = true
 	// The work has returned: hand the Lease over now rather than after it expires.
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
 	defer cancel()
-	result.ReleaseErr = Release(releaseCtx, cfg.Lock, cfg.Lock.Identity())
+	_, result.ReleaseErr = Release(releaseCtx, cfg.Lock, cfg.Lock.Identity())
 	return result
 }
 
 // Release empties the Lease if identity still holds it, with a duration of one second,
-// as client-go's elector does when it releases on cancel.
-func Release(ctx context.Context, lock resourcelock.Interface, identity string) error {
+// as client-go's elector does when it releases on cancel, and tells whether it did.
+func Release(ctx context.Context, lock resourcelock.Interface, identity string) (bool, error) {
 	record, _, err := lock.Get(ctx)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
 	if err != nil {
-		return fmt.Errorf("reading the lease: %w", err)
+		return false, fmt.Errorf("reading the lease: %w", err)
 	}
 	if record.HolderIdentity != identity {
-		return nil
+		return false, nil
 	}
 	now := metav1.NewTime(time.Now())
-	return lock.Update(ctx, resourcelock.LeaderElectionRecord{
+	err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
 		LeaderTransitions:    record.LeaderTransitions,
 		LeaseDurationSeconds: 1,
 		AcquireTime:          now,
 		RenewTime:            now,
 	})
+	return err == nil, err
 }

@@ -198,23 +198,45 @@ func (p *Process) RSSBytes() (int64, error) {
 
 // vmRSS reads the VmRSS line of a /proc/<pid>/status file, which the kernel writes in kB.
 func vmRSS(status io.Reader) (int64, error) {
-	scanner := bufio.NewScanner(status)
+	kb, err := procField(status, "VmRSS", " kB")
+	return kb << 10, err
+}
+
+// procField reads the number of the "key: value" line of a /proc file such as
+// status or io, whose value ends in unit.
+func procField(r io.Reader, key, unit string) (int64, error) {
+	scanner := bufio.NewScanner(r)
 	for scanner.Scan() {
-		key, value, ok := strings.Cut(scanner.Text(), ":")
-		if !ok || key != "VmRSS" {
+		k, value, ok := strings.Cut(scanner.Text(), ":")
+		if !ok || k != key {
 			continue
 		}
-		kb, found := strings.CutSuffix(strings.TrimSpace(value), " kB")
-		n, err := strconv.ParseInt(kb, 10, 64)
+		number, found := strings.CutSuffix(strings.TrimSpace(value), unit)
+		n, err := strconv.ParseInt(number, 10, 64)
 		if !found || err != nil {
-			return 0, fmt.Errorf("reading VmRSS %q", value)
+			return 0, fmt.Errorf("reading %s %q", key, value)
 		}
-		return n << 10, nil
+		return n, nil
 	}
 	if err := scanner.Err(); err != nil {
 		return 0, err
 	}
-	return 0, errors.New("no VmRSS in the process status")
+	return 0, fmt.Errorf("no %s in the process's file", key)
+}
+
+// ReadBytes is how many bytes the process has read, by read(2) and its kin, since it
+// started (rchar of /proc/<pid>/io). For a controller nearly all of it is what its
+// apiserver connections brought: lists, watch events, answers.
+func (p *Process) ReadBytes() (int64, error) {
+	if p.hasExited() {
+		return 0, p.ExitError()
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/io", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return procField(f, "rchar", "")
 }
 
 // tailFile returns the last n lines of a file, for error messages.

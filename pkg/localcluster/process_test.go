@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -148,6 +149,37 @@ func TestRSSBytes(t *testing.T) {
 		if _, err := vmRSS(strings.NewReader(bad)); err == nil {
 			t.Errorf("vmRSS(%q) succeeded", bad)
 		}
+	}
+}
+
+func TestReadBytes(t *testing.T) {
+	// tail reads the whole file, then waits for more.
+	const size = 1 << 20
+	file := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(file, bytes.Repeat([]byte("x"), size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := StartProcess(ProcessOptions{Name: "reader", Bin: "tail", Args: []string{"-c", "+1", "-f", file}, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	var read int64
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		read, err = p.ReadBytes()
+		return err == nil && read >= size, err
+	})
+	if err != nil {
+		t.Fatalf("ReadBytes = %d, %v; want at least the %d bytes of the file", read, err, size)
+	}
+	if read > 2*size {
+		t.Errorf("ReadBytes = %d, want about the %d bytes of the file", read, size)
+	}
+	if _, err := procField(strings.NewReader("rchar: lots\n"), "rchar", ""); err == nil {
+		t.Error("procField of a non-number succeeded")
+	}
+	if n, err := procField(strings.NewReader("wchar: 3\nrchar: 1234\n"), "rchar", ""); err != nil || n != 1234 {
+		t.Errorf("procField = %d, %v; want 1234", n, err)
 	}
 }
 

@@ -3,6 +3,8 @@ package slots
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,11 +94,15 @@ func (h *Holder) Run(ctx context.Context) {
 	defer wg.Wait()
 	defer stopObserving()
 	for {
+		// Read before acting, so that no change in between goes unnoticed.
+		leasesChanged := h.observer.changes()
 		if members, ok := h.Membership.Live(); ok {
 			h.apply(ctx, SlotsOf(h.Space.Assign(members), h.Identity))
 		}
+		h.releaseOrphans(ctx)
 		select {
 		case <-h.Membership.Changes():
+		case <-leasesChanged:
 		case <-ctx.Done():
 			logger.V(2).Info("Giving up every slot")
 			h.apply(ctx, nil)
@@ -130,6 +136,47 @@ func (h *Holder) apply(ctx context.Context, want []int) {
 	for _, run := range stopping {
 		<-run.done
 	}
+}
+
+// releaseOrphans releases the slot Leases that name this member as their holder while
+// it runs no election for them. An acquisition cancelled because the slot moved away
+// may have been committed after its answer was given up on; such a Lease is renewed by
+// nobody, and the slot's next holder would wait for it to expire. It runs between
+// applies, when every slot not running has stopped its work.
+func (h *Holder) releaseOrphans(ctx context.Context) {
+	for _, name := range h.observer.heldBy(h.Identity) {
+		slot, ok := h.slotOf(name)
+		h.mu.Lock()
+		running := h.running[slot] != nil
+		h.mu.Unlock()
+		if !ok || running {
+			continue
+		}
+		lock := &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Namespace},
+			Client:     h.Client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Identity},
+		}
+		releaseCtx, cancel := context.WithTimeout(ctx, h.Timings.RenewDeadline)
+		released, err := election.Release(releaseCtx, lock, h.Identity)
+		cancel()
+		logger := klog.FromContext(ctx).WithValues("slot", slot)
+		switch {
+		case err != nil:
+			logger.Error(err, "Releasing a slot's Lease that names this replica though it asked for it no more")
+		case released:
+			logger.Info("Released a slot's Lease that named this replica though it asked for it no more: an acquisition given up on was committed")
+		}
+	}
+}
+
+// slotOf is the slot whose Lease is name.
+func (h *Holder) slotOf(name string) (int, bool) {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, h.Group+"-slot-"))
+	if err != nil || SlotLeaseName(h.Group, n) != name || n < 0 || n >= h.Space.Len() {
+		return 0, false
+	}
+	return n, true
 }
 
 // start runs the slot's election; the work starts when the Lease is held.

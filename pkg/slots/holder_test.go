@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -18,6 +19,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // workLog records which member works on which slot, and any overlap.
@@ -212,6 +214,65 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 			t.Errorf("slot %d: b says it went unheld for %v (%v), want between the Lease duration and %v", slot, unheld, ok, allB.Sub(cutAt))
 		}
 	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlaps) > 0 {
+		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
+	}
+}
+
+// TestHolderReleasesAnOrphanedSlotLease starts with a slot Lease that names member a,
+// as one whose acquisition a gave up on (the slot moved away) but the apiserver
+// committed: a runs no election for it and never renews it. Once a sees it, a
+// releases it, and b, to whom the slot is assigned, takes it at once instead of after
+// the Lease expires.
+func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const ns, group = "system", "sample-controller"
+	space := mustSpace(t, 8)
+	assigned := space.Assign([]string{"a", "b"})
+	orphan := slices.Index(assigned, "b")
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: SlotLeaseName(group, orphan), Namespace: ns, Labels: map[string]string{SlotOfLabel: group}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+		},
+	})
+	log := &workLog{active: map[int]string{}}
+	timings := LeaseTimings{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	start := func(identity string) {
+		runCtx, cancel := context.WithCancel(ctx)
+		m := NewMembership(client, ns, group, identity, space.Len(), 10*time.Second, clock.RealClock{})
+		h := &Holder{
+			Space: space, Membership: m, Client: client, Namespace: ns, Group: group, Identity: identity,
+			Timings: timings, Work: log.work(identity),
+			OnLost: func(slot int) { t.Errorf("%s lost slot %d", identity, slot) },
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { m.Run(runCtx) })
+		wg.Go(func() { h.Run(runCtx) })
+		t.Cleanup(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
+	// b alone is assigned every slot, and waits for the one a's Lease names.
+	start("b")
+	time.Sleep(500 * time.Millisecond)
+	if owners := log.owners(space.Len()); owners[orphan] != "" {
+		t.Fatalf("b works on slot %d while a's Lease of it is current: owners %q", orphan, owners)
+	}
+	began := time.Now()
+	start("a")
+	// Well within the 15 s the Lease would take to expire.
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Equal(log.owners(space.Len()), assigned), nil
+	})
+	if err != nil {
+		t.Fatalf("owners %q, want %q: slot %d's orphaned Lease was not released", log.owners(space.Len()), assigned, orphan)
+	}
+	t.Logf("b worked on slot %d %v after a joined", orphan, time.Since(began).Round(time.Millisecond))
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {

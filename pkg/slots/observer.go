@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // SlotOfLabel marks the fencing Leases of a group's slots; its value is the group.
@@ -148,6 +149,28 @@ func (o *observer) expiresAt(name string) (time.Time, <-chan struct{}) {
 		return time.Time{}, o.changed
 	}
 	return s.at.Add(time.Duration(r.LeaseDurationSeconds) * time.Second), o.changed
+}
+
+// changes is closed when a Lease changes next.
+func (o *observer) changes() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.changed
+}
+
+// heldBy is the names of the Leases whose holder is identity.
+func (o *observer) heldBy(identity string) []string {
+	leases, err := o.lister.Leases(o.namespace).List(o.selector())
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, l := range leases {
+		if ptr.Deref(l.Spec.HolderIdentity, "") == identity {
+			names = append(names, l.Name)
+		}
+	}
+	return names
 }
 
 // waitTakeable waits until the Lease name may be taken by this process (see

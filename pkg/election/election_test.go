@@ -1,0 +1,96 @@
+package election
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+// TestCancelledAcquisitionIsReleased cancels an election while its create of the
+// Lease is in flight, after the apiserver committed it: the Lease names this process,
+// which will never renew it. Run releases it, so that the next holder need not wait a
+// whole Lease duration for it to expire.
+func TestCancelledAcquisitionIsReleased(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	client.PrependReactor("create", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		create := action.(clienttesting.CreateAction)
+		// Committed; then the caller gives up on the answer.
+		if err := client.Tracker().Create(leases, create.GetObject(), create.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		cancel()
+		return true, nil, context.Canceled
+	})
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
+	}
+	result := Run(ctx, Config{
+		Lock: lock, Name: "slot-0",
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond,
+	}, func(context.Context) error {
+		t.Error("the work ran, though the election was cancelled before it held the Lease")
+		return nil
+	})
+	if result.Worked || result.ReleaseErr != nil {
+		t.Errorf("Run = %+v, want not worked and released", result)
+	}
+	lease, err := client.CoordinationV1().Leases("system").Get(context.Background(), "slot-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
+		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	}
+}
+
+// TestCancelledWaitLeavesOthersLeases cancels an election waiting for another's
+// Lease: the Lease stays as it was.
+func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("b"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+		},
+	})
+	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
+	}
+	result := Run(ctx, Config{
+		Lock: lock, Name: "slot-0",
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond,
+	}, func(context.Context) error {
+		t.Error("the work ran while b held the Lease")
+		return nil
+	})
+	if result.Worked || result.ReleaseErr != nil {
+		t.Errorf("Run = %+v, want not worked, nothing to release", result)
+	}
+	lease, err := client.CoordinationV1().Leases("system").Get(context.Background(), "slot-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "b" {
+		t.Errorf("the Lease names %q, want b's untouched", holder)
+	}
+}
