@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -294,6 +295,15 @@ func (c *Controller) handleObject(ctx context.Context, obj any) {
 	}
 }
 
+// cachedFoos lists the Foos in the cache, once it has synced.
+func (c *Controller) cachedFoos() ([]*samplev1alpha1.Foo, bool) {
+	if !c.HasSynced() {
+		return nil, false
+	}
+	foos, err := c.foosLister.List(labels.Everything())
+	return foos, err == nil
+}
+
 // Run waits for the caches to sync, then runs workers until ctx is cancelled. On
 // cancellation it stops taking new work, lets in-flight syncs finish for up to
 // shutdownTimeout, and returns once every worker has exited.
@@ -304,11 +314,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 	logger.Info("Starting Foo controller")
 	logger.Info("Waiting for informer caches to sync")
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.HasSynced) {
-		// It only gives up when ctx is cancelled: a shutdown during start-up.
+	// It only gives up when ctx is cancelled: a shutdown during start-up, or in sharded
+	// mode a slot assigned away at once. Neither is an error, which client-go's named
+	// wait would report.
+	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
 		logger.Info("Stopped before the caches synced")
 		return nil
 	}
+	logger.Info("Caches are synced")
 
 	// Syncs run on a context that cancellation of ctx does not reach, so that they
 	// finish instead of failing half-way; abort ends them when the grace runs out.
@@ -429,7 +442,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// fight the garbage collector.
 		return nil
 	}
-	if c.slot != nil && !c.slot.owns(ctx, foo) {
+	if c.slot != nil && !c.slot.owns(klog.FromContext(ctx), foo) {
 		// Another slot's: an apiserver that ignores shard selectors sent it.
 		return nil
 	}

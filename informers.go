@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
@@ -40,14 +46,58 @@ func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientse
 		}),
 		sampleinformers.WithTransform(dropManagedFields),
 	)
+	if scope != nil && scope.keep != nil {
+		// Registered before anyone asks for the Foo informer, so that it is the one.
+		sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return newScopedFooInformer(client, namespace, resync, scope)
+		})
+	}
 	return kubeFactory, sampleFactory
 }
 
 // informerScope narrows the informers to one slot in sharded mode: Deployments by a
-// label selector, Foos by a shard selector.
+// label selector, Foos by a shard selector, and by keep on this side as well.
 type informerScope struct {
 	deploymentLabels string
 	shardSelector    string
+	// keep tells whether a Foo is in the scope. An apiserver without
+	// ShardedListAndWatch ignores the shard selector and sends every Foo; the Foos
+	// keep refuses are dropped before they reach the cache.
+	keep func(*samplev1alpha1.Foo) bool
+}
+
+// newScopedFooInformer is the Foo informer of the generated factory, with the shard
+// selector, whose lists and watches drop the Foos scope.keep refuses.
+func newScopedFooInformer(client clientset.Interface, namespace string, resync time.Duration, scope *informerScope) cache.SharedIndexInformer {
+	foos := client.SamplecontrollerV1alpha1().Foos(namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			options.ShardSelector = scope.shardSelector
+			list, err := foos.List(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			list.Items = slices.DeleteFunc(list.Items, func(foo samplev1alpha1.Foo) bool { return !scope.keep(&foo) })
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.ShardSelector = scope.shardSelector
+			w, err := foos.Watch(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				foo, ok := e.Object.(*samplev1alpha1.Foo)
+				// Bookmarks carry only a resourceVersion, and errors no Foo.
+				return e, !ok || e.Type == watch.Bookmark || e.Type == watch.Error || scope.keep(foo)
+			}), nil
+		},
+	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &samplev1alpha1.Foo{},
+		cache.SharedIndexInformerOptions{
+			ResyncPeriod: resync,
+			Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		})
 }
 
 // dropManagedFields is an informer transform that clears metadata.managedFields.

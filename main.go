@@ -195,7 +195,7 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	controller.shutdownTimeout = opts.gracefulShutdownTimeout
-	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration, newFooReadyCollector(fooInformer.Lister(), controller.HasSynced))
+	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration, newFooReadyCollector(controller.cachedFoos))
 
 	// Leader election reports a leader that cannot renew its Lease as unhealthy, so
 	// that the kubelet restarts it.

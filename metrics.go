@@ -3,11 +3,8 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
 )
 
 // The controller's own metrics. client-go's, for the work queue and the REST
@@ -54,19 +51,19 @@ func init() {
 }
 
 // fooReadyCollector reports how many Foos there are by the status of their Ready
-// condition, counted from the informer cache when Prometheus scrapes.
+// condition, counted from the informer caches when Prometheus scrapes.
 type fooReadyCollector struct {
-	lister listers.FooLister
-	synced cache.InformerSynced
-	desc   *prometheus.Desc
+	// foos lists the cached Foos, and tells whether the caches have synced: a partial
+	// cache would report numbers that are simply wrong.
+	foos func() ([]*samplev1alpha1.Foo, bool)
+	desc *prometheus.Desc
 }
 
-func newFooReadyCollector(lister listers.FooLister, synced cache.InformerSynced) *fooReadyCollector {
+func newFooReadyCollector(foos func() ([]*samplev1alpha1.Foo, bool)) *fooReadyCollector {
 	return &fooReadyCollector{
-		lister: lister,
-		synced: synced,
+		foos: foos,
 		desc: prometheus.NewDesc("sample_controller_foos",
-			"Foos known to the controller by the status of their Ready condition (Unknown when it is not set yet).",
+			"Foos known to the controller (in sharded mode, in the slots this replica acts on) by the status of their Ready condition (Unknown when it is not set yet).",
 			[]string{"ready"}, nil),
 	}
 }
@@ -74,12 +71,8 @@ func newFooReadyCollector(lister listers.FooLister, synced cache.InformerSynced)
 func (c *fooReadyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *fooReadyCollector) Collect(ch chan<- prometheus.Metric) {
-	if !c.synced() {
-		// A partial cache would report numbers that are simply wrong.
-		return
-	}
-	foos, err := c.lister.List(labels.Everything())
-	if err != nil {
+	foos, synced := c.foos()
+	if !synced {
 		return
 	}
 	counts := map[string]int{"True": 0, "False": 0, "Unknown": 0}

@@ -51,15 +51,15 @@ type slotScope struct {
 	outside atomic.Bool
 }
 
-// owns tells whether foo is in the slot. A Foo of another slot reaches the cache only
-// when the apiserver ignores the shard selector (ShardedListAndWatch off, or older than
-// 1.36); the controller then filters on its side, and says so once.
-func (s *slotScope) owns(ctx context.Context, foo *samplev1alpha1.Foo) bool {
+// owns tells whether foo is in the slot. The apiserver sends a Foo of another slot only
+// when it ignores the shard selector (ShardedListAndWatch off, or older than 1.36); the
+// slot's informer then drops it before the cache, and the controller says so once.
+func (s *slotScope) owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool {
 	if s.space.Of(foo.UID) == s.slot {
 		return true
 	}
 	if !s.outside.Swap(true) {
-		klog.FromContext(ctx).Info("The API server sent Foos outside this slot: it ignores shard selectors (feature ShardedListAndWatch off, or older than 1.36); filtering here instead, with every Foo cached",
+		logger.Info("The API server sent Foos outside this slot: it ignores shard selectors (feature ShardedListAndWatch off, or older than 1.36); dropping them here instead, at the cost of receiving every Foo",
 			"slot", s.slot, "example", klog.KObj(foo))
 	}
 	return false
@@ -116,7 +116,17 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		},
 	}
-	metrics.Registry.MustRegister(slotsHeld, slotAcquisitions, slotUnheld, newCachedObjectsCollector(&controllers))
+	metrics.Registry.MustRegister(slotsHeld, slotAcquisitions, slotUnheld, newCachedObjectsCollector(&controllers),
+		newFooReadyCollector(func() ([]*samplev1alpha1.Foo, bool) {
+			var all []*samplev1alpha1.Foo
+			synced := true
+			controllers.Range(func(_, v any) bool {
+				foos, ok := v.(*Controller).cachedFoos()
+				all, synced = append(all, foos...), ok
+				return ok
+			})
+			return all, synced
+		}))
 
 	logger.Info("Running sharded", "slots", space.Len(), "group", klog.KRef(opts.leaderElectNamespace, opts.leaderElectName), "identity", identity)
 	var wg sync.WaitGroup
@@ -134,9 +144,11 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 		return err
 	}
 	scope := &slotScope{space: space, slot: slot, value: strconv.Itoa(slot)}
+	logger := klog.FromContext(ctx)
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, &informerScope{
 		deploymentLabels: SlotLabel + "=" + scope.value,
 		shardSelector:    shardSelector,
+		keep:             func(foo *samplev1alpha1.Foo) bool { return scope.owns(logger, foo) },
 	})
 	// Each slot's queue has a name of its own in the workqueue metrics.
 	controller, err := NewController(ctx, fmt.Sprintf("foos-slot-%d", slot), kubeClient, sampleClient,

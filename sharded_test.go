@@ -1,14 +1,24 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 )
 
@@ -16,7 +26,7 @@ import (
 // sends (it ignores shard selectors without ShardedListAndWatch), and labels the
 // Deployments it writes with the slot.
 func TestSlotScope(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
+	logger, _ := ktesting.NewTestContext(t)
 	space, err := slots.NewSpace(4)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +35,7 @@ func TestSlotScope(t *testing.T) {
 	mine, others := 0, 0
 	for range 200 {
 		foo := &samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: "f", UID: uuid.NewUUID()}}
-		if got, want := scope.owns(ctx, foo), space.Of(foo.UID) == 2; got != want {
+		if got, want := scope.owns(logger, foo), space.Of(foo.UID) == 2; got != want {
 			t.Fatalf("owns(Foo of slot %d) = %v", space.Of(foo.UID), got)
 		} else if got {
 			mine++
@@ -47,5 +57,71 @@ func TestSlotScope(t *testing.T) {
 	d.Labels[SlotLabel] = "3"
 	if !scope.label(d) || d.Labels[SlotLabel] != "2" {
 		t.Errorf("a Deployment labelled for another slot kept %v", d.Labels)
+	}
+}
+
+// TestSlotInformerDropsOtherSlotsFoos runs a slot's informers against a fake
+// apiserver that ignores shard selectors, as one without ShardedListAndWatch does: the
+// cache holds the slot's Foos only, listed and watched alike, and the replica says once
+// that it was sent others.
+func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	space, err := slots.NewSpace(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := &slotScope{space: space, slot: 1, value: "1"}
+	selector, _, err := space.Selector([]int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newFoo := func(i int) *samplev1alpha1.Foo {
+		return &samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("foo-%d", i), Namespace: "ns", UID: uuid.NewUUID()}}
+	}
+	var objects []runtime.Object
+	want := map[string]bool{}
+	for i := range 40 {
+		foo := newFoo(i)
+		objects = append(objects, foo)
+		want[foo.Name] = space.Of(foo.UID) == 1
+	}
+	sampleClient := fake.NewClientset(objects...)
+	_, sampleFactory := newInformerFactories(k8sfake.NewClientset(), sampleClient, "", 0, &informerScope{
+		deploymentLabels: SlotLabel + "=1",
+		shardSelector:    selector,
+		keep:             func(foo *samplev1alpha1.Foo) bool { return scope.owns(klog.FromContext(ctx), foo) },
+	})
+	informer := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
+	sampleFactory.Start(ctx.Done())
+	defer sampleFactory.Shutdown()
+	defer cancel() // before Shutdown, which waits for the informers to stop
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the cache did not sync")
+	}
+	// Then some more through the watch.
+	for i := 40; i < 80; i++ {
+		foo := newFoo(i)
+		if err := sampleClient.Tracker().Add(foo); err != nil {
+			t.Fatal(err)
+		}
+		want[foo.Name] = space.Of(foo.UID) == 1
+	}
+	var mine []string
+	for name, in := range want {
+		if in {
+			mine = append(mine, "ns/"+name)
+		}
+	}
+	slices.Sort(mine)
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Equal(slices.Sorted(slices.Values(informer.GetStore().ListKeys())), mine), nil
+	})
+	if err != nil {
+		t.Fatalf("cached %q, want the slot's %q", slices.Sorted(slices.Values(informer.GetStore().ListKeys())), mine)
+	}
+	if len(mine) == 0 || len(mine) == len(want) || !scope.outside.Load() {
+		t.Errorf("%d of %d Foos in the slot; said it was sent others: %v", len(mine), len(want), scope.outside.Load())
 	}
 }

@@ -85,6 +85,20 @@ func TestShardedReplicasShareTheFoos(t *testing.T) {
 		return ok, s
 	})
 	t.Logf("sharded, 3 replicas: %s", state)
+	// Each replica counts the Foos of its slots by readiness; together, every Foo once.
+	framework.Eventually(t, timeout, "the replicas to count every Foo Ready once", func(ctx context.Context) (bool, string) {
+		var ready []float64
+		var total float64
+		for _, r := range replicas {
+			m, err := r.Metrics(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			n := m.Sum("sample_controller_foos", map[string]string{"ready": "True"})
+			ready, total = append(ready, n), total+n
+		}
+		return total == foos, fmt.Sprintf("sample_controller_foos{ready=\"True\"} %v", ready)
+	})
 
 	// A replica that stops gives its slots up; the others take them and act on them.
 	if err := replicas[0].Stop(localcluster.ControllerStopGrace); err != nil {

@@ -19,9 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
@@ -141,11 +143,17 @@ func patchFooSpec(t *testing.T, ns, name, spec string) {
 // that generation exactly when every replica of the Deployment is available; and
 // every Deployment is controlled by one of the Foos.
 func violations(ctx context.Context, ns string, want []string) ([]string, error) {
-	foos, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
+	return violationsIn(ctx, env.Kube, env.Sample, ns, want)
+}
+
+// violationsIn is violations on another cluster; ns "" is every namespace, where the
+// Foos' names must be unique.
+func violationsIn(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, ns string, want []string) ([]string, error) {
+	foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	deployments, err := env.Kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	deployments, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}

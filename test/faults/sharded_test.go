@@ -15,9 +15,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
@@ -94,26 +95,52 @@ func TestShardedHandOffs(t *testing.T) {
 		shardSlots, shardLease, heldAgain.Seconds(), handOffs, writes, outside, len(names), settled.Seconds())
 }
 
-// TestShardedWithoutTheGate runs three sharded replicas on a cluster of its own whose
-// apiserver ignores shard selectors, as one without ShardedListAndWatch or older than
-// 1.36 does: every replica caches every Foo, says once that the apiserver sent it
-// others' Foos, and acts only on its own slots' (no write outside its tenure).
-func TestShardedWithoutTheGate(t *testing.T) {
-	t.Parallel()
+// TestShardedAtScale runs sharded replicas on 1000 Foos in 50 namespaces, on a
+// cluster of its own (the replicas watch every namespace), once with the apiserver's
+// ShardedListAndWatch on and once with it off, as on a cluster without the gate or
+// older than 1.36. One replica converges the Foos; then 1 -> 3 replicas, each caching
+// about a third; 3 -> 1; 1 -> 3; and one of three is SIGKILLed while 100 Foos are
+// scaled. Every Foo ends as its spec says, as after an unperturbed run, each Foo is
+// cached by one replica only, and no write falls outside its writer's tenure of the
+// Foo's slot. Without the gate every replica also says once that it was sent other
+// slots' Foos.
+func TestShardedAtScale(t *testing.T) {
+	for _, gate := range []struct {
+		name string
+		off  bool
+	}{{"gate on", false}, {"gate off", true}} {
+		t.Run(gate.name, func(t *testing.T) { shardedAtScale(t, gate.off) })
+	}
+}
+
+func shardedAtScale(t *testing.T, gateOff bool) {
+	const (
+		namespaces = 50
+		count      = 1000
+		scaled     = 100
+		leaseNS    = "sharded-system"
+	)
 	ctx := t.Context()
+	dir := "cluster-sharded-at-scale"
+	if gateOff {
+		dir += "-without-the-gate"
+	}
+	// Deployments get a status from the controller manager; their Foos ask for no Pods
+	// until they are scaled, so the cluster does not spend the two cores on 1000 Pods.
 	cluster, err := localcluster.Start(ctx, localcluster.Options{
-		Dir: filepath.Join(env.OutDir, "cluster-without-sharded-list-and-watch"), BinDir: env.Cluster.BinDir(),
-		DisableShardedListAndWatch: true,
+		Dir: filepath.Join(env.OutDir, dir), BinDir: env.Cluster.BinDir(),
+		DisableShardedListAndWatch: gateOff,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := cluster.Stop(); err != nil {
-			t.Errorf("stopping the second cluster: %v", err)
+			t.Errorf("stopping the cluster %s: %v", dir, err)
 		}
 	})
 	cfg := cluster.RESTConfig()
+	cfg.QPS, cfg.Burst = 200, 400
 	if err := localcluster.InstallCRD(ctx, cfg, filepath.Join(env.RepoRoot, "artifacts", "examples", "crd.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -125,96 +152,161 @@ func TestShardedWithoutTheGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ns = "gateless"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	var names []string
+	nsOf := map[string]string{}
+	for i := range namespaces + 1 {
+		ns := fmt.Sprintf("ns-%d", i)
+		if i == namespaces {
+			ns = leaseNS
+		}
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	for i := range count {
+		name := fmt.Sprintf("scale-%04d", i)
+		names = append(names, name)
+		nsOf[name] = fmt.Sprintf("ns-%d", i%namespaces)
+	}
+	forEachFoo := func(what string, do func(ctx context.Context, name string) error) {
+		t.Helper()
+		errs := make(chan error, len(names))
+		workqueue.ParallelizeUntil(ctx, 16, len(names), func(i int) {
+			if err := do(ctx, names[i]); err != nil {
+				errs <- fmt.Errorf("%s %s: %w", what, names[i], err)
+			}
+		})
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	forEachFoo("creating Foo", func(ctx context.Context, name string) error {
+		_, err := sample.SamplecontrollerV1alpha1().Foos(nsOf[name]).Create(ctx, &samplev1alpha1.Foo{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       samplev1alpha1.FooSpec{DeploymentName: name, Replicas: ptr.To[int32](0)},
+		}, metav1.CreateOptions{})
+		return err
+	})
 
 	// A ServiceAccount bound to cluster-admin: the proxies pass tokens, not client
-	// certificates, and this case is about the gate, the other about RBAC.
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sharded"}}, metav1.CreateOptions{}); err != nil {
+	// certificates, and this case is about sharding, TestShardedHandOffs about RBAC.
+	if _, err := kube.CoreV1().ServiceAccounts(leaseNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sharded"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "sharded"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "sharded", Namespace: ns}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "sharded", Namespace: leaseNS}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(env.OutDir, "gateless.kubeconfig")
-	if err := framework.WriteServiceAccountKubeconfig(ctx, kube, cluster.KubeconfigPath(), ns, "sharded", kubeconfig); err != nil {
+	kubeconfig := filepath.Join(env.OutDir, dir+".kubeconfig")
+	if err := framework.WriteServiceAccountKubeconfig(ctx, kube, cluster.KubeconfigPath(), leaseNS, "sharded", kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{
-		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + ns,
+		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + leaseNS,
 		"--leader-elect-lease-duration=" + shardLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 	}
-	var replicas []*proxiedController
-	for range 3 {
-		c := newProxiedOn(t, cluster, kubeconfig, ns, args...)
-		c.start(t)
-		replicas = append(replicas, c)
+	var started, live []*proxiedController
+	grow := func(n int) {
+		for range n {
+			c := newProxiedOn(t, cluster, kubeconfig, "", args...)
+			c.start(t)
+			started, live = append(started, c), append(live, c)
+		}
 	}
-	waitSlotsHeld(t, replicas)
+	converged := func(what string) time.Duration {
+		t.Helper()
+		began := time.Now()
+		framework.Eventually(t, 3*timeout, what, func(ctx context.Context) (bool, string) {
+			broken, err := violationsIn(ctx, kube, sample, metav1.NamespaceAll, names)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(broken) == 0, fmt.Sprintf("%d broken, first %q", len(broken), broken[:min(3, len(broken))])
+		})
+		return time.Since(began)
+	}
 
-	const count = 24
-	var names []string
-	for i := range count {
-		name := fmt.Sprintf("gateless-%d", i)
-		names = append(names, name)
-		_, err := sample.SamplecontrollerV1alpha1().Foos(ns).Create(ctx, &samplev1alpha1.Foo{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       samplev1alpha1.FooSpec{DeploymentName: name, Replicas: ptr.To[int32](1)},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
+	grow(1)
+	alone := converged(fmt.Sprintf("one replica to converge %d Foos", count))
+	grow(2) // 1 -> 3
+	waitSlotsHeld(t, live)
+	var cached []float64
+	framework.Eventually(t, timeout, "three replicas to cache every Foo once between them", func(ctx context.Context) (bool, string) {
+		cached = nil
+		var total float64
+		for _, c := range live {
+			m, err := c.process().Metrics(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			n := m.Sum("sample_controller_cached_objects", map[string]string{"resource": "foos"})
+			cached, total = append(cached, n), total+n
+		}
+		return total == count, fmt.Sprintf("Foos cached %v", cached)
+	})
+	for _, c := range live[1:] { // 3 -> 1
+		if err := c.process().Stop(localcluster.ControllerStopGrace); err != nil {
+			t.Errorf("a sharded replica exited with %v after SIGTERM", err)
 		}
 	}
-	framework.Eventually(t, timeout, fmt.Sprintf("%d Foos to be Ready", count), func(ctx context.Context) (bool, string) {
-		foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		ready := 0
-		for _, foo := range foos.Items {
-			if c := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && foo.Status.AvailableReplicas == 1 {
-				ready++
+	live = live[:1]
+	waitSlotsHeld(t, live)
+	grow(2) // 1 -> 3
+	waitSlotsHeld(t, live)
+
+	// Scale some Foos while one replica is killed.
+	patched := make(chan struct{})
+	go func() {
+		defer close(patched)
+		for i, name := range names[:scaled] {
+			_, err := sample.SamplecontrollerV1alpha1().Foos(nsOf[name]).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{})
+			if err != nil {
+				t.Errorf("scaling Foo %s: %v", name, err)
+			}
+			if i%10 == 0 {
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
-		return ready == count, fmt.Sprintf("%d Ready", ready)
-	})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	killed := live[1]
+	killedAt := time.Now()
+	_ = killed.process().Kill()
+	live = slices.DeleteFunc(live, func(c *proxiedController) bool { return c == killed })
+	waitSlotsHeld(t, live)
+	heldAgain := time.Since(killedAt)
+	<-patched
+	settled := converged(fmt.Sprintf("the %d Foos to converge after the SIGKILL, %d of them scaled", count, scaled))
 
-	var cached []float64
-	for _, c := range replicas {
-		m, err := c.process().Metrics(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := m.Sum("sample_controller_cached_objects", map[string]string{"resource": "foos"})
-		cached = append(cached, n)
-		// Each slot's informer holds every Foo: the replica's caches hold them once per slot.
-		if held := m.Sum("sample_controller_slots_held", nil); n != held*count {
-			t.Errorf("%s caches %v Foos over %v slots, want every Foo in each slot's cache (%v)", c.proxy.Name(), n, held, held*count)
-		}
-		log, err := os.ReadFile(c.process().LogPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(log), "The API server sent Foos outside this slot") {
-			t.Errorf("%s never said that the apiserver ignored its shard selector; its log is %s", c.proxy.Name(), c.process().LogPath())
+	if gateOff {
+		for _, c := range started {
+			log, err := os.ReadFile(c.process().LogPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(log), "The API server sent Foos outside this slot") {
+				t.Errorf("%s never said that the apiserver ignored its shard selector; its log is %s", c.proxy.Name(), c.process().LogPath())
+			}
 		}
 	}
-
-	writes, outside, _ := checkTenures(t, sample, ns, replicas)
-	fmt.Printf("faults: sharded without ShardedListAndWatch: 3 replicas, %d Foos converged; Foos cached per replica %v (every Foo once per slot held); %d writes, %d outside the writer's tenure\n",
-		count, cached, writes, outside)
+	writes, outside, handOffs := checkTenures(t, sample, metav1.NamespaceAll, started)
+	gate := "on"
+	if gateOff {
+		gate = "off"
+	}
+	fmt.Printf("faults: sharded at scale, ShardedListAndWatch %s: %d Foos in %d namespaces converged by one replica in %.1fs; 3 replicas cached %v Foos; 1->3->1->3 and SIGKILL of 1 of 3 while %d Foos were scaled: slots held again %.1fs after it, converged %.1fs after; %d slot hand-offs; %d Foo and Deployment writes, %d outside the writer's tenure\n",
+		gate, count, namespaces, alone.Seconds(), cached, scaled, heldAgain.Seconds(), settled.Seconds(), handOffs, writes, outside)
 }
 
 // checkTenures fails the test for every Foo or Deployment write of the replicas that
 // falls outside its replica's tenure of the Foo's slot, and returns the writes checked,
-// those outside, and the hand-offs. Each Foo in ns names its Deployment after itself.
+// those outside, and the hand-offs. Each Foo in ns (every namespace for "") names its
+// Deployment after itself.
 func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas []*proxiedController) (writes, outside, handOffs int) {
 	t.Helper()
 	space, err := slots.NewSpace(shardSlots)
@@ -225,9 +317,9 @@ func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas 
 	if err != nil {
 		t.Fatal(err)
 	}
-	slotOf := map[string]int{}
+	slotOf := map[string]int{} // by namespace/name
 	for _, foo := range foos.Items {
-		slotOf[foo.Name] = space.Of(foo.UID)
+		slotOf[foo.Namespace+"/"+foo.Name] = space.Of(foo.UID)
 	}
 	var logs [][]localcluster.APIWrite
 	for _, c := range replicas {
@@ -236,7 +328,7 @@ func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas 
 	tenures := slotTenures(logs)
 	for _, log := range logs {
 		for _, w := range objectWrites(log) {
-			slot, ok := slotOf[w.Name]
+			slot, ok := slotOf[w.Namespace+"/"+w.Name]
 			if !ok {
 				continue
 			}
