@@ -171,8 +171,11 @@ func run(ctx context.Context, opts options) error {
 	defer eventRecording.shutdown(ctx, eventFlushTimeout)
 	recorder := eventRecording.recorder()
 
+	// The slot gauges are served in single-leader mode too, both 0, so that one alert
+	// covers both modes.
+	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration, slotCount, slotsHeld)
+	slotCount.Set(float64(opts.shardSlots))
 	if opts.shardSlots > 0 {
-		metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration)
 		identity, err := newIdentity()
 		if err != nil {
 			return err
@@ -195,7 +198,7 @@ func run(ctx context.Context, opts options) error {
 		return err
 	}
 	controller.shutdownTimeout = opts.gracefulShutdownTimeout
-	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration, newFooReadyCollector(controller.cachedFoos))
+	metrics.Registry.MustRegister(newFooReadyCollector(controller.cachedFoos))
 
 	// Leader election reports a leader that cannot renew its Lease as unhealthy, so
 	// that the kubelet restarts it.

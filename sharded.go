@@ -25,6 +25,10 @@ import (
 const SlotLabel = samplecontroller.GroupName + "/slot"
 
 var (
+	slotCount = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sample_controller_slots",
+		Help: "Slots the Foos are divided into (--shard-slots); 0 when not sharded.",
+	})
 	slotsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sample_controller_slots_held",
 		Help: "Slots whose Lease this replica holds and whose Foos it acts on (sharded mode).",
@@ -116,7 +120,7 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		},
 	}
-	metrics.Registry.MustRegister(slotsHeld, slotAcquisitions, slotUnheld, newCachedObjectsCollector(&controllers),
+	metrics.Registry.MustRegister(slotAcquisitions, slotUnheld, newCachedObjectsCollector(&controllers),
 		newFooReadyCollector(func() ([]*samplev1alpha1.Foo, bool) {
 			var all []*samplev1alpha1.Foo
 			synced := true

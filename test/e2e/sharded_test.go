@@ -94,6 +94,9 @@ func TestShardedReplicasShareTheFoos(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
+			if slots := m.Sum("sample_controller_slots", nil); slots != slotCount {
+				return false, fmt.Sprintf("sample_controller_slots %v, want %d", slots, slotCount)
+			}
 			n := m.Sum("sample_controller_foos", map[string]string{"ready": "True"})
 			ready, total = append(ready, n), total+n
 		}
