@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -86,10 +87,10 @@ func newScopedFooInformer(client clientset.Interface, namespace string, resync t
 			if err != nil {
 				return nil, err
 			}
-			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			return newFilteredWatch(w, func(e watch.Event) bool {
 				foo, ok := e.Object.(*samplev1alpha1.Foo)
 				// Bookmarks carry only a resourceVersion, and errors no Foo.
-				return e, !ok || e.Type == watch.Bookmark || e.Type == watch.Error || scope.keep(foo)
+				return !ok || e.Type == watch.Bookmark || e.Type == watch.Error || scope.keep(foo)
 			}), nil
 		},
 	}
@@ -107,4 +108,41 @@ func dropManagedFields(obj any) (any, error) {
 		accessor.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// filteredWatch passes on the events of a watch that keep accepts. Unlike
+// apimachinery's watch.Filter, whose goroutine blocks for good on an event nobody reads
+// once the reader has stopped, it ends when stopped.
+type filteredWatch struct {
+	upstream watch.Interface
+	result   chan watch.Event
+	done     chan struct{}
+	stop     sync.Once
+}
+
+func newFilteredWatch(upstream watch.Interface, keep func(watch.Event) bool) watch.Interface {
+	w := &filteredWatch{upstream: upstream, result: make(chan watch.Event), done: make(chan struct{})}
+	go func() {
+		defer close(w.result)
+		for e := range upstream.ResultChan() {
+			if !keep(e) {
+				continue
+			}
+			select {
+			case w.result <- e:
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *filteredWatch) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *filteredWatch) Stop() {
+	w.stop.Do(func() {
+		close(w.done)
+		w.upstream.Stop()
+	})
 }

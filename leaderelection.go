@@ -18,8 +18,9 @@ import (
 
 // runAsLeader runs run only while this process holds the Lease, until ctx is
 // cancelled (election.Run): on cancellation run stops first and the Lease is released
-// after; a process that loses the Lease without being asked to stop exits at once and
-// does not release it, so that a standby never starts while this process still works.
+// after; a process that loses the Lease while it works, also while its last syncs
+// finish after being asked to stop, exits at once and does not release it, so that a
+// standby never starts while this process still works.
 func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	identity, err := newIdentity()

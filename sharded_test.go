@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -123,5 +125,31 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	}
 	if len(mine) == 0 || len(mine) == len(want) || !scope.outside.Load() {
 		t.Errorf("%d of %d Foos in the slot; said it was sent others: %v", len(mine), len(want), scope.outside.Load())
+	}
+}
+
+// TestFilteredWatchEndsWhenStopped stops a filtered watch while an event it kept waits
+// for a reader that is gone, as a reflector leaves its watch: its goroutine ends.
+// apimachinery's watch.Filter would block on the event for good.
+func TestFilteredWatchEndsWhenStopped(t *testing.T) {
+	before := goruntime.NumGoroutine()
+	upstream := watch.NewFake()
+	w := newFilteredWatch(upstream, func(e watch.Event) bool {
+		return e.Object.(*samplev1alpha1.Foo).Name != "dropped"
+	})
+	upstream.Add(&samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: "dropped"}})
+	upstream.Add(&samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: "kept"}})
+	if e := <-w.ResultChan(); e.Object.(*samplev1alpha1.Foo).Name != "kept" {
+		t.Fatalf("got %v, want only the kept Foo", e.Object)
+	}
+	// Taken from upstream, then it waits for a reader that never comes.
+	upstream.Add(&samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: "unread"}})
+	w.Stop()
+	w.Stop() // twice is fine
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return goruntime.NumGoroutine() <= before, nil
+	})
+	if err != nil {
+		t.Fatalf("%d goroutines after Stop, %d before the watch: its goroutine is still blocked", goruntime.NumGoroutine(), before)
 	}
 }

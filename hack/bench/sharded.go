@@ -66,11 +66,11 @@ var (
 // shardLeaseNamespace holds the replicas' Leases, as artifacts/deploy's namespace does.
 const shardLeaseNamespace = "sample-controller-system"
 
-// shardLeaseArgs are artifacts/deploy's Lease timings: the time until a dead replica's
-// slots are held again depends on them.
+// shardLeaseArgs are the sharded component's Lease timings: the time until a dead
+// replica's slots are held again, and the Lease writes, depend on them.
 var shardLeaseArgs = []string{
 	"--leader-elect-resource-namespace=" + shardLeaseNamespace,
-	"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=1s",
+	"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s",
 }
 
 // replicaSet is a driver: Replicas processes of our controller, sharded into Slots

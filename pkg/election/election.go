@@ -1,7 +1,8 @@
 // Package election runs work only while this process holds a Lease, with client-go's
 // leader election, in the order that keeps two holders from ever working at once: on
 // cancellation the work stops first and the Lease is released after; a Lease lost
-// without being asked to stop is reported at once and not released.
+// while the work runs, or still finishes after being asked to stop, is reported at once
+// and not released.
 package election
 
 import (
@@ -23,10 +24,10 @@ type Config struct {
 	Name                                      string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	WatchDog                                  *leaderelection.HealthzAdaptor
-	// OnLost is called when the Lease is lost while the work runs and nobody asked it
-	// to stop. It must end every write of the work at once: the controller exits. The
-	// work's context is cancelled too, but a standby may take the Lease before the
-	// work has noticed.
+	// OnLost is called when the Lease is lost while the work runs, also when it was
+	// asked to stop and its last writes are still finishing. It must end every write of
+	// the work at once: the controller exits. The work's context is cancelled too, but
+	// a standby may take the Lease before the work has noticed.
 	OnLost func()
 	// OnNewLeader, if set, is told every holder the election observes.
 	OnNewLeader func(identity string)
@@ -54,10 +55,12 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer endElection()
 	var (
-		mu      sync.Mutex
-		working bool // work has started
-		worked  bool // work has returned
-		result  Result
+		mu       sync.Mutex
+		working  bool // work has started
+		worked   bool // work has returned
+		over     bool // the elector has returned: work may no longer start
+		workDone = make(chan struct{})
+		result   Result
 	)
 	stopWaiting := context.AfterFunc(ctx, func() {
 		mu.Lock()
@@ -78,14 +81,17 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 		Name:            cfg.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
+				// client-go runs this on a goroutine of its own, which may start after
+				// the elector has already stopped leading.
 				mu.Lock()
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || over || leaderCtx.Err() != nil {
 					mu.Unlock()
 					endElection()
 					return
 				}
 				working = true
 				mu.Unlock()
+				defer close(workDone)
 				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx).
 				workCtx, cancel := context.WithCancel(leaderCtx)
 				defer cancel()
@@ -101,7 +107,9 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 				mu.Lock()
 				lost := working && !worked
 				mu.Unlock()
-				if lost && ctx.Err() == nil && cfg.OnLost != nil {
+				// Lost while working, also while the work drains after ctx was
+				// cancelled: its last writes could land after the next holder's first.
+				if lost && cfg.OnLost != nil {
 					cfg.OnLost()
 				}
 			},
@@ -118,9 +126,18 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	elector.Run(electionCtx)
 
 	mu.Lock()
+	over = true
+	started := working
+	mu.Unlock()
+	if started {
+		// The elector cancelled the work's context when it stopped leading; this
+		// returns only once the work has, so that the caller may hand the slot on.
+		<-workDone
+	}
+	mu.Lock()
 	defer mu.Unlock()
 	if !worked {
-		if ctx.Err() != nil {
+		if !working && ctx.Err() != nil {
 			// Cancelled while asking for the Lease. A create or update of it whose answer
 			// the cancellation cut off may still have been committed, naming this process
 			// as the holder of a Lease that nobody renews: release it, or the next holder

@@ -2,6 +2,8 @@ package election
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,5 +94,58 @@ func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
 	}
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "b" {
 		t.Errorf("the Lease names %q, want b's untouched", holder)
+	}
+}
+
+// TestLostWhileDrainingIsReported loses the Lease while the work drains after ctx was
+// cancelled (its in-flight writes finish before it returns): the loss is reported,
+// since those writes could land after the next holder's first, and Run returns only
+// once the work has.
+func TestLostWhileDrainingIsReported(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	var cut atomic.Bool
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if cut.Load() {
+			return true, nil, errors.New("cut off from the apiserver")
+		}
+		return false, nil, nil
+	})
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
+	}
+	started := make(chan struct{})
+	var lost atomic.Bool
+	var workReturned time.Time
+	result := make(chan Result)
+	go func() {
+		result <- Run(ctx, Config{
+			Lock: lock, Name: "slot-0",
+			LeaseDuration: 2 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond,
+			OnLost: func() { lost.Store(true) },
+		}, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(1500 * time.Millisecond) // in-flight writes finishing
+			workReturned = time.Now()
+			return nil
+		})
+	}()
+	<-started
+	cut.Store(true)
+	cancel()
+	r := <-result
+	if returned := time.Now(); returned.Before(workReturned) || workReturned.IsZero() {
+		t.Errorf("Run returned before the work did")
+	}
+	if !lost.Load() {
+		t.Error("the Lease was lost while the work drained, and OnLost was not called")
+	}
+	if !r.Worked {
+		t.Errorf("Run = %+v, want worked", r)
 	}
 }

@@ -93,6 +93,16 @@ func (h *Holder) Run(ctx context.Context) {
 	wg.Go(func() { h.observer.run(observing) })
 	defer wg.Wait()
 	defer stopObserving()
+	// Replicas started together announce themselves moments apart. One that took slots
+	// before it saw the others would start those slots' informers, listing their Foos,
+	// only to hand most of them over: let the announcements arrive first.
+	settle := time.NewTimer(h.Timings.RetryPeriod)
+	select {
+	case <-settle.C:
+	case <-ctx.Done():
+		settle.Stop()
+		return
+	}
 	for {
 		// Read before acting, so that no change in between goes unnoticed.
 		leasesChanged := h.observer.changes()
@@ -196,33 +206,49 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	}
 	go func() {
 		defer close(run.done)
-		// Asking before the holder's Lease has expired only starts the elector's own
-		// count; ask the moment it expires, or is released.
-		if !h.observer.waitTakeable(ctx, name) {
-			return
-		}
-		result := election.Run(ctx, election.Config{
-			Lock:          lock,
-			Name:          name,
-			LeaseDuration: h.Timings.Duration,
-			RenewDeadline: h.Timings.RenewDeadline,
-			RetryPeriod:   h.Timings.RetryPeriod,
-			OnLost: func() {
-				if h.OnLost != nil {
-					h.OnLost(slot)
-				}
-			},
-		}, func(ctx context.Context) error {
-			logger.V(2).Info("Holding the slot")
-			return h.Work(ctx, slot)
-		})
-		switch {
-		case result.Err != nil:
-			logger.Error(result.Err, "The slot's work ended")
-		case result.ReleaseErr != nil:
-			logger.Error(result.ReleaseErr, "Releasing the slot; the next holder takes it once it expires")
-		case result.Worked:
-			logger.V(2).Info("Released the slot")
+		// While the slot stays assigned here, its election runs again whenever it
+		// ends by itself: the work failed, or the Lease was lost (the controller exits
+		// then; a test's member may not).
+		for {
+			// Asking before the holder's Lease has expired only starts the elector's
+			// own count; ask the moment it expires, or is released.
+			if !h.observer.waitTakeable(ctx, name) {
+				return
+			}
+			result := election.Run(ctx, election.Config{
+				Lock:          lock,
+				Name:          name,
+				LeaseDuration: h.Timings.Duration,
+				RenewDeadline: h.Timings.RenewDeadline,
+				RetryPeriod:   h.Timings.RetryPeriod,
+				OnLost: func() {
+					if h.OnLost != nil {
+						h.OnLost(slot)
+					}
+				},
+			}, func(ctx context.Context) error {
+				logger.V(2).Info("Holding the slot")
+				return h.Work(ctx, slot)
+			})
+			switch {
+			case result.Err != nil:
+				logger.Error(result.Err, "The slot's work ended")
+			case result.ReleaseErr != nil:
+				logger.Error(result.ReleaseErr, "Releasing the slot; the next holder takes it once it expires")
+			case result.Worked:
+				logger.V(2).Info("Released the slot")
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// Not at once: a failing start would loop.
+			retry := time.NewTimer(h.Timings.RetryPeriod)
+			select {
+			case <-retry.C:
+			case <-ctx.Done():
+				retry.Stop()
+				return
+			}
 		}
 	}()
 	return run

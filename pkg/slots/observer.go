@@ -45,14 +45,17 @@ type observer struct {
 	// foreign is, per Lease, when it was last seen written by someone else (a renewal by
 	// another holder, or a release): the latest moment the slot was held by another.
 	foreign map[string]time.Time
-	// changed is closed, and replaced, whenever a Lease changes.
+	// changed is closed, and replaced, whenever a Lease comes or goes or changes
+	// holder; not on a renewal, which only moves an expiry later (a timer set for the
+	// earlier one finds that out when it fires).
 	changed chan struct{}
 }
 
 // sighting is a Lease's record and when this process first saw it.
 type sighting struct {
-	raw []byte
-	at  time.Time
+	raw    []byte
+	holder string
+	at     time.Time
 }
 
 func newObserver(client kubernetes.Interface, namespace, group, identity string, clk clock.Clock) *observer {
@@ -66,8 +69,8 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 			opts.LabelSelector = o.selector().String()
 		}))
 	leases := o.factory.Coordination().V1().Leases()
-	o.lister, o.synced = leases.Lister(), leases.Informer().HasSynced
-	_, _ = leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	o.lister = leases.Lister()
+	registration, _ := leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    o.saw,
 		UpdateFunc: func(_, obj any) { o.saw(obj) },
 		DeleteFunc: func(obj any) {
@@ -82,6 +85,8 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 			}
 		},
 	})
+	// Synced once this handler, not only the cache, has seen the listed Leases.
+	o.synced = registration.HasSynced
 	return o
 }
 
@@ -113,14 +118,17 @@ func (o *observer) saw(obj any) {
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if bytes.Equal(o.seen[lease.Name].raw, raw) {
+	previous, known := o.seen[lease.Name]
+	if bytes.Equal(previous.raw, raw) {
 		return
 	}
-	o.seen[lease.Name] = sighting{raw: raw, at: now}
+	o.seen[lease.Name] = sighting{raw: raw, holder: r.HolderIdentity, at: now}
 	if r.HolderIdentity != o.identity {
 		o.foreign[lease.Name] = now
 	}
-	o.broadcast()
+	if !known || previous.holder != r.HolderIdentity {
+		o.broadcast()
+	}
 }
 
 // broadcast wakes every waiter; o.mu is held.
@@ -151,7 +159,7 @@ func (o *observer) expiresAt(name string) (time.Time, <-chan struct{}) {
 	return s.at.Add(time.Duration(r.LeaseDurationSeconds) * time.Second), o.changed
 }
 
-// changes is closed when a Lease changes next.
+// changes is closed when a Lease next comes, goes or changes holder.
 func (o *observer) changes() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
