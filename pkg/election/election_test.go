@@ -36,11 +36,7 @@ func TestCancelledAcquisitionIsReleased(t *testing.T) {
 		cancel()
 		return true, nil, context.Canceled
 	})
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
-	}
+	lock := testLock(client)
 	result := Run(ctx, Config{
 		Lock: lock, Name: "slot-0",
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond,
@@ -51,11 +47,7 @@ func TestCancelledAcquisitionIsReleased(t *testing.T) {
 	if result.Worked || result.ReleaseErr != nil {
 		t.Errorf("Run = %+v, want not worked and released", result)
 	}
-	lease, err := client.CoordinationV1().Leases("system").Get(context.Background(), "slot-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
+	if holder := testHolder(t, client); holder != "" {
 		t.Errorf("the Lease still names %q, who will never renew it", holder)
 	}
 }
@@ -73,11 +65,7 @@ func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
-	}
+	lock := testLock(client)
 	result := Run(ctx, Config{
 		Lock: lock, Name: "slot-0",
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond,
@@ -88,11 +76,7 @@ func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
 	if result.Worked || result.ReleaseErr != nil {
 		t.Errorf("Run = %+v, want not worked, nothing to release", result)
 	}
-	lease, err := client.CoordinationV1().Leases("system").Get(context.Background(), "slot-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "b" {
+	if holder := testHolder(t, client); holder != "b" {
 		t.Errorf("the Lease names %q, want b's untouched", holder)
 	}
 }
@@ -113,11 +97,7 @@ func TestLostWhileDrainingIsReported(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
-	}
+	lock := testLock(client)
 	started := make(chan struct{})
 	var lost atomic.Bool
 	var workReturned time.Time
@@ -148,4 +128,23 @@ func TestLostWhileDrainingIsReported(t *testing.T) {
 	if !r.Worked {
 		t.Errorf("Run = %+v, want worked", r)
 	}
+}
+
+// testLock is member a's lock of the Lease system/slot-0.
+func testLock(client *fake.Clientset) *resourcelock.LeaseLock {
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
+	}
+}
+
+// testHolder is the holder the Lease system/slot-0 names.
+func testHolder(t *testing.T, client *fake.Clientset) string {
+	t.Helper()
+	lease, err := client.CoordinationV1().Leases("system").Get(context.Background(), "slot-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }

@@ -58,29 +58,55 @@ func (w *workLog) owners(n int) []string {
 	return out
 }
 
+// testMember is one member's Membership and Holder, running on a fake clientset.
+type testMember struct {
+	client         kubernetes.Interface
+	identity       string
+	space          Space
+	memberDuration time.Duration
+	timings        LeaseTimings
+	log            *workLog
+	onLost         func(slot int)
+}
+
+const testNamespace, testGroup = "system", "sample-controller"
+
+// start runs the member until the returned stop is called, or the test ends.
+func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
+	runCtx, cancel := context.WithCancel(ctx)
+	membership := NewMembership(m.client, testNamespace, testGroup, m.identity, m.space.Len(), m.memberDuration, clock.RealClock{})
+	onLost := m.onLost
+	if onLost == nil {
+		onLost = func(slot int) { t.Errorf("%s lost slot %d", m.identity, slot) }
+	}
+	h := &Holder{
+		Space: m.space, Membership: membership, Client: m.client, Namespace: testNamespace, Group: testGroup, Identity: m.identity,
+		Timings: m.timings, Work: m.log.work(m.identity), OnLost: onLost,
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { membership.Run(runCtx) })
+	wg.Go(func() { h.Run(runCtx) })
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return h, stop
+}
+
 func TestHolderHandsSlotsOver(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
-	const ns, group = "system", "sample-controller"
 	space := mustSpace(t, 8)
 	log := &workLog{active: map[int]string{}}
 	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 
 	start := func(identity string) (stop func()) {
-		runCtx, cancel := context.WithCancel(ctx)
-		m := NewMembership(client, ns, group, identity, space.Len(), 10*time.Second, clock.RealClock{})
-		h := &Holder{
-			Space: space, Membership: m, Client: client, Namespace: ns, Group: group, Identity: identity,
-			Timings: timings, Work: log.work(identity),
-			OnLost: func(slot int) { t.Errorf("%s lost slot %d", identity, slot) },
-		}
-		var wg sync.WaitGroup
-		wg.Go(func() { m.Run(runCtx) })
-		wg.Go(func() { h.Run(runCtx) })
-		return func() {
-			cancel()
-			wg.Wait()
-		}
+		_, stop = testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
+		return stop
 	}
 	waitOwners := func(what string, want func([]string) bool) {
 		t.Helper()
@@ -138,27 +164,14 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 		return false, nil, nil
 	})
 
-	const ns, group = "system", "sample-controller"
+	const ns, group = testNamespace, testGroup
 	const memberDuration = 4 * time.Second
 	space := mustSpace(t, 8)
 	log := &workLog{active: map[int]string{}}
 	timings := LeaseTimings{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
 	holders := map[string]*Holder{}
 	start := func(identity string, client kubernetes.Interface, onLost func(int)) {
-		runCtx, cancel := context.WithCancel(ctx)
-		m := NewMembership(client, ns, group, identity, space.Len(), memberDuration, clock.RealClock{})
-		h := &Holder{
-			Space: space, Membership: m, Client: client, Namespace: ns, Group: group, Identity: identity,
-			Timings: timings, Work: log.work(identity), OnLost: onLost,
-		}
-		holders[identity] = h
-		var wg sync.WaitGroup
-		wg.Go(func() { m.Run(runCtx) })
-		wg.Go(func() { h.Run(runCtx) })
-		t.Cleanup(func() {
-			cancel()
-			wg.Wait()
-		})
+		holders[identity], _ = testMember{client: client, identity: identity, space: space, memberDuration: memberDuration, timings: timings, log: log, onLost: onLost}.start(ctx, t)
 	}
 	waitOwners := func(what string, want func([]string) bool) time.Time {
 		t.Helper()
@@ -228,7 +241,7 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 // the Lease expires.
 func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	const ns, group = "system", "sample-controller"
+	const ns, group = testNamespace, testGroup
 	space := mustSpace(t, 8)
 	assigned := space.Assign([]string{"a", "b"})
 	orphan := slices.Index(assigned, "b")
@@ -242,20 +255,7 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	log := &workLog{active: map[int]string{}}
 	timings := LeaseTimings{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	start := func(identity string) {
-		runCtx, cancel := context.WithCancel(ctx)
-		m := NewMembership(client, ns, group, identity, space.Len(), 10*time.Second, clock.RealClock{})
-		h := &Holder{
-			Space: space, Membership: m, Client: client, Namespace: ns, Group: group, Identity: identity,
-			Timings: timings, Work: log.work(identity),
-			OnLost: func(slot int) { t.Errorf("%s lost slot %d", identity, slot) },
-		}
-		var wg sync.WaitGroup
-		wg.Go(func() { m.Run(runCtx) })
-		wg.Go(func() { h.Run(runCtx) })
-		t.Cleanup(func() {
-			cancel()
-			wg.Wait()
-		})
+		testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
 	}
 	// b alone is assigned every slot, and waits for the one a's Lease names.
 	start("b")
