@@ -41,8 +41,6 @@ type Holder struct {
 	Work func(ctx context.Context, slot int) error
 	// OnLost is called when the Lease of a slot whose work runs was lost.
 	OnLost func(slot int)
-	// Clock is the observer's; the real clock when nil.
-	Clock clock.Clock
 
 	mu       sync.Mutex
 	running  map[int]*slotRun
@@ -78,13 +76,9 @@ func SlotLeaseName(group string, slot int) string {
 // its Lease before it returns.
 func (h *Holder) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	clk := h.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
 	h.mu.Lock()
 	h.running = map[int]*slotRun{}
-	h.observer = newObserver(h.Client, h.Namespace, h.Group, h.Identity, clk)
+	h.observer = newObserver(h.Client, h.Namespace, h.Group, h.Identity, clock.RealClock{})
 	h.mu.Unlock()
 	// The slot Leases are followed for as long as this member runs, whether it holds
 	// them or not, so that it can tell a dead holder's Lease expired the moment it has.
@@ -156,10 +150,13 @@ func (h *Holder) apply(ctx context.Context, want []int) {
 func (h *Holder) releaseOrphans(ctx context.Context) {
 	for _, name := range h.observer.heldBy(h.Identity) {
 		slot, ok := h.slotOf(name)
+		if !ok {
+			continue
+		}
 		h.mu.Lock()
 		running := h.running[slot] != nil
 		h.mu.Unlock()
-		if !ok || running {
+		if running {
 			continue
 		}
 		lock := &resourcelock.LeaseLock{

@@ -152,11 +152,22 @@ func (o *observer) expiresAt(name string) (time.Time, <-chan struct{}) {
 		return time.Time{}, o.changed
 	}
 	r, raw := record(lease)
-	s, ok := o.seen[name]
-	if r.HolderIdentity == "" || r.HolderIdentity == o.identity || !ok || !bytes.Equal(s.raw, raw) {
-		return time.Time{}, o.changed
+	at, _ := o.expiryLocked(name, r, raw)
+	return at, o.changed
+}
+
+// expiryLocked is when the record raw of the Lease name, held by another, expires by
+// this process's count: its duration after this process first saw it. It is false
+// when the record is not held by another or is not the one last seen. o.mu is held.
+func (o *observer) expiryLocked(name string, r *resourcelock.LeaderElectionRecord, raw []byte) (time.Time, bool) {
+	if r.HolderIdentity == "" || r.HolderIdentity == o.identity {
+		return time.Time{}, false
 	}
-	return s.at.Add(time.Duration(r.LeaseDurationSeconds) * time.Second), o.changed
+	s, ok := o.seen[name]
+	if !ok || !bytes.Equal(s.raw, raw) {
+		return time.Time{}, false
+	}
+	return s.at.Add(time.Duration(r.LeaseDurationSeconds) * time.Second), true
 }
 
 // changes is closed when a Lease next comes, goes or changes holder.
@@ -206,14 +217,10 @@ func (o *observer) waitTakeable(ctx context.Context, name string) bool {
 // expired tells whether raw, a record just read from the apiserver, is the one this
 // process has seen unchanged for its whole duration, held by another.
 func (o *observer) expired(name string, r *resourcelock.LeaderElectionRecord, raw []byte) bool {
-	if r.HolderIdentity == "" || r.HolderIdentity == o.identity {
-		return false
-	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s, ok := o.seen[name]
-	return ok && bytes.Equal(s.raw, raw) &&
-		!o.clock.Now().Before(s.at.Add(time.Duration(r.LeaseDurationSeconds)*time.Second))
+	at, ok := o.expiryLocked(name, r, raw)
+	return ok && !o.clock.Now().Before(at)
 }
 
 // lastForeign is when the Lease name was last seen written by another holder or
