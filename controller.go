@@ -33,6 +33,7 @@ import (
 	informers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 const controllerAgentName = "sample-controller"
@@ -395,6 +396,12 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		syncsTotal.WithLabelValues(syncRejected).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Requeuing with backoff", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
+	case errors.Is(err, tenure.ErrNotHeld):
+		// This replica may no longer write for the Foo; the one that may syncs it.
+		// Kept with backoff in case the tenure is renewed late, not lost.
+		syncsTotal.WithLabelValues(syncHeldBack).Inc()
+		klog.FromContext(ctx).V(2).Info("A write was held back: the tenure is not valid", "foo", key, "err", err)
+		c.workqueue.AddRateLimited(key)
 	case apierrors.IsConflict(err):
 		// The cache was behind the server; the informer is about to catch up.
 		syncsTotal.WithLabelValues(syncConflict).Inc()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // eventFlushTimeout bounds how long shutdown waits for the last Events to be written.
@@ -39,12 +42,15 @@ type eventRecording struct {
 	recorded, queued atomic.Int64
 	// took is signalled (without blocking) each time the broadcaster takes one in.
 	took chan struct{}
+	once sync.Once
 }
 
 // startEventRecording starts recording Events through client. The recording outlives
-// ctx; shutdown ends it.
-func startEventRecording(ctx context.Context, client eventsv1client.EventsV1Interface) (*eventRecording, error) {
-	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, idle: make(chan struct{})}
+// ctx; shutdown ends it. With a tenure, the Events are written only while it is valid
+// (through a tenure.Gate in client) and dropped otherwise: they belong to the syncs of
+// that tenure.
+func startEventRecording(ctx context.Context, client eventsv1client.EventsV1Interface, held *tenure.Tenure) (*eventRecording, error) {
+	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{})}
 	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	broadcaster := events.NewBroadcaster(sink)
 	if err := broadcaster.StartRecordingToSinkWithContext(recordCtx); err != nil {
@@ -82,8 +88,14 @@ func (r *countingRecorder) Eventf(regarding, related runtime.Object, eventtype, 
 }
 
 // shutdown stops taking Events, and waits up to timeout for those already recorded to
-// be written. Call it once nothing records any more.
+// be written. Call it once nothing records any more; calls after the first return at
+// once.
 func (r *eventRecording) shutdown(ctx context.Context, timeout time.Duration) {
+	r.once.Do(func() { r.drain(ctx, timeout) })
+}
+
+// drain is shutdown's, once.
+func (r *eventRecording) drain(ctx context.Context, timeout time.Duration) {
 	defer r.stop()
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(timeout)
@@ -124,9 +136,10 @@ func (r *eventRecording) shutdown(ctx context.Context, timeout time.Duration) {
 }
 
 // countingSink is an EventSink that knows how many writes are in flight and when the
-// last one ended.
+// last one ended, and holds its writes to a tenure.
 type countingSink struct {
 	events.EventSink
+	tenure *tenure.Tenure
 
 	mu       sync.Mutex
 	inFlight int
@@ -164,20 +177,31 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 	return s.written, s.inFlight, time.Since(s.last)
 }
 
-func (s *countingSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+// write makes one write of the sink within the tenure. A write the tenure's gate held
+// back is dropped, and reported to the broadcaster as done: it would retry any other
+// error for a minute, and then write the Event in a tenure it does not belong to.
+func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
 	s.begin()
 	defer s.end()
-	return s.EventSink.Create(ctx, event)
+	if s.tenure != nil {
+		ctx = tenure.NewContext(ctx, s.tenure)
+	}
+	written, err := do(ctx)
+	if errors.Is(err, tenure.ErrNotHeld) {
+		klog.FromContext(ctx).V(2).Info("Dropped an Event: this replica's tenure is over", "reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name))
+		return event, nil
+	}
+	return written, err
+}
+
+func (s *countingSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.write(ctx, event, func(ctx context.Context) (*eventsv1.Event, error) { return s.EventSink.Create(ctx, event) })
 }
 
 func (s *countingSink) Update(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
-	s.begin()
-	defer s.end()
-	return s.EventSink.Update(ctx, event)
+	return s.write(ctx, event, func(ctx context.Context) (*eventsv1.Event, error) { return s.EventSink.Update(ctx, event) })
 }
 
 func (s *countingSink) Patch(ctx context.Context, event *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	s.begin()
-	defer s.end()
-	return s.EventSink.Patch(ctx, event, data)
+	return s.write(ctx, event, func(ctx context.Context) (*eventsv1.Event, error) { return s.EventSink.Patch(ctx, event, data) })
 }

@@ -32,7 +32,7 @@ func TestEventRecordingShutdownWritesEverything(t *testing.T) {
 		written.Add(1)
 		return false, nil, nil
 	})
-	recording, err := startEventRecording(ctx, client.EventsV1())
+	recording, err := startEventRecording(ctx, client.EventsV1(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestEventRecordingShutdownIsBounded(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	recording, err := startEventRecording(ctx, client.EventsV1())
+	recording, err := startEventRecording(ctx, client.EventsV1(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

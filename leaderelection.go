@@ -14,14 +14,16 @@ import (
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/election"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // runAsLeader runs run only while this process holds the Lease, until ctx is
 // cancelled (election.Run): on cancellation run stops first and the Lease is released
 // after; a process that loses the Lease while it works, also while its last syncs
 // finish after being asked to stop, exits at once and does not release it, so that a
-// standby never starts while this process still works.
-func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
+// standby never starts while this process still works. run's writes are held to the
+// tenure held, which the election keeps from its Lease writes and reads.
+func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, held *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	identity, err := newIdentity()
 	if err != nil {
@@ -40,6 +42,7 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 		RenewDeadline: opts.leaderElectRenewDeadline,
 		RetryPeriod:   opts.leaderElectRetryPeriod,
 		WatchDog:      watchdog,
+		Tenure:        held,
 		OnLost: func() {
 			logger.Error(nil, "Lost the lease; exiting so that two leaders never act at once", "identity", identity)
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
@@ -65,12 +68,30 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 	return result.Err
 }
 
-// newIdentity names this process in Leases: the host name (the Pod's name) and a UUID,
-// so that a restarted container is not mistaken for the one before it.
+// Environment variables that name the Pod this process runs in, from the downward API
+// (artifacts/deploy sets them).
+const (
+	podNameEnv = "POD_NAME"
+	podUIDEnv  = "POD_UID"
+)
+
+// newIdentity names this process in Leases. In a Pod it is the Pod's name and UID,
+// which a container restarted in place (a crash, an OOM kill, the exit on a lost
+// Lease) keeps: it takes back its own member and slot Leases at once instead of
+// announcing a new member while its old one lingers. The previous container has
+// exited before the kubelet restarts it, and a Pod recreated under the same name has
+// another UID. Elsewhere it is the host name and a UUID, new for every process.
 func newIdentity() (string, error) {
-	hostname, err := os.Hostname()
+	return identityFrom(os.Getenv, os.Hostname)
+}
+
+func identityFrom(getenv func(string) string, hostname func() (string, error)) (string, error) {
+	if name, uid := getenv(podNameEnv), getenv(podUIDEnv); name != "" && uid != "" {
+		return name + "_" + uid, nil
+	}
+	host, err := hostname()
 	if err != nil {
 		return "", fmt.Errorf("getting the hostname for the Lease identity: %w", err)
 	}
-	return hostname + "_" + string(uuid.NewUUID()), nil
+	return host + "_" + string(uuid.NewUUID()), nil
 }

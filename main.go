@@ -30,6 +30,7 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
@@ -153,34 +154,40 @@ func run(ctx context.Context, opts options) error {
 	kubeCfg := rest.CopyConfig(cfg)
 	kubeCfg.ContentType = runtime.ContentTypeProtobuf
 	kubeCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	// The Leases are written by a client of their own: the elections keep the
+	// tenures that every other write is held to.
+	leaseClient, err := kubernetes.NewForConfig(kubeCfg)
+	if err != nil {
+		return fmt.Errorf("building the Lease client: %w", err)
+	}
+	// Every write of the controller, Events included, passes the gate. With leader
+	// election or shards, only inside a valid tenure.
+	gate := &tenure.Gate{
+		Required: opts.leaderElect || opts.shardSlots > 0,
+		HeldBack: func(reason string) { writesHeldBack.WithLabelValues(reason).Inc() },
+	}
+	kubeCfg.Wrap(gate.Wrap)
 	kubeClient, err := kubernetes.NewForConfig(kubeCfg)
 	if err != nil {
 		return fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	sampleClient, err := clientset.NewForConfig(cfg)
+	fooCfg := rest.CopyConfig(cfg)
+	fooCfg.Wrap(gate.Wrap)
+	sampleClient, err := clientset.NewForConfig(fooCfg)
 	if err != nil {
 		return fmt.Errorf("building the Foo client: %w", err)
 	}
 
-	eventRecording, err := startEventRecording(ctx, kubeClient.EventsV1())
-	if err != nil {
-		return err
-	}
-	// Runs once the workers have stopped: the Events of the last syncs are written
-	// before the process exits.
-	defer eventRecording.shutdown(ctx, eventFlushTimeout)
-	recorder := eventRecording.recorder()
-
 	// The slot gauges are served in single-leader mode too, both 0, so that one alert
 	// covers both modes.
-	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, syncDuration, slotCount, slotsHeld)
+	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, writesHeldBack, syncDuration, slotCount, slotsHeld)
 	slotCount.Set(float64(opts.shardSlots))
 	if opts.shardSlots > 0 {
 		identity, err := newIdentity()
 		if err != nil {
 			return err
 		}
-		membership := slots.NewMembership(kubeClient, opts.leaderElectNamespace, opts.leaderElectName, identity, opts.shardSlots, opts.leaderElectLeaseDuration, clock.RealClock{})
+		membership := slots.NewMembership(leaseClient, opts.leaderElectNamespace, opts.leaderElectName, identity, opts.shardSlots, opts.leaderElectLeaseDuration, clock.RealClock{})
 		// Ready once the replica knows the others; each slot's caches sync before its
 		// workers start.
 		servers, err := startServers(ctx, opts, cfg, membership.HasSynced, nil)
@@ -188,12 +195,26 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 		defer servers.shutdown(logger)
-		return runSharded(ctx, opts, kubeClient, sampleClient, recorder, identity, membership)
+		// Each slot records its Events in its own tenure.
+		return runSharded(ctx, opts, leaseClient, kubeClient, sampleClient, identity, membership)
 	}
+
+	// With leader election, the Lease's tenure; without, none.
+	var leading *tenure.Tenure
+	if opts.leaderElect {
+		leading = tenure.New(clock.RealClock{})
+	}
+	eventRecording, err := startEventRecording(ctx, kubeClient.EventsV1(), leading)
+	if err != nil {
+		return err
+	}
+	// Runs once the workers have stopped: the Events of the last syncs are written
+	// before the process exits (as a leader, before it releases the Lease).
+	defer eventRecording.shutdown(ctx, eventFlushTimeout)
 
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil)
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
-	controller, err := NewController(ctx, "foos", kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, recorder)
+	controller, err := NewController(ctx, "foos", kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, eventRecording.recorder())
 	if err != nil {
 		return err
 	}
@@ -220,11 +241,15 @@ func run(ctx context.Context, opts options) error {
 	kubeFactory.Start(ctx.Done())
 	sampleFactory.Start(ctx.Done())
 
-	runController := func(ctx context.Context) error { return controller.Run(ctx, opts.workers) }
+	runController := func(ctx context.Context) error {
+		err := controller.Run(ctx, opts.workers)
+		eventRecording.shutdown(ctx, eventFlushTimeout)
+		return err
+	}
 	if !opts.leaderElect {
 		return runController(ctx)
 	}
-	return runAsLeader(ctx, kubeClient, opts, watchdog, runController)
+	return runAsLeader(ctx, leaseClient, opts, leading, watchdog, runController)
 }
 
 // restConfig loads the client configuration the way kubectl does, applies the

@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // The controller's own metrics. client-go's, for the work queue and the REST
@@ -12,13 +13,18 @@ import (
 var (
 	syncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_syncs_total",
-		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), or stale (skipped until the cache catches up; see sample_controller_stale_cache_skips_total).",
+		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), held_back (a write was held back: this replica's tenure of the Lease was not valid; see sample_controller_writes_held_back_total), or stale (skipped until the cache catches up; see sample_controller_stale_cache_skips_total).",
 	}, []string{"result"})
 
 	staleSkipsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_stale_cache_skips_total",
 		Help: "Foo syncs skipped because an informer cache (resource: foos or deployments) did not yet hold the controller's own last write for the Foo, or (foos) held a Foo the API server no longer has; the event that brings the change in requeues the Foo.",
 	}, []string{"resource"})
+
+	writesHeldBack = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sample_controller_writes_held_back_total",
+		Help: "Writes (Deployments, Foo status, Events) not sent because this replica's tenure of its Lease, or of the slot's, was not valid by its own clock, by reason: expired (the tenure ended or lapsed: the Lease was lost, or not renewed in time) or none (a write outside any tenure where every write needs one: a bug).",
+	}, []string{"reason"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sample_controller_sync_duration_seconds",
@@ -38,15 +44,21 @@ const (
 	// syncStale: skipped, the cache was older than the controller's own last write
 	// or than the Foo's deletion.
 	syncStale = "stale"
+	// syncHeldBack: a write of the sync was held back, the replica's tenure of the
+	// Lease being over; the Foo is retried with backoff, by whichever replica holds it.
+	syncHeldBack = "held_back"
 )
 
 func init() {
 	// Every series exists from the start, so rates work from the first scrape.
-	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale} {
+	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale, syncHeldBack} {
 		syncsTotal.WithLabelValues(result)
 	}
 	for _, resource := range []string{resourceFoos, resourceDeployments} {
 		staleSkipsTotal.WithLabelValues(resource)
+	}
+	for _, reason := range []string{tenure.ReasonExpired, tenure.ReasonNone} {
+		writesHeldBack.WithLabelValues(reason)
 	}
 }
 

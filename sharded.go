@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
@@ -18,6 +18,7 @@ import (
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // SlotLabel marks, in sharded mode, each Deployment with the slot of its Foo, so that
@@ -31,7 +32,7 @@ var (
 	})
 	slotsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sample_controller_slots_held",
-		Help: "Slots whose Lease this replica holds and whose Foos it acts on (sharded mode).",
+		Help: "Slots whose Lease this replica holds and whose Foos it acts on, their caches synced (sharded mode).",
 	})
 	slotAcquisitions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sample_controller_slot_acquisitions_total",
@@ -85,7 +86,9 @@ func (s *slotScope) label(d *appsv1.Deployment) bool {
 // itself (slots.Membership), and acts on the slots the assignment gives it, each with
 // informers of its own that the apiserver filters to the slot, only while it holds the
 // slot's Lease (slots.Holder).
-func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interface, sampleClient clientset.Interface, recorder events.EventRecorder, identity string, membership *slots.Membership) error {
+// The Leases are written with leaseClient; the slots' writes, with the clients whose
+// gate holds them to the slot's tenure.
+func runSharded(ctx context.Context, opts options, leaseClient, kubeClient kubernetes.Interface, sampleClient clientset.Interface, identity string, membership *slots.Membership) error {
 	logger := klog.FromContext(ctx)
 	space, err := slots.NewSpace(opts.shardSlots)
 	if err != nil {
@@ -96,7 +99,7 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 	holder = &slots.Holder{
 		Space:      space,
 		Membership: membership,
-		Client:     kubeClient,
+		Client:     leaseClient,
 		Namespace:  opts.leaderElectNamespace,
 		Group:      opts.leaderElectName,
 		Identity:   identity,
@@ -106,14 +109,12 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 			RetryPeriod:   opts.leaderElectRetryPeriod,
 		},
 		Work: func(ctx context.Context, slot int) error {
-			slotsHeld.Inc()
 			slotAcquisitions.Inc()
 			if unheld, ok := holder.Unheld(slot); ok {
 				slotUnheld.Observe(unheld.Seconds())
 			}
-			defer slotsHeld.Dec()
 			ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("slot", slot))
-			return runSlot(ctx, opts, space, slot, kubeClient, sampleClient, recorder, &controllers)
+			return runSlot(ctx, opts, space, slot, kubeClient, sampleClient, &controllers)
 		},
 		OnLost: func(slot int) {
 			logger.Error(nil, "Lost the Lease of a slot; exiting so that two replicas never act on it at once", "slot", slot, "identity", identity)
@@ -133,16 +134,15 @@ func runSharded(ctx context.Context, opts options, kubeClient kubernetes.Interfa
 		}))
 
 	logger.Info("Running sharded", "slots", space.Len(), "group", klog.KRef(opts.leaderElectNamespace, opts.leaderElectName), "identity", identity)
-	var wg sync.WaitGroup
-	wg.Go(func() { membership.Run(ctx) })
 	holder.Run(ctx)
-	wg.Wait()
 	return nil
 }
 
 // runSlot acts on one slot until ctx ends: informers filtered to the slot by the
-// apiserver, a controller on them, and its workers, drained before it returns.
-func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kubeClient kubernetes.Interface, sampleClient clientset.Interface, recorder events.EventRecorder, controllers *sync.Map) error {
+// apiserver, a controller on them, and its workers, drained before it returns, with
+// the Events of their last syncs. Every write is held to the slot's tenure, which ctx
+// carries.
+func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kubeClient kubernetes.Interface, sampleClient clientset.Interface, controllers *sync.Map) error {
 	shardSelector, _, err := space.Selector([]int{slot})
 	if err != nil {
 		return err
@@ -154,14 +154,28 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 		shardSelector:    shardSelector,
 		keep:             func(foo *samplev1alpha1.Foo) bool { return scope.owns(logger, foo) },
 	})
-	// Each slot's queue has a name of its own in the workqueue metrics.
-	controller, err := NewController(ctx, fmt.Sprintf("foos-slot-%d", slot), kubeClient, sampleClient,
-		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recorder)
+	held := tenure.FromContext(ctx)
+	if held == nil {
+		return fmt.Errorf("slot %d runs without a tenure", slot)
+	}
+	recording, err := startEventRecording(ctx, kubeClient.EventsV1(), held)
+	if err != nil {
+		return err
+	}
+	// Runs once the workers have stopped, before the slot's Lease is released.
+	defer recording.shutdown(ctx, eventFlushTimeout)
+	// Each slot's queue has a name of its own in the workqueue metrics; its gauges go
+	// once its workers have returned, and come back if the slot does.
+	queueName := fmt.Sprintf("foos-slot-%d", slot)
+	defer metrics.ForgetQueue(queueName)
+	controller, err := NewController(ctx, queueName, kubeClient, sampleClient,
+		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recording.recorder())
 	if err != nil {
 		return err
 	}
 	controller.shutdownTimeout = opts.gracefulShutdownTimeout
 	controller.slot = scope
+	defer countHeldOnceSynced(ctx, controller.HasSynced)()
 
 	controllers.Store(slot, controller)
 	defer controllers.Delete(slot)
@@ -170,6 +184,33 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	kubeFactory.Start(ctx.Done())
 	sampleFactory.Start(ctx.Done())
 	return controller.Run(ctx, opts.workers)
+}
+
+// countHeldOnceSynced counts the slot in sample_controller_slots_held once synced
+// says its caches have synced, so that the gauge counts only slots whose workers act,
+// and returns the function that uncounts it.
+func countHeldOnceSynced(ctx context.Context, synced cache.InformerSynced) (uncount func()) {
+	var mu sync.Mutex
+	var counted, over bool
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), synced) {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !over {
+			counted = true
+			slotsHeld.Inc()
+		}
+	}()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		over = true
+		if counted {
+			slotsHeld.Dec()
+		}
+	}
 }
 
 // cachedObjectsCollector reports the objects in the caches of the slots this replica

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -151,5 +154,39 @@ func TestFilteredWatchEndsWhenStopped(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("%d goroutines after Stop, %d before the watch: its goroutine is still blocked", goruntime.NumGoroutine(), before)
+	}
+}
+
+// TestSlotsHeldCountsSyncedSlots checks that a slot counts in slots_held only once its
+// caches have synced, until it is given up, and not at all when it is given up first.
+func TestSlotsHeldCountsSyncedSlots(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	held := func() float64 { return testutil.ToFloat64(slotsHeld) }
+	before := held()
+
+	var synced atomic.Bool
+	uncount := countHeldOnceSynced(ctx, synced.Load)
+	time.Sleep(200 * time.Millisecond)
+	if got := held() - before; got != 0 {
+		t.Errorf("slots_held rose by %v before the caches synced, want 0", got)
+	}
+	synced.Store(true)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return held()-before == 1, nil
+	}); err != nil {
+		t.Errorf("slots_held rose by %v once the caches synced, want 1", held()-before)
+	}
+	uncount()
+	if got := held() - before; got != 0 {
+		t.Errorf("slots_held is %v above where it was after the slot was given up, want 0", got)
+	}
+
+	givenUp, cancel := context.WithCancel(ctx)
+	uncount = countHeldOnceSynced(givenUp, func() bool { return false })
+	cancel()
+	uncount()
+	time.Sleep(200 * time.Millisecond)
+	if got := held() - before; got != 0 {
+		t.Errorf("slots_held rose by %v for a slot given up before it synced, want 0", got)
 	}
 }

@@ -15,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // Config is one election.
@@ -31,6 +34,12 @@ type Config struct {
 	OnLost func()
 	// OnNewLeader, if set, is told every holder the election observes.
 	OnNewLeader func(identity string)
+	// Tenure is kept from the election's Lease writes and reads (tenure.Lock), and the
+	// work's context carries it, so that its writes pass a tenure.Gate only while it is
+	// valid. A read of the Lease that shows another holder while the work runs ends the
+	// tenure and the election at once, and is reported to OnLost. Nil keeps one of the
+	// election's own.
+	Tenure *tenure.Tenure
 }
 
 // Result is how an election ended.
@@ -50,6 +59,14 @@ type Result struct {
 // about one retry period instead of a lease duration. Cancelling ctx before the Lease
 // is held ends the wait.
 func Run(ctx context.Context, cfg Config, work func(context.Context) error) Result {
+	if cfg.Tenure == nil {
+		cfg.Tenure = tenure.New(clock.RealClock{})
+	}
+	// Once, whichever of the elector and the tenure's lock sees the loss first.
+	reportLost := func() {}
+	if cfg.OnLost != nil {
+		reportLost = sync.OnceFunc(cfg.OnLost)
+	}
 	// The election outlives ctx: it ends when work has returned, or when ctx is
 	// cancelled before this process ever held the Lease.
 	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
@@ -71,8 +88,22 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	})
 	defer stopWaiting()
 
+	lock := &tenure.Lock{
+		Interface: cfg.Lock,
+		Tenure:    cfg.Tenure,
+		OnForeign: func() {
+			mu.Lock()
+			lost := working && !worked
+			mu.Unlock()
+			// Now, not after client-go's renew deadline; and the elector stops leading.
+			if lost {
+				reportLost()
+				endElection()
+			}
+		},
+	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            cfg.Lock,
+		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
 		RenewDeadline:   cfg.RenewDeadline,
 		RetryPeriod:     cfg.RetryPeriod,
@@ -92,8 +123,9 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 				working = true
 				mu.Unlock()
 				defer close(workDone)
-				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx).
-				workCtx, cancel := context.WithCancel(leaderCtx)
+				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its
+				// writes are held to the tenure.
+				workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, cfg.Tenure))
 				defer cancel()
 				stop := context.AfterFunc(ctx, cancel)
 				defer stop()
@@ -109,8 +141,8 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 				mu.Unlock()
 				// Lost while working, also while the work drains after ctx was
 				// cancelled: its last writes could land after the next holder's first.
-				if lost && cfg.OnLost != nil {
-					cfg.OnLost()
+				if lost {
+					reportLost()
 				}
 			},
 			OnNewLeader: func(identity string) {
@@ -135,24 +167,23 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 		<-workDone
 	}
 	mu.Lock()
-	defer mu.Unlock()
-	if !worked {
-		if !working && ctx.Err() != nil {
-			// Cancelled while asking for the Lease. A create or update of it whose answer
-			// the cancellation cut off may still have been committed, naming this process
-			// as the holder of a Lease that nobody renews: release it, or the next holder
-			// waits for it to expire.
-			releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
-			defer cancel()
-			_, result.ReleaseErr = Release(releaseCtx, cfg.Lock, cfg.Lock.Identity())
-		}
+	result.Worked = worked
+	askedOnly := !working && ctx.Err() != nil
+	mu.Unlock()
+	if !result.Worked && !askedOnly {
 		return result
 	}
-	result.Worked = true
-	// The work has returned: hand the Lease over now rather than after it expires.
+	// Released with the tenure's lock, which ends the tenure before the Lease is
+	// given up: the work has returned, and no write of it may follow.
+	release := &tenure.Lock{Interface: cfg.Lock, Tenure: cfg.Tenure}
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
 	defer cancel()
-	_, result.ReleaseErr = Release(releaseCtx, cfg.Lock, cfg.Lock.Identity())
+	// When the work ran, the Lease is handed over now rather than after it expires.
+	// When the wait for it was cancelled, a create or update of it whose answer the
+	// cancellation cut off may still have been committed, naming this process as the
+	// holder of a Lease that nobody renews: it is released too, or the next holder
+	// waits for it to expire.
+	_, result.ReleaseErr = Release(releaseCtx, release, cfg.Lock.Identity())
 	return result
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // TestCancelledAcquisitionIsReleased cancels an election while its create of the
@@ -127,6 +130,74 @@ func TestLostWhileDrainingIsReported(t *testing.T) {
 	}
 	if !r.Worked {
 		t.Errorf("Run = %+v, want worked", r)
+	}
+}
+
+// TestTakenOverWhileWorking has another replica take the Lease while this one works,
+// as after this process was frozen for longer than the Lease: its next renewal is
+// refused (the resourceVersion moved) and its read shows the other holder. The work's
+// tenure, which its context carries, ends at that read, and so does the election: the
+// loss is reported at once, not after client-go's renew deadline.
+func TestTakenOverWhileWorking(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	// The fake does not check resourceVersions: refuse an update while another holds
+	// the Lease, as the apiserver would refuse the stale one.
+	client.PrependReactor("update", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		current, err := client.Tracker().Get(leases, "system", "slot-0")
+		if err == nil && ptr.Deref(current.(*coordinationv1.Lease).Spec.HolderIdentity, "") == "b" {
+			return true, nil, apierrors.NewConflict(leases.GroupResource(), "slot-0", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	lock := testLock(client)
+	const renewDeadline = 3 * time.Second
+	working := make(chan *tenure.Tenure, 1)
+	lost := make(chan time.Time, 1)
+	result := make(chan Result, 1)
+	go func() {
+		result <- Run(ctx, Config{
+			Lock: lock, Name: "slot-0",
+			LeaseDuration: 4 * time.Second, RenewDeadline: renewDeadline, RetryPeriod: 50 * time.Millisecond,
+			OnLost: func() { lost <- time.Now() },
+		}, func(ctx context.Context) error {
+			working <- tenure.FromContext(ctx)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	held := <-working
+	if held == nil || !held.Valid() {
+		t.Fatalf("the work started with tenure %v, want a valid one", held)
+	}
+	lease, err := client.CoordinationV1().Leases("system").Get(ctx, "slot-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.HolderIdentity = ptr.To("b")
+	if err := client.Tracker().Update(leases, lease, "system"); err != nil {
+		t.Fatal(err)
+	}
+	takenOver := time.Now()
+	select {
+	case at := <-lost:
+		if late := at.Sub(takenOver); late > renewDeadline/3 {
+			t.Errorf("the loss was reported %v after the takeover, want within %v (the renew deadline is %v)", late, renewDeadline/3, renewDeadline)
+		}
+	case <-time.After(2 * renewDeadline):
+		t.Fatal("the loss was never reported")
+	}
+	if held.Valid() {
+		t.Error("the tenure is still valid after the Lease was seen held by another")
+	}
+	if r := <-result; !r.Worked {
+		t.Errorf("Run = %+v, want worked", r)
+	}
+	if holder := testHolder(t, client); holder != "b" {
+		t.Errorf("the Lease names %q, want b's untouched", holder)
 	}
 }
 

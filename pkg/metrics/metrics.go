@@ -138,6 +138,16 @@ func newQueueMetrics() *queueMetrics {
 	}
 }
 
+// ForgetQueue drops the gauges of the work queue name, which was shut down and whose
+// workers have returned: a queue shut down with items in it would otherwise report
+// them for good, and a new queue of the same name would count on from there. The
+// counters and histograms stay, cumulative across the queue's lives.
+func ForgetQueue(name string) {
+	queues.depth.DeleteLabelValues(name)
+	queues.unfinished.DeleteLabelValues(name)
+	queues.longestRunning.DeleteLabelValues(name)
+}
+
 func (q *queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
 	return q.depth.WithLabelValues(name)
 }

@@ -54,6 +54,45 @@ func TestQueueMetrics(t *testing.T) {
 	}
 }
 
+// TestQueueRecreated shuts a queue down with items in it and creates another of the
+// same name, as sharded mode does when a slot comes back: once the first is forgotten,
+// the depth is the new queue's alone, and nothing is reported between the two.
+func TestQueueRecreated(t *testing.T) {
+	RegisterClientGo()
+	name := fmt.Sprintf("metrics-test-recreated-%d", time.Now().UnixNano())
+	first := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name})
+	first.Add("a")
+	first.Add("b")
+	first.ShutDown()
+	ForgetQueue(name)
+	if served(t, "workqueue_depth", name) {
+		t.Errorf("workqueue_depth{name=%q} still served after the queue was forgotten", name)
+	}
+	second := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name})
+	defer second.ShutDown()
+	second.Add("c")
+	if got := testutil.ToFloat64(queues.depth.WithLabelValues(name)); got != 1 {
+		t.Errorf("workqueue_depth{name=%q} = %v after the queue was created again with one item, want 1", name, got)
+	}
+}
+
+// served tells whether Registry serves a series of family for the queue name.
+func served(t *testing.T, family, name string) bool {
+	t.Helper()
+	families, err := Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if f.GetName() == family && m.GetLabel()[0].GetValue() == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // TestLeaderElectionMetrics runs client-go's leader election on a fake Lease and checks
 // that leader_election_master_status follows it.
 func TestLeaderElectionMetrics(t *testing.T) {

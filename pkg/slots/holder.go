@@ -42,8 +42,13 @@ type Holder struct {
 	// OnLost is called when the Lease of a slot whose work runs was lost.
 	OnLost func(slot int)
 
-	mu       sync.Mutex
-	running  map[int]*slotRun
+	mu      sync.Mutex
+	running map[int]*slotRun
+	// stopping holds the runs asked to stop whose work still drains; a slot is not
+	// started again until its run has stopped.
+	stopping map[int]*slotRun
+	// stopped has a value when a run in stopping has stopped.
+	stopped  chan struct{}
 	observer *observer
 }
 
@@ -72,12 +77,25 @@ func SlotLeaseName(group string, slot int) string {
 	return fmt.Sprintf("%s-slot-%d", group, slot)
 }
 
-// Run follows the assignment until ctx ends, then stops every slot's work and releases
-// its Lease before it returns.
+// Run announces this member (Membership.Run) and follows the assignment until ctx
+// ends, then stops every slot's work, releases its Lease, and only then withdraws the
+// announcement before it returns: a member that looked gone while its slots still
+// worked would let the others, or replicas with another count of slots, act beside it.
 func (h *Holder) Run(ctx context.Context) {
+	announcing, withdraw := context.WithCancel(context.WithoutCancel(ctx))
+	var announced sync.WaitGroup
+	announced.Go(func() { h.Membership.Run(announcing) })
+	defer announced.Wait()
+	defer withdraw()
+	h.follow(ctx)
+}
+
+// follow follows the assignment until ctx ends, then stops every slot's work and
+// releases its Lease before it returns.
+func (h *Holder) follow(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	h.mu.Lock()
-	h.running = map[int]*slotRun{}
+	h.running, h.stopping, h.stopped = map[int]*slotRun{}, map[int]*slotRun{}, make(chan struct{}, 1)
 	h.observer = newObserver(h.Client, h.Namespace, h.Group, h.Identity, clock.RealClock{})
 	h.mu.Unlock()
 	// The slot Leases are followed for as long as this member runs, whether it holds
@@ -107,37 +125,58 @@ func (h *Holder) Run(ctx context.Context) {
 		select {
 		case <-h.Membership.Changes():
 		case <-leasesChanged:
+		case <-h.stopped:
 		case <-ctx.Done():
 			logger.V(2).Info("Giving up every slot")
 			h.apply(ctx, nil)
+			h.waitStopped()
 			return
 		}
 	}
 }
 
-// apply starts the elections of the slots in want that do not run yet, and stops
-// those that run and are not in want, all at once, and waits for the stops.
+// apply starts the elections of the slots in want that do not run yet, and asks
+// those that run and are not in want to stop. It does not wait for them: a drain may
+// take up to the graceful timeout, and the assignment may change meanwhile (a peer
+// dies, and its slots must be taken now). A slot asked to stop is started again only
+// once its work has returned and its Lease was released.
 func (h *Holder) apply(ctx context.Context, want []int) {
 	keep := map[int]bool{}
 	for _, slot := range want {
 		keep[slot] = true
 	}
 	h.mu.Lock()
-	var stopping []*slotRun
+	defer h.mu.Unlock()
+	for slot, run := range h.stopping {
+		select {
+		case <-run.done:
+			delete(h.stopping, slot)
+		default:
+		}
+	}
 	for slot, run := range h.running {
 		if !keep[slot] {
 			run.stop()
-			stopping = append(stopping, run)
+			h.stopping[slot] = run
 			delete(h.running, slot)
 		}
 	}
 	for _, slot := range want {
-		if h.running[slot] == nil && ctx.Err() == nil {
+		if h.running[slot] == nil && h.stopping[slot] == nil && ctx.Err() == nil {
 			h.running[slot] = h.start(ctx, slot)
 		}
 	}
+}
+
+// waitStopped waits until every run asked to stop has.
+func (h *Holder) waitStopped() {
+	h.mu.Lock()
+	runs := make([]*slotRun, 0, len(h.stopping))
+	for _, run := range h.stopping {
+		runs = append(runs, run)
+	}
 	h.mu.Unlock()
-	for _, run := range stopping {
+	for _, run := range runs {
 		<-run.done
 	}
 }
@@ -145,8 +184,8 @@ func (h *Holder) apply(ctx context.Context, want []int) {
 // releaseOrphans releases the slot Leases that name this member as their holder while
 // it runs no election for them. An acquisition cancelled because the slot moved away
 // may have been committed after its answer was given up on; such a Lease is renewed by
-// nobody, and the slot's next holder would wait for it to expire. It runs between
-// applies, when every slot not running has stopped its work.
+// nobody, and the slot's next holder would wait for it to expire. A slot still
+// stopping is left to its own run, which releases it once its work has returned.
 func (h *Holder) releaseOrphans(ctx context.Context) {
 	for _, name := range h.observer.heldBy(h.Identity) {
 		slot, ok := h.slotOf(name)
@@ -154,7 +193,7 @@ func (h *Holder) releaseOrphans(ctx context.Context) {
 			continue
 		}
 		h.mu.Lock()
-		running := h.running[slot] != nil
+		running := h.running[slot] != nil || h.stopping[slot] != nil
 		h.mu.Unlock()
 		if running {
 			continue
@@ -202,7 +241,14 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 		observer: h.observer,
 	}
 	go func() {
-		defer close(run.done)
+		defer func() {
+			close(run.done)
+			// Wakes the loop, which may start the slot again.
+			select {
+			case h.stopped <- struct{}{}:
+			default:
+			}
+		}()
 		// While the slot stays assigned here, its election runs again whenever it
 		// ends by itself: the work failed, or the Lease was lost (the controller exits
 		// then; a test's member may not).

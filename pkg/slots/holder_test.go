@@ -29,7 +29,7 @@ type workLog struct {
 	overlaps []string
 }
 
-func (w *workLog) work(identity string) func(ctx context.Context, slot int) error {
+func (w *workLog) work(identity string, drain time.Duration) func(ctx context.Context, slot int) error {
 	return func(ctx context.Context, slot int) error {
 		w.mu.Lock()
 		if other, ok := w.active[slot]; ok {
@@ -39,7 +39,7 @@ func (w *workLog) work(identity string) func(ctx context.Context, slot int) erro
 		w.mu.Unlock()
 		<-ctx.Done()
 		// In-flight writes finish after the stop is asked for: the Lease must outlast them.
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(max(drain, 50*time.Millisecond))
 		w.mu.Lock()
 		delete(w.active, slot)
 		w.mu.Unlock()
@@ -67,6 +67,9 @@ type testMember struct {
 	timings        LeaseTimings
 	log            *workLog
 	onLost         func(slot int)
+	// drain is how long the member's work takes to return once asked to stop; 50 ms
+	// when zero.
+	drain time.Duration
 }
 
 const testNamespace, testGroup = "system", "sample-controller"
@@ -81,10 +84,9 @@ func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
 	}
 	h := &Holder{
 		Space: m.space, Membership: membership, Client: m.client, Namespace: testNamespace, Group: testGroup, Identity: m.identity,
-		Timings: m.timings, Work: m.log.work(m.identity), OnLost: onLost,
+		Timings: m.timings, Work: m.log.work(m.identity, m.drain), OnLost: onLost,
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { membership.Run(runCtx) })
 	wg.Go(func() { h.Run(runCtx) })
 	var once sync.Once
 	stop := func() {
@@ -277,5 +279,105 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
 		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
+	}
+}
+
+// TestHolderTakesSlotsWhileItDrains has member a hand slots over to a newcomer, c, with
+// a drain of several seconds, and kills b meanwhile: a takes the slots of b that are
+// assigned to it at once, not after its own drain.
+func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	space := mustSpace(t, 12)
+	log := &workLog{active: map[int]string{}}
+	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	const drain = 5 * time.Second
+	start := func(identity string, drain time.Duration) func() {
+		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drain: drain}.start(ctx, t)
+		return stop
+	}
+	waitOwners := func(what string, within time.Duration, want []string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, within, true, func(context.Context) (bool, error) {
+			return slices.Equal(log.owners(space.Len()), want), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: owners %q, want %q", what, log.owners(space.Len()), want)
+		}
+	}
+	start("a", drain)
+	stopB := start("b", 0)
+	waitOwners("a and b share the slots", 20*time.Second, space.Assign([]string{"a", "b"}))
+
+	// c joins: a and b hand it slots; a's take it five seconds.
+	start("c", 0)
+	handing := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	// b leaves meanwhile; its slots go to a and c.
+	stopB()
+	aGains := []int{}
+	abc, ac := space.Assign([]string{"a", "b", "c"}), space.Assign([]string{"a", "c"})
+	for slot := range ac {
+		if ac[slot] == "a" && abc[slot] == "b" {
+			aGains = append(aGains, slot)
+		}
+	}
+	if len(aGains) == 0 {
+		t.Fatal("the assignment gives a none of b's slots; choose other identities")
+	}
+	// Well before a's drain ends.
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, drain/2, true, func(context.Context) (bool, error) {
+		owners := log.owners(space.Len())
+		return !slices.ContainsFunc(aGains, func(slot int) bool { return owners[slot] != "a" }), nil
+	})
+	if err != nil {
+		t.Fatalf("a did not take b's slots %v while it drained others (owners %q); it waited for its drain", aGains, log.owners(space.Len()))
+	}
+	t.Logf("a took b's slots %v %v after it began handing slots to c", aGains, time.Since(handing).Round(time.Millisecond))
+	waitOwners("a and c share the slots once a's drain is over", drain+10*time.Second, ac)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlaps) > 0 {
+		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
+	}
+}
+
+// TestHolderWithdrawsAfterDraining stops a member whose work takes seconds to drain:
+// its member Lease stays until every slot has drained, so that no other member, nor
+// one with another count of slots, sees it gone while its slots still work.
+func TestHolderWithdrawsAfterDraining(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	space := mustSpace(t, 4)
+	log := &workLog{active: map[int]string{}}
+	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	const drain = 2 * time.Second
+	_, stop := testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drain: drain}.start(ctx, t)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return !slices.Contains(log.owners(space.Len()), ""), nil
+	}); err != nil {
+		t.Fatalf("a never worked on every slot: owners %q", log.owners(space.Len()))
+	}
+	member := func() bool {
+		_, err := client.CoordinationV1().Leases(testNamespace).Get(ctx, LeaseName(testGroup, "a"), metav1.GetOptions{})
+		return err == nil
+	}
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	for {
+		select {
+		case <-stopped:
+			if member() {
+				t.Error("a's member Lease is still there after it stopped")
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if !member() && slices.ContainsFunc(log.owners(space.Len()), func(o string) bool { return o != "" }) {
+			t.Fatalf("a's member Lease is gone while its slots still drain: owners %q", log.owners(space.Len()))
+		}
 	}
 }

@@ -46,7 +46,7 @@ func TestLeaderFailover(t *testing.T) {
 	ns := env.NewNamespace(t)
 	replicas := []*proxiedController{startProxied(t, ns, leaderArgs...), startProxied(t, ns, leaderArgs...)}
 	started := slices.Clone(replicas)
-	leader, holder := waitLeader(t, replicas, "")
+	leader, holder := waitLeaderOf(t, framework.DeployNamespace, leaseName, replicas, "")
 
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
@@ -88,7 +88,7 @@ func TestLeaderFailover(t *testing.T) {
 			stalledName = leader.proxy.Name()
 		}
 		others := slices.DeleteFunc(slices.Clone(replicas), func(c *proxiedController) bool { return c == leader })
-		next, nextHolder := waitLeader(t, others, holder)
+		next, nextHolder := waitLeaderOf(t, framework.DeployNamespace, leaseName, others, holder)
 		o := outcome{fault: fault, takeover: time.Since(at)}
 		if stalled != nil {
 			// Hold the old leader's traffic until the new one has written, and until it
@@ -164,14 +164,14 @@ func TestLeaderFailover(t *testing.T) {
 	}
 }
 
-// waitLeader waits until the Lease is held by one of replicas, other than previous,
-// and returns that replica and its identity.
-func waitLeader(t *testing.T, replicas []*proxiedController, previous string) (*proxiedController, string) {
+// waitLeaderOf waits until the Lease ns/name is held by one of replicas, other than
+// previous, and returns that replica and its identity.
+func waitLeaderOf(t *testing.T, ns, name string, replicas []*proxiedController, previous string) (*proxiedController, string) {
 	t.Helper()
 	var leader *proxiedController
 	var holder string
 	framework.Eventually(t, timeout, "a new leader", func(ctx context.Context) (bool, string) {
-		lease, err := env.Kube.CoordinationV1().Leases(framework.DeployNamespace).Get(ctx, leaseName, metav1.GetOptions{})
+		lease, err := env.Kube.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -182,7 +182,7 @@ func waitLeader(t *testing.T, replicas []*proxiedController, previous string) (*
 		// The replica that says it leads, by its metrics rather than its log's wording.
 		for _, c := range replicas {
 			m, err := c.process().Metrics(ctx)
-			if err == nil && m.Sum("leader_election_master_status", map[string]string{"name": leaseName}) == 1 {
+			if err == nil && m.Sum("leader_election_master_status", map[string]string{"name": name}) == 1 {
 				leader = c
 				return true, ""
 			}
