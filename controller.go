@@ -32,6 +32,7 @@ import (
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	informers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/namewatch"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
@@ -51,9 +52,14 @@ const byControllerUID = "byControllerUID"
 const byDeploymentName = "byDeploymentName"
 
 // notOwnedRecheckInterval is how often a Foo whose Deployment name is taken looks
-// again. A Deployment the controller never labelled is not in the filtered cache, so
-// no event would tell the controller that it went away.
+// again. A Deployment the controller never labelled, or another slot's, is not in the
+// filtered cache; a watch of its name (maxNameWatches) wakes the Foo when it goes, and
+// this recheck is the fallback.
 const notOwnedRecheckInterval = time.Minute
+
+// maxNameWatches bounds the Deployment names watched at once for Foos whose name is
+// taken by a Deployment outside the cache, one watch each.
+const maxNameWatches = 100
 
 // rejectedRecheckInterval is the longest a Foo whose Deployment write the API server
 // refused waits before it tries again.
@@ -104,6 +110,9 @@ type Controller struct {
 	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
 	// until a sync goes through: one Event per cause, not one per try.
 	refusals sync.Map // types.UID -> string
+	// nameWatches wakes the Foos whose Deployment name is taken by a Deployment
+	// outside the cache when it goes away.
+	nameWatches *namewatch.Watcher
 
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
@@ -144,6 +153,8 @@ func NewController(
 		shutdownTimeout: defaultShutdownTimeout,
 		writes:          newWriteTracker(fooInformer.Informer().GetStore(), deploymentInformer.Informer().GetStore()),
 	}
+
+	c.nameWatches = namewatch.New(ctx, kubeclientset, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
 
 	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
 		return nil, fmt.Errorf("adding the Deployment index: %w", err)
@@ -254,6 +265,7 @@ func (c *Controller) forgetFoo(obj any) {
 	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
 		c.writes.forget(cache.MetaObjectToName(foo), foo.UID)
 		c.refusals.Delete(foo.UID)
+		c.nameWatches.Done(cache.MetaObjectToName(foo))
 	}
 }
 
@@ -439,6 +451,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// Deleted: the garbage collector removes its Deployments.
 		logger.V(4).Info("Foo no longer exists")
 		c.writes.forget(key, "")
+		c.nameWatches.Done(key)
 		return nil
 	}
 	if err != nil {
@@ -459,6 +472,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	switch {
 	case syncErr == nil:
 		c.refusals.Delete(foo.UID)
+		c.nameWatches.Done(key)
 		if err := c.deleteStaleDeployments(ctx, foo); err != nil {
 			return err
 		}
@@ -664,14 +678,44 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 }
 
 // reportNotOwned tells the Foo's author, once, that its Deployment name is taken by
-// other, and looks again after notOwnedRecheckInterval: other is not in the filtered
-// cache, so no event would say that it went away.
+// other, and has the Foo woken when other goes away: by the cache's events when other
+// is in it, by a watch of its name when not (another slot's, or one the controller
+// never labelled), and by a recheck after notOwnedRecheckInterval in any case. A name
+// held only by the Deployment of a Foo deleted before this one was created under the
+// same name, or by one being deleted, is waiting for the garbage collector: no Warning.
 func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment) {
-	if !reconcile.NotOwnedReported(foo) {
-		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
-		klog.FromContext(ctx).Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(other))
+	logger := klog.FromContext(ctx)
+	key := cache.MetaObjectToName(foo)
+	if c.deploymentsCached(other) || !c.nameWatches.Wait(key, cache.MetaObjectToName(other), other.UID) {
+		c.nameWatches.Done(key)
 	}
-	c.workqueue.AddAfter(cache.MetaObjectToName(foo), notOwnedRecheckInterval)
+	switch {
+	case reconcile.NotOwnedReported(foo):
+	case awaitingCollection(foo, other):
+		logger.V(2).Info("Deployment name is held by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
+	default:
+		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
+		logger.Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(other))
+	}
+	c.workqueue.AddAfter(key, notOwnedRecheckInterval)
+}
+
+// deploymentsCached tells whether d is in the Deployment cache, whose events wake the
+// Foos waiting for its name.
+func (c *Controller) deploymentsCached(d *appsv1.Deployment) bool {
+	cached, err := c.deploymentsLister.Deployments(d.Namespace).Get(d.Name)
+	return err == nil && cached.UID == d.UID
+}
+
+// awaitingCollection tells whether other, which holds foo's Deployment name, is on its
+// way out: being deleted, or controlled by an earlier Foo of foo's name, which the
+// garbage collector deletes now that that Foo is gone.
+func awaitingCollection(foo *samplev1alpha1.Foo, other *appsv1.Deployment) bool {
+	if other.DeletionTimestamp != nil {
+		return true
+	}
+	ref := metav1.GetControllerOf(other)
+	return isFooRef(ref) && ref.Name == foo.Name && ref.UID != foo.UID
 }
 
 // reportRejected tells the Foo's author, with a Warning event once per cause, that the

@@ -143,6 +143,29 @@ func TestSyncHandler(t *testing.T) {
 		},
 		wantEvents: []string{`Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`},
 	}, {
+		name: "waits without a Warning for the Deployment of an earlier Foo of its name",
+		foo:  foo,
+		serverOnly: []*appsv1.Deployment{reconcile.NewDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+			f.UID = "earlier-uid"
+		}))},
+		want: []action{
+			create(reconcile.NewDeployment(foo)),
+			get(deploymentsResource, "web"),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, now) })),
+		},
+	}, {
+		name: "waits without a Warning for a Deployment being deleted",
+		foo:  foo,
+		serverOnly: []*appsv1.Deployment{modified(foreignDeployment("web", nil), func(d *appsv1.Deployment) {
+			d.DeletionTimestamp = &earlier
+			d.Finalizers = []string{"example.com/hold"}
+		})},
+		want: []action{
+			create(reconcile.NewDeployment(foo)),
+			get(deploymentsResource, "web"),
+			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, now) })),
+		},
+	}, {
 		name: "a reported conflict is looked at again without a write or an event",
 		foo: modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
 			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)

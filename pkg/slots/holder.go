@@ -118,8 +118,14 @@ func (h *Holder) follow(ctx context.Context) {
 	for {
 		// Read before acting, so that no change in between goes unnoticed.
 		leasesChanged := h.observer.changes()
-		if members, ok := h.Membership.Live(); ok {
+		members, act := h.Membership.Live()
+		switch {
+		case act:
 			h.apply(ctx, SlotsOf(h.Space.Assign(members), h.Identity))
+		case h.Membership.HasSynced():
+			// Told not to act (an older member divides the Foos otherwise): whatever
+			// this member acts on, it stops.
+			h.apply(ctx, nil)
 		}
 		h.releaseOrphans(ctx)
 		select {

@@ -381,3 +381,51 @@ func TestHolderWithdrawsAfterDraining(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderStopsWhenToldNotToAct has a member acting on every slot when an older
+// member that divides the Foos into another number of slots appears: the member stops
+// its slots, since the other's would cover the same Foos, and takes them up again once
+// that member is gone.
+func TestHolderStopsWhenToldNotToAct(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	space := mustSpace(t, 4)
+	log := &workLog{active: map[int]string{}}
+	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
+	waitFor := func(what string, done func([]string) bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return done(log.owners(space.Len())), nil
+		}); err != nil {
+			t.Fatalf("%s: owners %q", what, log.owners(space.Len()))
+		}
+	}
+	waitFor("a works on every slot", func(owners []string) bool { return !slices.Contains(owners, "") })
+
+	// An older member with 8 slots, as during a rollout back to another count.
+	now := metav1.NewMicroTime(time.Now())
+	older := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: LeaseName(testGroup, "old"), Namespace: testNamespace,
+			Labels: map[string]string{MemberOfLabel: testGroup}, Annotations: map[string]string{SlotsAnnotation: "8"}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("old"), LeaseDurationSeconds: ptr.To[int32](30),
+			AcquireTime: ptr.To(metav1.NewMicroTime(now.Add(-time.Hour))), RenewTime: &now,
+		},
+	}
+	if _, err := client.CoordinationV1().Leases(testNamespace).Create(ctx, older, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a stops every slot", func(owners []string) bool {
+		return !slices.ContainsFunc(owners, func(o string) bool { return o != "" })
+	})
+	if err := client.CoordinationV1().Leases(testNamespace).Delete(ctx, older.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a works on every slot once the older member is gone", func(owners []string) bool { return !slices.Contains(owners, "") })
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlaps) > 0 {
+		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
+	}
+}

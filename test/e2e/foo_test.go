@@ -239,6 +239,14 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 	if string(beforeJSON) != string(afterJSON) {
 		t.Errorf("the foreign Deployment changed:\nbefore: %s\nafter:  %s", beforeJSON, afterJSON)
 	}
+
+	// The foreign Deployment is not in the controller's cache, which holds only those
+	// it labelled: its deletion reaches the Foo through a watch of its name, at once,
+	// not at the minute's recheck.
+	env.Kubectl(t, "delete", "deployment", "taken", "-n", ns)
+	deleted := time.Now()
+	waitReadyWithin(t, 15*time.Second, ns, "intruder", 1)
+	fmt.Printf("e2e: a Foo whose Deployment name a foreign Deployment held was Ready %.1fs after that Deployment was deleted\n", time.Since(deleted).Seconds())
 }
 
 // policyRule is one validation of an admission policy: a CEL expression that must

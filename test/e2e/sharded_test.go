@@ -6,12 +6,15 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
 
@@ -122,5 +125,109 @@ func TestShardedReplicasShareTheFoos(t *testing.T) {
 		if i%3 == 0 {
 			waitReady(t, ns, fmt.Sprintf("shared-%d", i), 2)
 		}
+	}
+}
+
+// TestRecreatedFooWaitsForCollection deletes a Foo whose Deployment a finalizer holds,
+// and creates the Foo again under its name: the new Foo waits for the garbage
+// collector without a Warning, and owns a new Deployment within seconds of the
+// finalizer's removal. In sharded mode the new Foo is in another slot than the old one
+// (recreated until it is), whose replica alone caches the old Deployment: the
+// Deployment's deletion must still reach the new Foo at once, not at the minute's
+// recheck. Single-leader mode is the same case without slots.
+func TestRecreatedFooWaitsForCollection(t *testing.T) {
+	t.Parallel()
+	const slotCount = 8
+	for _, mode := range []string{"single", "sharded"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			ns := env.NewNamespace(t)
+			space, err := slots.NewSpace(slotCount)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == "sharded" {
+				env.GrantShardedLeases(t, ns)
+				args := []string{
+					fmt.Sprintf("--shard-slots=%d", slotCount), "--leader-elect-resource-namespace=" + ns,
+					"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+				}
+				env.StartController(t, ns, args...)
+				env.StartController(t, ns, args...)
+			} else {
+				env.StartController(t, ns)
+			}
+			foos := env.Sample.SamplecontrollerV1alpha1().Foos(ns)
+			create := func() *samplev1alpha1.Foo {
+				t.Helper()
+				foo, err := foos.Create(ctx, &samplev1alpha1.Foo{
+					ObjectMeta: metav1.ObjectMeta{Name: "phoenix"},
+					Spec:       samplev1alpha1.FooSpec{DeploymentName: "phoenix", Replicas: ptr.To[int32](1)},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return foo
+			}
+			old := create()
+			waitReady(t, ns, "phoenix", 1)
+			env.Kubectl(t, "patch", "deployment", "phoenix", "-n", ns, "--type=merge", "-p", `{"metadata":{"finalizers":["e2e.samplecontroller.k8s.io/hold"]}}`)
+			held := getDeployment(t, ns, "phoenix")
+
+			// Deleted, and created again until it is in another slot than before.
+			var recreated *samplev1alpha1.Foo
+			for range 30 {
+				if err := foos.Delete(ctx, "phoenix", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				framework.Eventually(t, timeout, "the Foo to be gone", func(ctx context.Context) (bool, string) {
+					_, err := foos.Get(ctx, "phoenix", metav1.GetOptions{})
+					return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+				})
+				recreated = create()
+				if mode == "single" || space.Of(recreated.UID) != space.Of(old.UID) {
+					break
+				}
+			}
+			if mode == "sharded" && space.Of(recreated.UID) == space.Of(old.UID) {
+				t.Fatalf("the Foo came back in slot %d thirty times", space.Of(old.UID))
+			}
+			framework.Eventually(t, timeout, "the held Deployment to be deleted by the garbage collector", func(ctx context.Context) (bool, string) {
+				d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "phoenix", metav1.GetOptions{})
+				return err == nil && d.DeletionTimestamp != nil, fmt.Sprintf("get: %v", err)
+			})
+			framework.Eventually(t, timeout, "the new Foo to see the name taken", func(ctx context.Context) (bool, string) {
+				foo, err := foos.Get(ctx, "phoenix", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return foo.UID == recreated.UID && foo.Status.ObservedGeneration == foo.Generation, fmt.Sprintf("status %+v", foo.Status)
+			})
+
+			env.Kubectl(t, "patch", "deployment", "phoenix", "-n", ns, "--type=json", "-p", `[{"op":"remove","path":"/metadata/finalizers"}]`)
+			released := time.Now()
+			framework.Eventually(t, timeout, "the new Foo to own a new Deployment", func(ctx context.Context) (bool, string) {
+				d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "phoenix", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return d.UID != held.UID && metav1.IsControlledBy(d, recreated), fmt.Sprintf("owners %+v", d.OwnerReferences)
+			})
+			owned := time.Since(released)
+			waitReady(t, ns, "phoenix", 1)
+			// Well before the minute's recheck.
+			if owned > 10*time.Second {
+				t.Errorf("the new Foo owned its Deployment %v after the old one was released, want within seconds", owned)
+			}
+			warnings, err := env.Kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=DeploymentNotOwned"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(warnings.Items) > 0 {
+				t.Errorf("%d DeploymentNotOwned Warnings for a name that only waited for the garbage collector: %s", len(warnings.Items), warnings.Items[0].Note)
+			}
+			fmt.Printf("e2e: recreated Foo (%s): owned a new Deployment %.1fs after the old one's finalizer was removed\n", mode, owned.Seconds())
+		})
 	}
 }

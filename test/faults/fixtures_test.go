@@ -36,6 +36,8 @@ type proxiedController struct {
 	proxy      *localcluster.APIProxy
 	kubeconfig string
 	args       []string
+	// env is added to the controller's environment, every process of it.
+	env []string
 
 	mu   sync.Mutex
 	proc *localcluster.Controller
@@ -91,7 +93,7 @@ func newProxiedOn(t *testing.T, cluster *localcluster.Cluster, kubeconfig, ns st
 // serves its probes.
 func (c *proxiedController) start(t *testing.T) *localcluster.Controller {
 	t.Helper()
-	proc := env.StartControllerAs(t, c.kubeconfig, c.args...)
+	proc := env.StartControllerWith(t, localcluster.ControllerOptions{Kubeconfig: c.kubeconfig, Args: c.args, Env: c.env})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.proc = proc

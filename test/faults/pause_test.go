@@ -5,16 +5,20 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 )
 
 // pauseLease is the Leases' duration in the pause cases; the replica is frozen for
@@ -57,8 +61,8 @@ func TestPausedLeader(t *testing.T) {
 	if landed > 0 {
 		t.Errorf("the thawed leader made %d successful writes after the thaw, want none", landed)
 	}
-	fmt.Printf("faults: leader frozen for %v (Leases of %v) while Foos changed, then thawed: %d writes reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d Foos converged %.1fs after the load stopped\n",
-		2*pauseLease, pauseLease, sent, landed, exited.Seconds(), exitOf(leader.process()), len(names), settled.Seconds())
+	fmt.Printf("faults: leader frozen for %v (Leases of %v) while Foos changed, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, heldBack(t, leader), sent, landed, exited.Seconds(), exitOf(leader.process()), len(names), settled.Seconds())
 }
 
 // TestPausedSlotHolder is TestPausedLeader for sharded mode: one of two replicas is
@@ -95,8 +99,8 @@ func TestPausedSlotHolder(t *testing.T) {
 		t.Errorf("the thawed replica made %d successful writes after the thaw, want none", landed)
 	}
 	writes, outside, handOffs := checkTenures(t, env.Sample, ns, replicas)
-	fmt.Printf("faults: sharded replica frozen for %v (Leases of %v) after a burst of %d Foos, then thawed: %d writes reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d slot hand-offs, %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
-		2*pauseLease, pauseLease, len(burst), sent, landed, exited.Seconds(), exitOf(frozen.process()), handOffs, writes, outside, len(names), settled.Seconds())
+	fmt.Printf("faults: sharded replica frozen for %v (Leases of %v) after a burst of %d Foos, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d slot hand-offs, %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, len(burst), heldBack(t, frozen), sent, landed, exited.Seconds(), exitOf(frozen.process()), handOffs, writes, outside, len(names), settled.Seconds())
 }
 
 // freezeWhileOthersWrite stops c's process, waits for takeOver to return the replica
@@ -131,6 +135,17 @@ func waitExit(t *testing.T, c *proxiedController, thawed time.Time) time.Duratio
 	}
 }
 
+// heldBack counts the writes c's current process says it held back, the tenure being
+// over: what it tried, where the proxy shows what reached the apiserver.
+func heldBack(t *testing.T, c *proxiedController) int {
+	t.Helper()
+	log, err := os.ReadFile(c.process().LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(log), "A write was held back")
+}
+
 // writesAfter counts c's writes other than of Leases that its proxy received after
 // at, and those of them that succeeded. A paused process sends nothing, so everything
 // received after the thaw was sent after it.
@@ -147,9 +162,16 @@ func writesAfter(c *proxiedController, at time.Time) (sent, succeeded int) {
 	return sent, succeeded
 }
 
-// createBurst creates n Foos at once and returns their names.
+// createBurst creates n Foos at once and returns their names, with a client of its own
+// that the shared client's rate limit does not slow, nor it the others'.
 func createBurst(t *testing.T, ns string, n int) []string {
 	t.Helper()
+	cfg := env.Cluster.RESTConfig()
+	cfg.QPS = -1
+	sample, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	names := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -159,11 +181,64 @@ func createBurst(t *testing.T, ns string, n int) []string {
 				ObjectMeta: metav1.ObjectMeta{Name: names[i]},
 				Spec:       samplev1alpha1.FooSpec{DeploymentName: names[i], Replicas: ptr.To[int32](1)},
 			}
-			if _, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Create(t.Context(), foo, metav1.CreateOptions{}); err != nil {
+			if _, err := sample.SamplecontrollerV1alpha1().Foos(ns).Create(t.Context(), foo, metav1.CreateOptions{}); err != nil {
 				t.Errorf("creating Foo %s: %v", names[i], err)
 			}
 		})
 	}
 	wg.Wait()
 	return names
+}
+
+// TestShardedRestartInPlace kills a sharded replica that runs as a Pod would (its
+// identity from POD_NAME and POD_UID) and starts it again at once, as the kubelet
+// restarts a crashed container: it takes back its own member Lease and slots, and
+// the other replica takes over none of them.
+func TestShardedRestartInPlace(t *testing.T) {
+	t.Parallel()
+	ns := env.NewNamespace(t)
+	env.GrantShardedLeases(t, ns)
+	args := []string{
+		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + ns,
+		"--leader-elect-lease-duration=" + pauseLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+	}
+	loadCtx, stopLoad := context.WithCancel(t.Context())
+	load := startLoad(loadCtx, t, ns)
+	pod := newProxied(t, ns, args...)
+	pod.env = []string{"POD_NAME=sample-controller-7d4b9-q2x8z", "POD_UID=" + string(uuid.NewUUID())}
+	pod.start(t)
+	other := startProxied(t, ns, args...)
+	replicas := []*proxiedController{pod, other}
+	waitSlotsHeld(t, replicas)
+	acquisitions := func(c *proxiedController) float64 {
+		m, err := c.process().Metrics(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Sum("sample_controller_slot_acquisitions_total", nil)
+	}
+	before := acquisitions(other)
+
+	killed := time.Now()
+	_ = pod.process().Kill()
+	pod.start(t)
+	waitSlotsHeld(t, replicas)
+	heldAgain := time.Since(killed)
+	// Long enough for a ghost member's Lease to expire and its slots to move back.
+	time.Sleep(2 * pauseLease)
+	waitSlotsHeld(t, replicas)
+	took, retook := acquisitions(other)-before, acquisitions(pod)
+
+	stopLoad()
+	names := <-load
+	settled := checkInvariants(t, ns, names)
+	if took != 0 {
+		t.Errorf("the other replica took %v slots over while the restarted one came back, want none", took)
+	}
+	if share := float64(shardSlots) / 2; retook != share {
+		t.Errorf("the restarted replica took %v slots, want its %v once each", retook, share)
+	}
+	_, outside, _ := checkTenures(t, env.Sample, ns, replicas)
+	fmt.Printf("faults: sharded replica SIGKILLed and restarted in place (Leases of %v): its slots held again %.1fs after the kill; the other replica took %v slots, the restarted one %v; %d writes outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		pauseLease, heldAgain.Seconds(), took, retook, outside, len(names), settled.Seconds())
 }
