@@ -480,7 +480,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		c.reportNotOwned(ctx, foo, deployment)
 	case reconcile.IsRejected(syncErr) && !apierrors.HasStatusCause(syncErr, corev1.NamespaceTerminatingCause):
 		// A namespace being deleted refuses creates, events included, and takes the
-		// Foo with it; there is no one to tell.
+		// Foo with it; there is no one to tell. The name was not taken.
+		c.nameWatches.Done(key)
 		retryErr = c.reportRejected(ctx, foo, syncErr)
 	default:
 		return syncErr

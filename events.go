@@ -179,7 +179,8 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 
 // write makes one write of the sink within the tenure. A write the tenure's gate held
 // back is dropped, and reported to the broadcaster as done: it would retry any other
-// error for a minute, and then write the Event in a tenure it does not belong to.
+// error, 12 times 10 s apart, and could write the Event in a tenure it does not
+// belong to.
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
 	s.begin()
 	defer s.end()

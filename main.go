@@ -136,6 +136,17 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 	}
+	if elected := opts.leaderElect || opts.shardSlots > 0; elected {
+		// client-go gives a Lease up after failing to renew it for the renew deadline,
+		// a retry period after its last renewal at most; the tenure, which holds every
+		// write back, ends a margin before the Lease would expire. When the tenure ends
+		// first, writes stop while the replica still believes it leads: safe, but idle.
+		usable := opts.leaderElectLeaseDuration - tenure.Margin(opts.leaderElectLeaseDuration)
+		if need := opts.leaderElectRenewDeadline + opts.leaderElectRetryPeriod; need > usable {
+			logger.Info("The renew deadline plus the retry period exceeds the usable part of the lease duration: a replica that cannot renew stops writing before it gives the Lease up, and works on nothing meanwhile",
+				"leaseDuration", opts.leaderElectLeaseDuration, "usable", usable, "renewDeadline", opts.leaderElectRenewDeadline, "retryPeriod", opts.leaderElectRetryPeriod)
+		}
+	}
 	build := version.Get()
 	logger.Info("Starting sample-controller", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	// client-go picks its metrics providers when clients and queues are built.

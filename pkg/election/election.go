@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
@@ -123,6 +124,17 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 				working = true
 				mu.Unlock()
 				defer close(workDone)
+				// A Lease this process had to create may have been deleted under a
+				// holder still writing: the tenure begins a Lease duration later.
+				if wait := cfg.Tenure.Pending(); wait > 0 {
+					klog.FromContext(ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", cfg.Name, "wait", wait)
+					timer := time.NewTimer(wait)
+					select {
+					case <-timer.C:
+					case <-leaderCtx.Done():
+						timer.Stop()
+					}
+				}
 				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its
 				// writes are held to the tenure.
 				workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, cfg.Tenure))

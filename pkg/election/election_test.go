@@ -142,7 +142,11 @@ func TestTakenOverWhileWorking(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	client := fake.NewClientset()
+	// Released before: taking it is an update, and the tenure begins at once.
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
+	})
 	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
 	// The fake does not check resourceVersions: refuse an update while another holds
 	// the Lease, as the apiserver would refuse the stale one.
@@ -198,6 +202,35 @@ func TestTakenOverWhileWorking(t *testing.T) {
 	}
 	if holder := testHolder(t, client); holder != "b" {
 		t.Errorf("the Lease names %q, want b's untouched", holder)
+	}
+}
+
+// TestCreatedLeaseWaitsADuration runs an election with no Lease: this process creates
+// it, and its work starts a whole Lease duration later, with a valid tenure, in case
+// the Lease was deleted under a holder that still writes.
+func TestCreatedLeaseWaitsADuration(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const duration = 2 * time.Second
+	began := time.Now()
+	var started time.Time
+	var valid bool
+	result := Run(ctx, Config{
+		Lock: testLock(fake.NewClientset()), Name: "slot-0",
+		LeaseDuration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+	}, func(ctx context.Context) error {
+		started, valid = time.Now(), tenure.FromContext(ctx).Valid()
+		return nil
+	})
+	if !result.Worked {
+		t.Fatalf("Run = %+v, want worked", result)
+	}
+	if waited := started.Sub(began); waited < duration {
+		t.Errorf("the work started %v after the election, want at least the Lease duration %v", waited, duration)
+	}
+	if !valid {
+		t.Error("the work started without a valid tenure")
 	}
 }
 

@@ -43,8 +43,9 @@ type Watcher struct {
 
 // nameWatch is the informer of one Deployment name and its waiters.
 type nameWatch struct {
-	stop    context.CancelFunc
-	waiters map[cache.ObjectName]types.UID // the UID each waiter saw under the name
+	stop     context.CancelFunc
+	informer cache.SharedIndexInformer
+	waiters  map[cache.ObjectName]types.UID // the UID each waiter saw under the name
 }
 
 // New returns a watcher of at most limit names, which calls wake for the waiters. Its
@@ -61,13 +62,14 @@ func New(ctx context.Context, client kubernetes.Interface, limit int, wake func(
 // when the limit of names is watched already: the waiter must look again by itself.
 func (w *Watcher) Wait(waiter, target cache.ObjectName, seen types.UID) bool {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if current, ok := w.waitingOn[waiter]; ok && current != target {
 		w.doneLocked(waiter)
 	}
 	nw := w.watches[target]
-	if nw == nil {
+	joined := nw != nil
+	if !joined {
 		if len(w.watches) >= w.limit || w.ctx.Err() != nil {
+			w.mu.Unlock()
 			return false
 		}
 		nw = w.start(target)
@@ -75,6 +77,16 @@ func (w *Watcher) Wait(waiter, target cache.ObjectName, seen types.UID) bool {
 	}
 	nw.waiters[waiter] = seen
 	w.waitingOn[waiter] = target
+	w.mu.Unlock()
+	// A watch already running may have seen the change this waiter waits for before
+	// it joined: what it holds now tells.
+	if joined && nw.informer.HasSynced() {
+		obj, exists, _ := nw.informer.GetStore().Get(&metav1.ObjectMeta{Namespace: target.Namespace, Name: target.Name})
+		if !exists {
+			obj = nil
+		}
+		w.changed(target, obj)
+	}
 	return true
 }
 
@@ -110,7 +122,6 @@ func (w *Watcher) Watched() int {
 // start runs the informer of target. w.mu is held.
 func (w *Watcher) start(target cache.ObjectName) *nameWatch {
 	ctx, stop := context.WithCancel(w.ctx)
-	nw := &nameWatch{stop: stop, waiters: map[cache.ObjectName]types.UID{}}
 	deployments := w.client.AppsV1().Deployments(target.Namespace)
 	selector := fields.OneTermEqualSelector("metadata.name", target.Name).String()
 	// With the client's watch-list semantics, as the generated informers build them.
@@ -124,6 +135,7 @@ func (w *Watcher) start(target cache.ObjectName) *nameWatch {
 			return deployments.Watch(ctx, options)
 		},
 	}, w.client), &appsv1.Deployment{}, 0, cache.Indexers{})
+	nw := &nameWatch{stop: stop, informer: informer, waiters: map[cache.ObjectName]types.UID{}}
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		// The first list included: the name may have been freed or taken over
 		// between the waiter's look and this watch's start.

@@ -104,6 +104,24 @@ func TestWatcher(t *testing.T) {
 		w.next(t, "another Deployment under the name")
 	})
 
+	t.Run("wakes a waiter that joins a watch after the change it waits for", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		client := fake.NewClientset(deployment("web", "old"))
+		w := newWoken()
+		watcher := New(ctx, client, 10, w.wake)
+		watcher.Wait(foo, web, "old")
+		if err := client.AppsV1().Deployments("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		w.next(t, "the Deployment was deleted")
+		// Another Foo saw the Deployment just before it went, and joins the watch now.
+		late := cache.ObjectName{Namespace: "ns", Name: "web-late"}
+		watcher.Wait(late, web, "old")
+		// The first waiter, still waiting, may be woken again too.
+		for w.next(t, "a late waiter for a Deployment already gone") != late {
+		}
+	})
+
 	t.Run("watches each name once, while anyone waits, up to the limit", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		ctx, cancel := context.WithCancel(ctx)

@@ -247,13 +247,23 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	space := mustSpace(t, 8)
 	assigned := space.Assign([]string{"a", "b"})
 	orphan := slices.Index(assigned, "b")
-	client := fake.NewClientset(&coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: SlotLeaseName(group, orphan), Namespace: ns, Labels: map[string]string{SlotOfLabel: group}},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
-			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
-		},
-	})
+	// The other slots' Leases exist, released: taking them is an update, usable at
+	// once, where a create would wait a whole duration.
+	var leases []runtime.Object
+	for slot := range space.Len() {
+		lease := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: SlotLeaseName(group, slot), Namespace: ns, Labels: map[string]string{SlotOfLabel: group}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
+		}
+		if slot == orphan {
+			lease.Spec = coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
+				RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+			}
+		}
+		leases = append(leases, lease)
+	}
+	client := fake.NewClientset(leases...)
 	log := &workLog{active: map[int]string{}}
 	timings := LeaseTimings{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	start := func(identity string) {

@@ -171,6 +171,13 @@ func (m *Membership) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if expiry, ok := leaseExpiry(lease); !ok || !now.Time.Before(expiry) {
+		// This member's own Lease, lapsed: a replica that was gone for longer than its
+		// Lease (a container crash-looping, restarted in place under the same name)
+		// comes back as a new member, not as the oldest. The oldest decides the number
+		// of slots, and the members that took over meanwhile may use another.
+		lease.Spec.AcquireTime = &now
+	}
 	lease.Spec.HolderIdentity = ptr.To(m.identity)
 	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, strconv.Itoa(m.slots))
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(m.duration / time.Second))

@@ -128,3 +128,36 @@ func createMember(t *testing.T, client *fake.Clientset, ns, group, identity stri
 	}
 	return name
 }
+
+// TestMembershipRenewsItsOwnLease checks what a replica restarted in place under the
+// same identity makes of its own member Lease: it keeps its place as a member while the
+// Lease is current, and comes back as a new member, not the oldest, once it lapsed.
+func TestMembershipRenewsItsOwnLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const ns, group = "system", "sample-controller"
+	now := time.Now()
+	for _, tc := range []struct {
+		name        string
+		renewed     time.Time
+		wantAcquire time.Time
+	}{
+		{"current: keeps when it joined", now.Add(-5 * time.Second), now.Add(-time.Hour)},
+		{"lapsed: joins anew", now.Add(-time.Minute), now},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			createMember(t, client, ns, group, "a", 8, now.Add(-time.Hour), tc.renewed, 30)
+			m := NewMembership(client, ns, group, "a", 8, 30*time.Second, testingclock.NewFakeClock(now))
+			if err := m.renew(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := client.CoordinationV1().Leases(ns).Get(ctx, LeaseName(group, "a"), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := lease.Spec.AcquireTime.Time; !got.Equal(tc.wantAcquire.Truncate(time.Microsecond)) && !got.Equal(tc.wantAcquire) {
+				t.Errorf("acquired %v, want %v", got, tc.wantAcquire)
+			}
+		})
+	}
+}

@@ -6,9 +6,11 @@
 // the duration from its first sight of the renewed record, which comes after the write
 // was committed, so after s. A Tenure is that interval, less a margin for the rate at
 // which two clocks drift apart and for a write's own flight to the API server. It is
-// measured on the monotonic clock, so a wall clock that is set back or forward does not
-// move it, and a process that was frozen (a GC pause, a stopped VM, SIGSTOP) finds its
-// tenure over the moment it runs again.
+// measured on the monotonic clock, so a wall clock that is set back does not lengthen
+// it, and a process that was frozen (a GC pause, SIGSTOP, a node swapping) finds its
+// tenure over the moment it runs again; the wall clock is read too, and the earlier of
+// the two ends counts, so that time the monotonic clock does not see (a machine
+// suspended, a VM paused) shortens the tenure once the wall clock is corrected.
 //
 // A Gate (an http.RoundTripper) refuses every write whose context carries a Tenure that
 // is not valid now, and gives every other write a deadline at which its tenure ends. It
@@ -52,8 +54,12 @@ type Tenure struct {
 	clock clock.PassiveClock
 
 	mu sync.Mutex
-	// until is when the tenure ends; zero or past means not valid.
-	until time.Time
+	// until is when the tenure ends; zero or past means not valid. It carries the
+	// monotonic reading of the clock, and untilWall the wall time of the same end.
+	until, untilWall time.Time
+	// notBefore is when a tenure that began with the Lease's creation may first be
+	// used (see Created).
+	notBefore time.Time
 	// ended is when it was last ended: a renewal sent before then does not extend it.
 	ended time.Time
 }
@@ -66,32 +72,70 @@ func New(clk clock.PassiveClock) *Tenure {
 // Extend records that a write of the Lease naming this process as its holder, sent at
 // sent (by this process's clock, before the request left) with duration d, succeeded.
 func (t *Tenure) Extend(sent time.Time, d time.Duration) {
-	until := sent.Add(d - Margin(d))
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.extendLocked(sent, d)
+}
+
+func (t *Tenure) extendLocked(sent time.Time, d time.Duration) {
 	if sent.Before(t.ended) {
 		// Sent before the tenure was ended: whatever ended it came after.
 		return
 	}
-	if until.After(t.until) {
+	if until := sent.Add(d - Margin(d)); until.After(t.until) {
 		t.until = until
+		// Round(0) drops the monotonic reading: the same end by the wall clock.
+		t.untilWall = sent.Round(0).Add(d - Margin(d))
 	}
 }
 
-// End ends the tenure now: the Lease was seen held by another, or is being released.
+// Created records that this process created the Lease, naming itself, with a request
+// sent at sent with duration d. The tenure it begins may be used only a whole duration
+// after that: a Lease that is missing may have been deleted (by hand, say) under a
+// holder that has not noticed yet and writes until its own tenure ends, which is
+// within d of its last renewal, itself before the Lease was deleted.
+func (t *Tenure) Created(sent time.Time, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if sent.Before(t.ended) {
+		return
+	}
+	if notBefore := sent.Add(d); notBefore.After(t.notBefore) {
+		t.notBefore = notBefore
+	}
+	t.extendLocked(sent, d)
+}
+
+// End ends the tenure now: the Lease was seen held by another, or gone, or is being
+// released.
 func (t *Tenure) End() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.ended = t.clock.Now()
-	t.until = time.Time{}
+	t.until, t.untilWall = time.Time{}, time.Time{}
 }
 
-// Left is how long the tenure lasts from now, and whether it is valid now.
+// Left is how long the tenure lasts from now, and whether it is valid now. It is the
+// shorter of the two clocks' answers: the monotonic clock is not moved by a wall clock
+// that is set, and the wall clock, once corrected, counts time the monotonic clock
+// missed (a machine suspended, a VM paused and resumed).
 func (t *Tenure) Left() (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	left := t.until.Sub(t.clock.Now())
-	return left, !t.until.IsZero() && left > 0
+	if t.until.IsZero() {
+		return 0, false
+	}
+	now := t.clock.Now()
+	left := min(t.until.Sub(now), t.untilWall.Sub(now.Round(0)))
+	return left, left > 0 && !now.Before(t.notBefore)
+}
+
+// Pending is how long until a tenure that began with the Lease's creation may be used;
+// zero or less when it may now.
+func (t *Tenure) Pending() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.notBefore.Sub(t.clock.Now())
 }
 
 // Valid tells whether the tenure is valid now.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -156,9 +158,14 @@ type fakeLock struct {
 	identity string
 	record   resourcelock.LeaderElectionRecord
 	writeErr error
+	// missing makes Get find no Lease, as after someone deleted it.
+	missing bool
 }
 
 func (l *fakeLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	if l.missing {
+		return nil, nil, apierrors.NewNotFound(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "lease")
+	}
 	r := l.record
 	return &r, []byte(r.HolderIdentity), nil
 }
@@ -185,16 +192,59 @@ func TestLock(t *testing.T) {
 	start := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
 	mine := resourcelock.LeaderElectionRecord{HolderIdentity: "me", LeaseDurationSeconds: 15}
 
-	t.Run("a write naming this process extends the tenure from its send", func(t *testing.T) {
+	t.Run("an update naming this process extends the tenure from its send", func(t *testing.T) {
+		clk := clocktesting.NewFakePassiveClock(start)
+		inner := &fakeLock{identity: "me"}
+		lock := &Lock{Interface: inner, Tenure: New(clk)}
+		if err := lock.Update(t.Context(), mine); err != nil {
+			t.Fatal(err)
+		}
+		left, ok := lock.Tenure.Left()
+		if want := 15*time.Second - Margin(15*time.Second); !ok || left != want {
+			t.Errorf("after Update: Left() = %v, %v; want %v, true", left, ok, want)
+		}
+	})
+
+	t.Run("a tenure begun by creating the Lease is usable a whole duration later", func(t *testing.T) {
 		clk := clocktesting.NewFakePassiveClock(start)
 		inner := &fakeLock{identity: "me"}
 		lock := &Lock{Interface: inner, Tenure: New(clk)}
 		if err := lock.Create(t.Context(), mine); err != nil {
 			t.Fatal(err)
 		}
-		left, ok := lock.Tenure.Left()
-		if want := 15*time.Second - Margin(15*time.Second); !ok || left != want {
-			t.Errorf("after Create: Left() = %v, %v; want %v, true", left, ok, want)
+		if lock.Tenure.Valid() || lock.Tenure.Pending() != 15*time.Second {
+			t.Errorf("right after Create: valid %v, pending %v; want false, 15s", lock.Tenure.Valid(), lock.Tenure.Pending())
+		}
+		// Renewed every two seconds meanwhile.
+		for range 7 {
+			clk.SetTime(clk.Now().Add(2 * time.Second))
+			if err := lock.Update(t.Context(), mine); err != nil {
+				t.Fatal(err)
+			}
+			if lock.Tenure.Valid() {
+				t.Errorf("valid %v after the Lease was created, before its duration", clk.Now().Sub(start))
+			}
+		}
+		clk.SetTime(start.Add(15 * time.Second))
+		if !lock.Tenure.Valid() || lock.Tenure.Pending() > 0 {
+			t.Errorf("a duration after Create, renewed since: valid %v, pending %v; want true, 0", lock.Tenure.Valid(), lock.Tenure.Pending())
+		}
+	})
+
+	t.Run("a read finding no Lease ends it at once and says so", func(t *testing.T) {
+		clk := clocktesting.NewFakePassiveClock(start)
+		inner := &fakeLock{identity: "me"}
+		foreign := 0
+		lock := &Lock{Interface: inner, Tenure: New(clk), OnForeign: func() { foreign++ }}
+		if err := lock.Update(t.Context(), mine); err != nil {
+			t.Fatal(err)
+		}
+		inner.missing = true
+		if _, _, err := lock.Get(t.Context()); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want NotFound", err)
+		}
+		if lock.Tenure.Valid() || foreign != 1 {
+			t.Errorf("after the Lease was found deleted: valid %v, foreign %d; want false, 1", lock.Tenure.Valid(), foreign)
 		}
 	})
 
