@@ -150,9 +150,10 @@ func TestTakenOverWhileWorking(t *testing.T) {
 	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
 	// The fake does not check resourceVersions: refuse an update while another holds
 	// the Lease, as the apiserver would refuse the stale one.
+	// Once b has taken over, every update of a's is refused.
+	var takingOver atomic.Bool
 	client.PrependReactor("update", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		current, err := client.Tracker().Get(leases, "system", "slot-0")
-		if err == nil && ptr.Deref(current.(*coordinationv1.Lease).Spec.HolderIdentity, "") == "b" {
+		if takingOver.Load() {
 			return true, nil, apierrors.NewConflict(leases.GroupResource(), "slot-0", errors.New("the object has been modified"))
 		}
 		return false, nil, nil
@@ -177,6 +178,9 @@ func TestTakenOverWhileWorking(t *testing.T) {
 	if held == nil || !held.Valid() {
 		t.Fatalf("the work started with tenure %v, want a valid one", held)
 	}
+	takingOver.Store(true)
+	// A renewal already past the reactor lands before b's write, not after it.
+	time.Sleep(100 * time.Millisecond)
 	lease, err := client.CoordinationV1().Leases("system").Get(ctx, "slot-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,8 @@ type ContainerOptions struct {
 
 	// Hostname is the Pod's name, as the kubelet sets it.
 	Hostname string
+	// PodUID is the Pod's UID, for the downward API's metadata.uid.
+	PodUID string
 	// NetNS is the path of the Pod's network namespace; empty means a new one with
 	// loopback only.
 	NetNS string
@@ -111,7 +114,7 @@ func ContainerSpec(opts ContainerOptions) (*specs.Spec, error) {
 		Root:     &specs.Root{Path: opts.Rootfs, Readonly: csc.ReadOnlyRootFilesystem != nil && *csc.ReadOnlyRootFilesystem},
 		Process: &specs.Process{
 			Args:            args,
-			Env:             mergeEnv(opts.Image.Env, opts.Env, containerEnv(c)),
+			Env:             mergeEnv(opts.Image.Env, opts.Env, containerEnv(c, opts)),
 			Cwd:             cwd,
 			User:            user,
 			Capabilities:    processCaps,
@@ -175,8 +178,11 @@ func refuseUntranslated(pod *corev1.PodSpec, c *corev1.Container) error {
 		return errors.New("the Pod's SELinux, AppArmor and sysctl options are not translated")
 	}
 	for _, e := range c.Env {
-		if e.ValueFrom != nil {
-			return fmt.Errorf("env %s: valueFrom is not translated", e.Name)
+		if e.ValueFrom == nil {
+			continue
+		}
+		if ref := e.ValueFrom.FieldRef; ref == nil || downwardFields[ref.FieldPath] == nil {
+			return fmt.Errorf("env %s: valueFrom other than the fieldRefs %v is not translated", e.Name, slices.Sorted(maps.Keys(downwardFields)))
 		}
 	}
 	for _, a := range append(slices.Clone(c.Command), c.Args...) {
@@ -276,11 +282,25 @@ func capabilitySet(caps *corev1.Capabilities) ([]string, error) {
 	return set, nil
 }
 
-// containerEnv is the container's own env, in the KEY=value form.
-func containerEnv(c *corev1.Container) []string {
+// downwardFields are the Pod's fields that env may take from the downward API, as the
+// kubelet fills them in.
+var downwardFields = map[string]func(ContainerOptions) string{
+	"metadata.name": func(o ContainerOptions) string { return o.Hostname },
+	"metadata.uid":  func(o ContainerOptions) string { return o.PodUID },
+}
+
+// containerEnv is the container's own env, in the KEY=value form, the downward API's
+// fields filled in.
+func containerEnv(c *corev1.Container, opts ContainerOptions) []string {
 	env := make([]string, 0, len(c.Env))
 	for _, e := range c.Env {
-		env = append(env, e.Name+"="+e.Value)
+		value := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			if field := downwardFields[e.ValueFrom.FieldRef.FieldPath]; field != nil {
+				value = field(opts)
+			}
+		}
+		env = append(env, e.Name+"="+value)
 	}
 	return env
 }

@@ -41,7 +41,7 @@ func TestContainerSpecOfTheDeployment(t *testing.T) {
 	sa := specs.Mount{Destination: ServiceAccountMountPath, Type: "bind", Source: "/sa", Options: []string{"rbind", "ro"}}
 	spec, err := ContainerSpec(ContainerOptions{
 		ID: "c1", Dir: "/bundle", Rootfs: "/rootfs", Image: testImage, Pod: pod, Container: c,
-		Hostname: "pod-1", NetNS: "/var/run/netns/pod-1", Env: []string{"KUBERNETES_SERVICE_HOST=10.0.0.1", "A=kubelet"},
+		Hostname: "pod-1", PodUID: "pod-1-uid", NetNS: "/var/run/netns/pod-1", Env: []string{"KUBERNETES_SERVICE_HOST=10.0.0.1", "A=kubelet"},
 		Mounts: []specs.Mount{sa},
 	})
 	if err != nil {
@@ -69,6 +69,10 @@ func TestContainerSpecOfTheDeployment(t *testing.T) {
 	}
 	if !slices.Contains(p.Env, "A=kubelet") || slices.Contains(p.Env, "A=image") || !slices.Contains(p.Env, "KUBERNETES_SERVICE_HOST=10.0.0.1") {
 		t.Errorf("env %q, want the kubelet's variables over the image's", p.Env)
+	}
+	// The manifest names the replica after its Pod, from the downward API.
+	if !slices.Contains(p.Env, "POD_NAME=pod-1") || !slices.Contains(p.Env, "POD_UID=pod-1-uid") {
+		t.Errorf("env %q, want POD_NAME and POD_UID from the Pod", p.Env)
 	}
 	if spec.Hostname != "pod-1" {
 		t.Errorf("hostname %q, want the Pod's name", spec.Hostname)

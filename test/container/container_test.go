@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
@@ -202,6 +203,7 @@ func startPod(t *testing.T, network *localcluster.PodNetwork, d *appsv1.Deployme
 		Pod:       podSpec,
 		Container: &podSpec.Containers[0],
 		Hostname:  name,
+		PodUID:    string(uuid.NewUUID()),
 		NetNS:     sandbox.NetNS,
 		Env:       network.ServiceEnv(),
 		Mounts:    []specs.Mount{serviceAccount},
