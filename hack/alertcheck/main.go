@@ -27,7 +27,7 @@ import (
 
 func main() {
 	rulesPath := flag.String("rules", "", "YAML stream with the PrometheusRule objects to check (- for stdin)")
-	metricsPath := flag.String("metrics", "", "one scrape of the process, in the Prometheus text format")
+	metricsPath := flag.String("metrics", "", "scrapes of the process, in the Prometheus text format, comma-separated: one per mode it runs in (an alert for one mode selects series only that mode serves); a selector must match a series of one of them")
 	targetLabels := flag.String("target-labels", strings.Join(defaultTargetLabels, ","),
 		"labels Prometheus adds to every scraped series, so absent from a scrape")
 	flag.Parse()
@@ -35,7 +35,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	problems, err := run(*rulesPath, *metricsPath, strings.Split(*targetLabels, ","), os.Stdout)
+	problems, err := run(*rulesPath, strings.Split(*metricsPath, ","), strings.Split(*targetLabels, ","), os.Stdout)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "alertcheck: %v\n", err)
 		os.Exit(2)
@@ -50,21 +50,20 @@ func main() {
 // scrapes through a ServiceMonitor.
 var defaultTargetLabels = []string{"job", "instance", "namespace", "service", "pod", "container", "endpoint"}
 
-// run checks the rules in rulesPath against the scrape in metricsPath, reporting each
-// rule to out, and returns how many problems it found.
-func run(rulesPath, metricsPath string, targetLabels []string, out io.Writer) (int, error) {
+// run checks the rules in rulesPath against the series of the scrapes in metricsPaths
+// together, reporting each rule to out, and returns how many problems it found.
+func run(rulesPath string, metricsPaths []string, targetLabels []string, out io.Writer) (int, error) {
 	manifests, err := readInput(rulesPath)
 	if err != nil {
 		return 0, err
 	}
-	scrape, err := os.Open(metricsPath)
-	if err != nil {
-		return 0, err
-	}
-	defer scrape.Close()
-	series, err := parseScrape(scrape)
-	if err != nil {
-		return 0, fmt.Errorf("reading the scrape %s: %w", metricsPath, err)
+	var series []series
+	for _, path := range metricsPaths {
+		scraped, err := readScrape(path)
+		if err != nil {
+			return 0, err
+		}
+		series = append(series, scraped...)
 	}
 	groups, err := prometheusRules(manifests)
 	if err != nil {
@@ -109,4 +108,18 @@ func readInput(path string) ([]byte, error) {
 		return io.ReadAll(os.Stdin)
 	}
 	return os.ReadFile(path)
+}
+
+// readScrape reads the series of one scrape.
+func readScrape(path string) ([]series, error) {
+	scrape, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer scrape.Close()
+	all, err := parseScrape(scrape)
+	if err != nil {
+		return nil, fmt.Errorf("reading the scrape %s: %w", path, err)
+	}
+	return all, nil
 }

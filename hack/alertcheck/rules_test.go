@@ -172,14 +172,30 @@ spec:
 		return path
 	}
 	var out strings.Builder
-	if n, err := run(manifest(`sample_controller_foos{ready="False"} > 0`), metrics, defaultTargetLabels, &out); err != nil || n != 0 {
+	if n, err := run(manifest(`sample_controller_foos{ready="False"} > 0`), []string{metrics}, defaultTargetLabels, &out); err != nil || n != 0 {
 		t.Errorf("a good rule: %d problems, err %v\n%s", n, err, &out)
 	}
 	out.Reset()
-	if n, err := run(manifest(`sample_controller_foos{ready="false"} > 0`), metrics, defaultTargetLabels, &out); err != nil || n != 1 {
+	if n, err := run(manifest(`sample_controller_foos{ready="false"} > 0`), []string{metrics}, defaultTargetLabels, &out); err != nil || n != 1 {
 		t.Errorf("a misspelled label value: %d problems, err %v, want 1\n%s", n, err, &out)
 	}
 	if !strings.Contains(out.String(), "FAIL PrometheusRule ns/r, group g: alert A") {
 		t.Errorf("the report does not name the failing rule:\n%s", &out)
+	}
+
+	// An alert for one mode selects series that only that mode serves: a scrape of
+	// each mode together serve them all.
+	sharded := filepath.Join(dir, "sharded.txt")
+	if err := os.WriteFile(sharded, []byte("# TYPE workqueue_depth gauge\nworkqueue_depth{name=\"foos-slot-3\"} 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	slotQueues := manifest(`sum by (pod) (workqueue_depth{name=~"foos-slot-[0-9]+"}) > 100`)
+	out.Reset()
+	if n, err := run(slotQueues, []string{metrics}, defaultTargetLabels, &out); err != nil || n != 1 {
+		t.Errorf("a sharded-mode selector against a single-leader scrape: %d problems, err %v, want 1\n%s", n, err, &out)
+	}
+	out.Reset()
+	if n, err := run(slotQueues, []string{metrics, sharded}, defaultTargetLabels, &out); err != nil || n != 0 {
+		t.Errorf("a sharded-mode selector against scrapes of both modes: %d problems, err %v, want 0\n%s", n, err, &out)
 	}
 }

@@ -83,7 +83,8 @@ func TestDeployComponents(t *testing.T) {
 }
 
 // TestAlertsMatchMetrics checks each alert of the prometheus component against a
-// scrape of a controller that has synced a Foo and leads, with hack/alertcheck: every
+// scrape of a controller that has synced a Foo and leads, and one of a sharded replica
+// that holds its slots, with hack/alertcheck: every
 // expression parses as Prometheus parses it, and every metric name and label value it
 // selects is one the binary serves. Series that appear only after some event (a given
 // HTTP code, say) could not be checked this way; the controller creates every series
@@ -128,6 +129,23 @@ subjects:
 	scrape := filepath.Join(t.TempDir(), "metrics.txt")
 	writeScrape(t, scrapeMetrics(t, p), scrape)
 
+	// And a replica in sharded mode, holding its slots: the alerts for that mode
+	// select the series of its slots' queues.
+	shardedNS := env.NewNamespace(t)
+	env.GrantShardedLeases(t, shardedNS)
+	shardedReplica := env.StartController(t, shardedNS, "--shard-slots=2", "--leader-elect-resource-namespace="+shardedNS,
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms")
+	framework.Eventually(t, timeout, "the sharded replica to hold both slots", func(ctx context.Context) (bool, string) {
+		m, err := shardedReplica.Metrics(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		held := m.Sum("sample_controller_slots_held", nil)
+		return held == 2, fmt.Sprintf("%v slots held", held)
+	})
+	shardedScrape := filepath.Join(t.TempDir(), "sharded-metrics.txt")
+	writeScrape(t, scrapeMetrics(t, shardedReplica), shardedScrape)
+
 	// The rules as `make deploy COMPONENTS=prometheus` applies them.
 	dir := overlayDir(t)
 	if out, err := env.DeployComponents(t.Context(), dir, []string{"prometheus"}, "apply", "--dry-run=server"); err != nil {
@@ -138,7 +156,7 @@ subjects:
 	if err := os.WriteFile(rules, []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(t.Context(), checker, "--rules", rules, "--metrics", scrape).CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), checker, "--rules", rules, "--metrics", scrape+","+shardedScrape).CombinedOutput()
 	t.Logf("hack/alertcheck:\n%s", out)
 	if err != nil {
 		t.Errorf("hack/alertcheck: %v; the alerts select series the controller does not serve", err)
