@@ -19,6 +19,7 @@ import (
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
 
 // pauseLease is the Leases' duration in the pause cases; the replica is frozen for
@@ -57,7 +58,7 @@ func TestPausedLeader(t *testing.T) {
 	stopLoad()
 	names := <-load
 	settled := checkInvariants(t, ns, names)
-	sent, landed := writesAfter(leader, thawed)
+	sent, landed := writesBetween(leader, thawed, time.Now().Add(time.Hour))
 	if landed > 0 {
 		t.Errorf("the thawed leader made %d successful writes after the thaw, want none", landed)
 	}
@@ -89,18 +90,40 @@ func TestPausedSlotHolder(t *testing.T) {
 		waitSlotsHeld(t, []*proxiedController{other})
 		return other
 	})
-	exited := waitExit(t, frozen, thawed)
+	// It exits when it reads a slot's Lease held by the other while the slot's work
+	// runs; when the work drained first, every write held back, it stays, rejoins as a
+	// new member and takes slots again, each with a new tenure.
+	framework.Eventually(t, timeout, "the thawed replica to exit or hold slots again", func(ctx context.Context) (bool, string) {
+		select {
+		case <-frozen.process().Exited():
+			return true, ""
+		default:
+		}
+		m, err := frozen.process().Metrics(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		held := m.Sum("sample_controller_slots_held", nil)
+		return held > 0, fmt.Sprintf("%v slots held", held)
+	})
+	rejoined := firstSlotLeaseWrite(frozen, thawed)
 
 	stopLoad()
 	names := append(<-load, burst...)
 	settled := checkInvariants(t, ns, names)
-	sent, landed := writesAfter(frozen, thawed)
+	sent, landed := writesBetween(frozen, thawed, rejoined)
 	if landed > 0 {
-		t.Errorf("the thawed replica made %d successful writes after the thaw, want none", landed)
+		t.Errorf("the thawed replica made %d successful writes after the thaw, before it took a slot again, want none", landed)
 	}
 	writes, outside, handOffs := checkTenures(t, env.Sample, ns, replicas)
-	fmt.Printf("faults: sharded replica frozen for %v (Leases of %v) after a burst of %d Foos, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d slot hand-offs, %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
-		2*pauseLease, pauseLease, len(burst), heldBack(t, frozen), sent, landed, exited.Seconds(), exitOf(frozen.process()), handOffs, writes, outside, len(names), settled.Seconds())
+	after := fmt.Sprintf("it took a slot again %.1fs after the thaw", rejoined.Sub(thawed).Seconds())
+	select {
+	case <-frozen.process().Exited():
+		after = exitOf(frozen.process())
+	default:
+	}
+	fmt.Printf("faults: sharded replica frozen for %v (Leases of %v) after a burst of %d Foos, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw before any new tenure, %d succeeded; then %s; %d slot hand-offs, %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, len(burst), heldBack(t, frozen), sent, landed, after, handOffs, writes, outside, len(names), settled.Seconds())
 }
 
 // freezeWhileOthersWrite stops c's process, waits for takeOver to return the replica
@@ -122,8 +145,9 @@ func freezeWhileOthersWrite(t *testing.T, c *proxiedController, takeOver func() 
 	return time.Now()
 }
 
-// waitExit waits for c to exit after it was thawed, as it must once it learns that it
-// lost its Lease, and returns how long that took.
+// waitExit waits for c, a leader, to exit after it was thawed, as it does once it
+// learns that it lost its Lease or its work has returned, and returns how long that
+// took.
 func waitExit(t *testing.T, c *proxiedController, thawed time.Time) time.Duration {
 	t.Helper()
 	select {
@@ -146,12 +170,12 @@ func heldBack(t *testing.T, c *proxiedController) int {
 	return strings.Count(string(log), "A write was held back")
 }
 
-// writesAfter counts c's writes other than of Leases that its proxy received after
-// at, and those of them that succeeded. A paused process sends nothing, so everything
-// received after the thaw was sent after it.
-func writesAfter(c *proxiedController, at time.Time) (sent, succeeded int) {
+// writesBetween counts c's writes other than of Leases that its proxy received from
+// from until until, and those of them that succeeded. A paused process sends nothing,
+// so everything received after the thaw was sent after it.
+func writesBetween(c *proxiedController, from, until time.Time) (sent, succeeded int) {
 	for _, w := range c.proxy.Writes() {
-		if w.Resource == "leases" || w.Received.Before(at) {
+		if w.Resource == "leases" || w.Received.Before(from) || !w.Received.Before(until) {
 			continue
 		}
 		sent++
@@ -160,6 +184,19 @@ func writesAfter(c *proxiedController, at time.Time) (sent, succeeded int) {
 		}
 	}
 	return sent, succeeded
+}
+
+// firstSlotLeaseWrite is when c's proxy received the first successful write of a slot
+// Lease by c after at: the start of a new tenure. It is an hour from now if there was
+// none.
+func firstSlotLeaseWrite(c *proxiedController, at time.Time) time.Time {
+	first := time.Now().Add(time.Hour)
+	for _, w := range c.proxy.Writes() {
+		if w.Resource == "leases" && strings.HasPrefix(w.Name, shardGroup+"-slot-") && w.Code < 300 && w.Received.After(at) && w.Received.Before(first) {
+			first = w.Received
+		}
+	}
+	return first
 }
 
 // createBurst creates n Foos at once and returns their names, with a client of its own
