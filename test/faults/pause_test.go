@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,9 +21,9 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
 
-// pauseLease is the Leases' duration in the pause cases; the replica is frozen for
-// twice as long.
-const pauseLease = 4 * time.Second
+// pauseLease is the Leases' duration in the pause cases, the sharded cases' own; the
+// replica is frozen for twice as long.
+const pauseLease = shardLease
 
 // TestPausedLeader freezes the leader of two replicas (SIGSTOP, as a GC pause, a
 // stopped VM or a swapping node would) for twice its Lease while Foos are created and
@@ -73,10 +72,7 @@ func TestPausedSlotHolder(t *testing.T) {
 	t.Parallel()
 	ns := env.NewNamespace(t)
 	env.GrantShardedLeases(t, ns)
-	args := []string{
-		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + ns,
-		"--leader-elect-lease-duration=" + pauseLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	}
+	args := shardedArgs(ns)
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
 	replicas := []*proxiedController{startProxied(t, ns, args...), startProxied(t, ns, args...)}
@@ -235,10 +231,7 @@ func TestShardedRestartInPlace(t *testing.T) {
 	t.Parallel()
 	ns := env.NewNamespace(t)
 	env.GrantShardedLeases(t, ns)
-	args := []string{
-		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + ns,
-		"--leader-elect-lease-duration=" + pauseLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	}
+	args := shardedArgs(ns)
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
 	pod := newProxied(t, ns, args...)

@@ -48,10 +48,7 @@ func TestShardedHandOffs(t *testing.T) {
 	t.Parallel()
 	ns := env.NewNamespace(t)
 	env.GrantShardedLeases(t, ns)
-	args := []string{
-		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + ns,
-		"--leader-elect-lease-duration=" + shardLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	}
+	args := shardedArgs(ns)
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
 
@@ -206,10 +203,7 @@ func shardedAtScale(t *testing.T, gateOff bool) {
 	if err := framework.WriteServiceAccountKubeconfig(ctx, kube, cluster.KubeconfigPath(), leaseNS, "sharded", kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{
-		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + leaseNS,
-		"--leader-elect-lease-duration=" + shardLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	}
+	args := shardedArgs(leaseNS)
 	var started, live []*proxiedController
 	grow := func(n int) {
 		for range n {
@@ -301,6 +295,15 @@ func shardedAtScale(t *testing.T, gateOff bool) {
 	}
 	fmt.Printf("faults: sharded at scale, ShardedListAndWatch %s: %d Foos in %d namespaces converged by one replica in %.1fs; 3 replicas cached %v Foos; 1->3->1->3 and SIGKILL of 1 of 3 while %d Foos were scaled: slots held again %.1fs after it, converged %.1fs after; %d slot hand-offs; %d Foo and Deployment writes, %d outside the writer's tenure\n",
 		gate, count, namespaces, alone.Seconds(), cached, scaled, heldAgain.Seconds(), settled.Seconds(), handOffs, writes, outside)
+}
+
+// shardedArgs are the flags of a sharded replica in these cases, its Leases in
+// leaseNS.
+func shardedArgs(leaseNS string) []string {
+	return []string{
+		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + leaseNS,
+		"--leader-elect-lease-duration=" + shardLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+	}
 }
 
 // checkTenures fails the test for every Foo or Deployment write of the replicas that
