@@ -136,7 +136,9 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 	}
-	if elected := opts.leaderElect || opts.shardSlots > 0; elected {
+	// With leader election or shards, every write needs a valid tenure of a Lease.
+	elected := opts.leaderElect || opts.shardSlots > 0
+	if elected {
 		// client-go gives a Lease up after failing to renew it for the renew deadline,
 		// a retry period after its last renewal at most; the tenure, which holds every
 		// write back, ends a margin before the Lease would expire. When the tenure ends
@@ -174,7 +176,7 @@ func run(ctx context.Context, opts options) error {
 	// Every write of the controller, Events included, passes the gate. With leader
 	// election or shards, only inside a valid tenure.
 	gate := &tenure.Gate{
-		Required: opts.leaderElect || opts.shardSlots > 0,
+		Required: elected,
 		HeldBack: func(reason string) { writesHeldBack.WithLabelValues(reason).Inc() },
 	}
 	kubeCfg.Wrap(gate.Wrap)
