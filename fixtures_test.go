@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -336,6 +337,30 @@ func modifiedFoo(foo *samplev1alpha1.Foo, mutate func(*samplev1alpha1.Foo)) *sam
 type fakeClient interface {
 	PrependReactor(verb, resource string, reaction core.ReactionFunc)
 	Tracker() core.ObjectTracker
+}
+
+// watchesOpened has client signal on the returned channel each time a watch of
+// resource opens. A fake's watch carries only the changes made after it opened, where a
+// real apiserver's carries those since the list it follows: a test that changes objects
+// under an informer waits for its watch to open, not only for its cache to sync.
+func watchesOpened(client fakeAPI, resource string) <-chan struct{} {
+	opened := make(chan struct{}, 10)
+	client.PrependWatchReactor(resource, func(a core.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if w, ok := a.(core.WatchActionImpl); ok {
+			opts = w.ListOptions
+		}
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		select {
+		case opened <- struct{}{}:
+		default:
+		}
+		return true, w, nil
+	})
+	return opened
 }
 
 // resourceVersions numbers the writes of every fake API server, as etcd numbers

@@ -93,6 +93,7 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 		want[foo.Name] = space.Of(foo.UID) == 1
 	}
 	sampleClient := fake.NewClientset(objects...)
+	opened := watchesOpened(sampleClient, "foos")
 	_, sampleFactory := newInformerFactories(k8sfake.NewClientset(), sampleClient, "", 0, &informerScope{
 		deploymentLabels: SlotLabel + "=1",
 		shardSelector:    selector,
@@ -104,6 +105,11 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	defer cancel() // before Shutdown, which waits for the informers to stop
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		t.Fatal("the cache did not sync")
+	}
+	select {
+	case <-opened:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the informer opened no watch")
 	}
 	// Then some more through the watch.
 	for i := 40; i < 80; i++ {

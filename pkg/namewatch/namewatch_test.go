@@ -8,8 +8,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -52,6 +55,38 @@ func (w *woken) none(t *testing.T, what string) {
 	}
 }
 
+// watchedClient returns a fake clientset holding objects, and a channel that receives
+// once each watch is open. A fake's watch carries only the changes made after it
+// opened, where a real apiserver's carries those since the list it follows: a test
+// that changes things under a watch waits for it to open first.
+func watchedClient(objects ...runtime.Object) (*fake.Clientset, <-chan struct{}) {
+	client := fake.NewClientset(objects...)
+	opened := make(chan struct{}, 10)
+	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if watchAction, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = watchAction.ListOptions
+		}
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		opened <- struct{}{}
+		return true, w, nil
+	})
+	return client, opened
+}
+
+// open waits for a watch to open, or fails after a few seconds.
+func open(t *testing.T, opened <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no watch opened")
+	}
+}
+
 func deployment(name string, uid types.UID) *appsv1.Deployment {
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: uid}}
 }
@@ -62,12 +97,13 @@ func TestWatcher(t *testing.T) {
 
 	t.Run("wakes the waiter when the Deployment it saw is deleted, not when it changes", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
-		client := fake.NewClientset(deployment("web", "old"), deployment("other", "o"))
+		client, opened := watchedClient(deployment("web", "old"), deployment("other", "o"))
 		w := newWoken()
 		watcher := New(ctx, client, 10, w.wake)
 		if !watcher.Wait(foo, web, "old") {
 			t.Fatal("Wait refused the first name")
 		}
+		open(t, opened)
 		w.none(t, "the Deployment it saw is still there")
 		changed := deployment("web", "old")
 		changed.Labels = map[string]string{"touched": "yes"}
@@ -106,10 +142,11 @@ func TestWatcher(t *testing.T) {
 
 	t.Run("wakes a waiter that joins a watch after the change it waits for", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
-		client := fake.NewClientset(deployment("web", "old"))
+		client, opened := watchedClient(deployment("web", "old"))
 		w := newWoken()
 		watcher := New(ctx, client, 10, w.wake)
 		watcher.Wait(foo, web, "old")
+		open(t, opened)
 		if err := client.AppsV1().Deployments("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
