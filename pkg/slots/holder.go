@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/election"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -65,16 +67,55 @@ func (h *Holder) Unheld(slot int) (time.Duration, bool) {
 	h.mu.Lock()
 	o := h.observer
 	h.mu.Unlock()
-	at, ok := o.lastForeign(SlotLeaseName(h.Group, slot))
+	at, ok := o.lastForeign(SlotLeaseName(h.Group, slot, h.Space.Len()))
 	if !ok {
 		return 0, false
 	}
 	return o.clock.Since(at), true
 }
 
-// SlotLeaseName is the fencing Lease of a slot.
-func SlotLeaseName(group string, slot int) string {
-	return fmt.Sprintf("%s-slot-%d", group, slot)
+// SlotLeaseName is the fencing Lease of a slot of a space of n slots. It names n:
+// slot 3 of 8 and slot 3 of 16 are other hash ranges, and a Lease that did not say which
+// would fence nothing between replicas that count otherwise.
+func SlotLeaseName(group string, slot, n int) string {
+	return fmt.Sprintf("%s-slot-%d-of-%d", group, slot, n)
+}
+
+// CountLeaseName is the group's count Lease: the register, written only with the
+// resourceVersion it was read at, of the number of slots the group acts with now.
+func CountLeaseName(group string) string {
+	return group + "-slots"
+}
+
+// slotLeaseCount is the number of slots a slot Lease of group belongs to: 0 for a Lease
+// of a version before slot Leases named it, which may overlap any slot of any count.
+// It is false for a Lease that is no slot's.
+func slotLeaseCount(group, name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, group+"-slot-")
+	if !ok {
+		return 0, false
+	}
+	slot, count, named := strings.Cut(rest, "-of-")
+	if _, err := strconv.Atoi(slot); err != nil {
+		return 0, false
+	}
+	if !named {
+		return 0, true
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+// countOf is the number of slots a count Lease names; 0 when it names none.
+func countOf(lease *coordinationv1.Lease) int {
+	n, err := strconv.Atoi(lease.Annotations[SlotsAnnotation])
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
 }
 
 // Run announces this member (Membership.Run) and follows the assignment until ctx
@@ -222,13 +263,193 @@ func (h *Holder) releaseOrphans(ctx context.Context) {
 	}
 }
 
-// slotOf is the slot whose Lease is name.
+// slotOf is the slot of this member's count whose Lease is name.
 func (h *Holder) slotOf(name string) (int, bool) {
-	n, err := strconv.Atoi(strings.TrimPrefix(name, h.Group+"-slot-"))
-	if err != nil || SlotLeaseName(h.Group, n) != name || n < 0 || n >= h.Space.Len() {
+	rest, _ := strings.CutPrefix(name, h.Group+"-slot-")
+	slot, _, _ := strings.Cut(rest, "-of-")
+	n, err := strconv.Atoi(slot)
+	if err != nil || SlotLeaseName(h.Group, n, h.Space.Len()) != name || n < 0 || n >= h.Space.Len() {
 		return 0, false
 	}
 	return n, true
+}
+
+// admit tells, once this member holds one of its slots' Leases, whether it may act on
+// that slot. It may when the group's count Lease names this member's number of slots
+// and then no slot Lease of another number is held, as a list read after the count
+// shows; it waits, holding its Lease, while those of another number are released or
+// expire. When the count Lease names another number, or none, the member sets it to its
+// own only if the membership tells it to act and no slot Lease of another number is
+// held: the members of the old number, once they stop by themselves (told not to act,
+// or gone), let it. Otherwise it returns false, and the slot's Lease is released. It
+// returns false too when ctx ends.
+//
+// Two members of different numbers cannot both act: each read the count after taking
+// its slot's Lease, and the count was changed between the two reads, so the later
+// reader's list, made after that change, shows the earlier one's Lease held until its
+// holder released it or its tenure has ended by the observer's count.
+func (h *Holder) admit(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	n := h.Space.Len()
+	said := false
+	for {
+		changed := h.observer.changes()
+		lease, err := h.Client.CoordinationV1().Leases(h.Namespace).Get(ctx, CountLeaseName(h.Group), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			lease, err = nil, nil
+		}
+		var held []string
+		var next time.Time
+		if err == nil {
+			held, next, err = h.othersHeld(ctx)
+		}
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				logger.Error(err, "Reading the number of slots the group acts with")
+			}
+		case lease != nil && countOf(lease) == n:
+			if len(held) == 0 {
+				return true
+			}
+			if !said {
+				said = true
+				logger.Info("Waiting for the Leases of another number of slots to be released or to expire", "leases", held, "slots", n)
+			}
+		default:
+			if _, act := h.Membership.Live(); !act || len(held) > 0 {
+				return false
+			}
+			if err := h.setCount(ctx, lease); err != nil {
+				logger.Error(err, "Setting the number of slots the group acts with")
+				return false
+			}
+			// Read it again: another member may have set it meanwhile.
+			continue
+		}
+		wait := h.Timings.RetryPeriod
+		if !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 0))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-changed:
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		}
+	}
+}
+
+// waitAdmissible waits until admit may let this member act, by what the observer has
+// seen: the count Lease names this member's number of slots, or the membership tells it
+// to act and no slot Lease of another number is held. It returns false when ctx ends.
+func (h *Holder) waitAdmissible(ctx context.Context) bool {
+	for {
+		count, changed := h.observer.currentCount()
+		if count == h.Space.Len() {
+			return true
+		}
+		if _, act := h.Membership.Live(); act && h.observer.cachedOthersHeld(h.Space.Len()) == 0 {
+			return true
+		}
+		// The membership's changes are the holder loop's; it is read again every retry
+		// period.
+		timer := time.NewTimer(h.Timings.RetryPeriod)
+		select {
+		case <-timer.C:
+		case <-changed:
+			timer.Stop()
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		}
+	}
+}
+
+// othersHeld reads the group's slot Leases from the apiserver and tells which of
+// another number of slots than this member's may still be acted on (observer.othersHeld).
+func (h *Holder) othersHeld(ctx context.Context) ([]string, time.Time, error) {
+	leases, err := h.Client.CoordinationV1().Leases(h.Namespace).List(ctx, metav1.ListOptions{LabelSelector: h.observer.selector().String()})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	held, next := h.observer.othersHeld(leases.Items, h.Space.Len())
+	return held, next, nil
+}
+
+// waitCountChanged returns once the count Lease names another number of slots than
+// this member's, or none, or ctx ends. admit has just read it from the apiserver; until
+// the watch catches up with that read, the apiserver is asked again every retry period.
+func (h *Holder) waitCountChanged(ctx context.Context) {
+	n := h.Space.Len()
+	caughtUp := false
+	for {
+		count, changed := h.observer.currentCount()
+		switch {
+		case count == n:
+			caughtUp = true
+		case caughtUp:
+			return
+		}
+		if caughtUp {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		timer := time.NewTimer(h.Timings.RetryPeriod)
+		select {
+		case <-changed:
+			timer.Stop()
+		case <-timer.C:
+			lease, err := h.Client.CoordinationV1().Leases(h.Namespace).Get(ctx, CountLeaseName(h.Group), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && countOf(lease) != n) {
+				return
+			}
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
+	}
+}
+
+// setCount sets the count Lease, read as lease (nil: there was none), to this
+// member's number of slots. Another member that set it first is no error: the caller
+// reads it again.
+func (h *Holder) setCount(ctx context.Context, lease *coordinationv1.Lease) error {
+	leases := h.Client.CoordinationV1().Leases(h.Namespace)
+	n := strconv.Itoa(h.Space.Len())
+	var err error
+	previous := ""
+	if lease == nil {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        CountLeaseName(h.Group),
+				Labels:      map[string]string{SlotOfLabel: h.Group},
+				Annotations: map[string]string{SlotsAnnotation: n, SetByAnnotation: h.Identity},
+			},
+		}, metav1.CreateOptions{})
+	} else {
+		previous = lease.Annotations[SlotsAnnotation]
+		lease = lease.DeepCopy()
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, n)
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SetByAnnotation, h.Identity)
+		// Conditional on the resourceVersion read.
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	switch {
+	case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	klog.FromContext(ctx).Info("Set the number of slots the group acts with", "from", previous, "to", n)
+	return nil
 }
 
 // start runs the slot's election; the work starts when the Lease is held.
@@ -236,7 +457,7 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	ctx, stop := context.WithCancel(context.WithoutCancel(parent))
 	run := &slotRun{stop: stop, done: make(chan struct{})}
 	logger := klog.FromContext(parent).WithValues("slot", slot)
-	name := SlotLeaseName(h.Group, slot)
+	name := SlotLeaseName(h.Group, slot, h.Space.Len())
 	lock := &observedLock{
 		LeaseLock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Namespace},
@@ -259,6 +480,11 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 		// ends by itself: the work failed, or the Lease was lost (the controller exits
 		// then; a test's member may not).
 		for {
+			// A Lease taken only to be released by admit, again and again while
+			// another number of slots acts, would be two writes a retry period.
+			if !h.waitAdmissible(ctx) {
+				return
+			}
 			// Asking before the holder's Lease has expired only starts the elector's
 			// own count; ask the moment it expires, or is released.
 			if !h.observer.waitTakeable(ctx, name) {
@@ -276,6 +502,17 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 					}
 				},
 			}, func(ctx context.Context) error {
+				if !h.admit(ctx) {
+					return nil
+				}
+				// Until the count Lease names another count: the replicas of that
+				// count wait for this Lease's release before they act.
+				ctx, stop := context.WithCancel(ctx)
+				defer stop()
+				go func() {
+					h.waitCountChanged(ctx)
+					stop()
+				}()
 				logger.V(2).Info("Holding the slot")
 				return h.Work(ctx, slot)
 			})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,6 +71,10 @@ type testMember struct {
 	// drain is how long the member's work takes to return once asked to stop; 50 ms
 	// when zero.
 	drain time.Duration
+	// clock is the membership's clock; the real one when nil.
+	clock clock.WithDelayedExecution
+	// work replaces log's work when set.
+	work func(ctx context.Context, slot int) error
 }
 
 const testNamespace, testGroup = "system", "sample-controller"
@@ -77,14 +82,22 @@ const testNamespace, testGroup = "system", "sample-controller"
 // start runs the member until the returned stop is called, or the test ends.
 func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
 	runCtx, cancel := context.WithCancel(ctx)
-	membership := NewMembership(m.client, testNamespace, testGroup, m.identity, m.space.Len(), m.memberDuration, clock.RealClock{})
+	clk := m.clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	membership := NewMembership(m.client, testNamespace, testGroup, m.identity, m.space.Len(), m.memberDuration, clk)
+	work := m.work
+	if work == nil {
+		work = m.log.work(m.identity, m.drain)
+	}
 	onLost := m.onLost
 	if onLost == nil {
 		onLost = func(slot int) { t.Errorf("%s lost slot %d", m.identity, slot) }
 	}
 	h := &Holder{
 		Space: m.space, Membership: membership, Client: m.client, Namespace: testNamespace, Group: testGroup, Identity: m.identity,
-		Timings: m.timings, Work: m.log.work(m.identity, m.drain), OnLost: onLost,
+		Timings: m.timings, Work: work, OnLost: onLost,
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.Run(runCtx) })
@@ -252,7 +265,7 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	var leases []runtime.Object
 	for slot := range space.Len() {
 		lease := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: SlotLeaseName(group, slot), Namespace: ns, Labels: map[string]string{SlotOfLabel: group}},
+			ObjectMeta: metav1.ObjectMeta{Name: SlotLeaseName(group, slot, space.Len()), Namespace: ns, Labels: map[string]string{SlotOfLabel: group}},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
 		}
 		if slot == orphan {
@@ -437,5 +450,113 @@ func TestHolderStopsWhenToldNotToAct(t *testing.T) {
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
 		t.Errorf("two members worked on one slot at once:\n%s", log.overlaps)
+	}
+}
+
+// rangeLog records the hash ranges members work on, slots of any count, and any two
+// members' ranges that overlap.
+type rangeLog struct {
+	mu       sync.Mutex
+	active   map[string][2]int // by member and slot: the slot and its count
+	started  map[string]int    // works started, by member
+	overlaps []string
+}
+
+func (r *rangeLog) work(identity string, n int) func(ctx context.Context, slot int) error {
+	return func(ctx context.Context, slot int) error {
+		key := fmt.Sprintf("%s/%d", identity, slot)
+		r.mu.Lock()
+		for other, s := range r.active {
+			// Slot i of n is the hashes [i/n, (i+1)/n).
+			if !strings.HasPrefix(other, identity+"/") && slot*s[1] < (s[0]+1)*n && s[0]*n < (slot+1)*s[1] {
+				r.overlaps = append(r.overlaps, fmt.Sprintf("%s (slot %d of %d) started while %s (slot %d of %d) worked", key, slot, n, other, s[0], s[1]))
+			}
+		}
+		r.active[key] = [2]int{slot, n}
+		r.started[identity]++
+		r.mu.Unlock()
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond)
+		r.mu.Lock()
+		delete(r.active, key)
+		r.mu.Unlock()
+		return nil
+	}
+}
+
+// skewedClock is the real clock read off by an offset, which a test may change.
+type skewedClock struct {
+	clock.RealClock
+	offset atomic.Int64
+}
+
+func (c *skewedClock) Now() time.Time                  { return c.RealClock.Now().Add(time.Duration(c.offset.Load())) }
+func (c *skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// TestHolderCountsNeverOverlap runs two members that divide the Foos into 4 and 8 slots,
+// and whose views of the membership disagree: a's clock runs a minute ahead, so b's
+// member Lease looks expired to it and a goes on acting, while b, to itself the oldest
+// live member, believes it should act too. Slot 2 of 4 and slots 4 and 5 of 8 are one
+// hash range: whatever each member believes, no two ever work on one range at once.
+// Once the clocks agree, a stops, and b sets the group's number of slots to its own and
+// works on every slot.
+func TestHolderCountsNeverOverlap(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	log := &rangeLog{active: map[string][2]int{}, started: map[string]int{}}
+	timings := LeaseTimings{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+	ahead := &skewedClock{}
+	ahead.offset.Store(int64(time.Minute))
+	member := func(identity string, n int, clk clock.WithDelayedExecution) testMember {
+		return testMember{client: client, identity: identity, space: mustSpace(t, n), memberDuration: 2 * time.Second,
+			timings: timings, clock: clk, work: log.work(identity, n)}
+	}
+	waitActive := func(what string, want func(active map[string][2]int) bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			return want(log.active), nil
+		})
+		if err != nil {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			t.Fatalf("%s: working %v", what, log.active)
+		}
+	}
+	only := func(identity string, n int) func(map[string][2]int) bool {
+		return func(active map[string][2]int) bool {
+			for slot := range n {
+				if _, ok := active[fmt.Sprintf("%s/%d", identity, slot)]; !ok {
+					return false
+				}
+			}
+			return len(active) == n
+		}
+	}
+
+	member("a", 4, ahead).start(ctx, t)
+	waitActive("a works on its 4 slots", only("a", 4))
+	b, _ := member("b", 8, nil).start(ctx, t)
+	// b believes it should act, and waits for a's Leases.
+	time.Sleep(2 * time.Second)
+	if members, act := b.Membership.Live(); !act {
+		t.Errorf("b does not believe it should act (its view: %v): the test shows nothing", members)
+	}
+	log.mu.Lock()
+	t.Logf("works started while the views disagreed: %v", log.started)
+	log.mu.Unlock()
+
+	ahead.offset.Store(0)
+	waitActive("b works alone on its 8 slots once the clocks agree", only("b", 8))
+	if count, err := client.CoordinationV1().Leases(testNamespace).Get(ctx, CountLeaseName(testGroup), metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if got := count.Annotations[SlotsAnnotation]; got != "8" {
+		t.Errorf("the count Lease names %q slots, want 8", got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlaps) > 0 {
+		t.Errorf("members of two counts worked on one hash range at once:\n%s", strings.Join(log.overlaps, "\n"))
 	}
 }

@@ -33,6 +33,9 @@ const MemberOfLabel = "samplecontroller.k8s.io/member-of"
 // Leases fence nothing between them.
 const SlotsAnnotation = "samplecontroller.k8s.io/slots"
 
+// SetByAnnotation on the count Lease names the member that last set the count.
+const SetByAnnotation = "samplecontroller.k8s.io/set-by"
+
 // Membership announces this replica in a Lease of its own, renewed every third of its
 // duration, and follows the Leases of the others. A member is live while its Lease was
 // renewed within its duration, by this replica's clock: membership decides only who

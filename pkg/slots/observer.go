@@ -42,26 +42,33 @@ type observer struct {
 
 	mu   sync.Mutex
 	seen map[string]sighting
+	// gone is, per Lease deleted while held, when this process saw it go and its last
+	// duration: its holder may have renewed it unseen just before, and acts until that
+	// renewal's duration ends at the latest.
+	gone map[string]sighting
+	// count is the number of slots the group's count Lease names; 0 when there is none.
+	count int
 	// foreign is, per Lease, when it was last seen written by someone else (a renewal by
 	// another holder, or a release): the latest moment the slot was held by another.
 	foreign map[string]time.Time
 	// changed is closed, and replaced, whenever a Lease comes or goes or changes
-	// holder; not on a renewal, which only moves an expiry later (a timer set for the
+	// holder, or the count changes; not on a renewal, which only moves an expiry later (a timer set for the
 	// earlier one finds that out when it fires).
 	changed chan struct{}
 }
 
 // sighting is a Lease's record and when this process first saw it.
 type sighting struct {
-	raw    []byte
-	holder string
-	at     time.Time
+	raw      []byte
+	holder   string
+	at       time.Time
+	duration time.Duration
 }
 
 func newObserver(client kubernetes.Interface, namespace, group, identity string, clk clock.Clock) *observer {
 	o := &observer{
 		namespace: namespace, group: group, identity: identity, clock: clk,
-		seen: map[string]sighting{}, foreign: map[string]time.Time{}, changed: make(chan struct{}),
+		seen: map[string]sighting{}, gone: map[string]sighting{}, foreign: map[string]time.Time{}, changed: make(chan struct{}),
 	}
 	o.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
@@ -78,10 +85,7 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 				obj = tombstone.Obj
 			}
 			if lease, ok := obj.(*coordinationv1.Lease); ok {
-				o.mu.Lock()
-				delete(o.seen, lease.Name)
-				o.broadcast()
-				o.mu.Unlock()
+				o.forget(lease)
 			}
 		},
 	})
@@ -118,17 +122,111 @@ func (o *observer) saw(obj any) {
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	delete(o.gone, lease.Name)
+	if lease.Name == CountLeaseName(o.group) {
+		if n := countOf(lease); n != o.count {
+			o.count = n
+			o.broadcast()
+		}
+		return
+	}
 	previous, known := o.seen[lease.Name]
 	if bytes.Equal(previous.raw, raw) {
 		return
 	}
-	o.seen[lease.Name] = sighting{raw: raw, holder: r.HolderIdentity, at: now}
+	o.seen[lease.Name] = sighting{raw: raw, holder: r.HolderIdentity, at: now, duration: time.Duration(r.LeaseDurationSeconds) * time.Second}
 	if r.HolderIdentity != o.identity {
 		o.foreign[lease.Name] = now
 	}
 	if !known || previous.holder != r.HolderIdentity {
 		o.broadcast()
 	}
+}
+
+// forget drops a deleted Lease. One deleted while held (by hand, or by a client that
+// thinks it stale) is remembered as gone: its holder may act until its tenure ends.
+func (o *observer) forget(lease *coordinationv1.Lease) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if lease.Name == CountLeaseName(o.group) {
+		o.count = 0
+	} else if s, ok := o.seen[lease.Name]; ok && s.holder != "" {
+		o.gone[lease.Name] = sighting{holder: s.holder, at: o.clock.Now(), duration: s.duration}
+	}
+	delete(o.seen, lease.Name)
+	o.broadcast()
+}
+
+// currentCount is the number of slots the count Lease names as this process last saw
+// it (0: none), and the channel that is closed when that may change.
+func (o *observer) currentCount() (int, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.count, o.changed
+}
+
+// cachedOthersHeld is the number of slot Leases of another count than n that may still
+// be acted on, by the Leases as watched.
+func (o *observer) cachedOthersHeld(n int) int {
+	cached, err := o.lister.Leases(o.namespace).List(o.selector())
+	if err != nil || !o.synced() {
+		return 1
+	}
+	leases := make([]coordinationv1.Lease, len(cached))
+	for i, l := range cached {
+		leases[i] = *l
+	}
+	held, _ := o.othersHeld(leases, n)
+	return len(held)
+}
+
+// othersHeld tells which of the group's slot Leases of another count than n may still
+// be acted on by their holders, given leases, a list just read from the apiserver, and
+// what this process saw of them: a Lease held, and not seen unchanged for its whole
+// duration; and one deleted while held, less than its duration ago. It also tells when
+// the first of those expires by this count, or the zero time when that is not known
+// (a record this process has not seen yet). Released Leases hold nothing.
+func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) (held []string, next time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.clock.Now()
+	listed := map[string]bool{}
+	later := func(at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	for i := range leases {
+		name := leases[i].Name
+		listed[name] = true
+		if count, ok := slotLeaseCount(o.group, name); !ok || count == n {
+			continue
+		}
+		r, raw := record(&leases[i])
+		if r.HolderIdentity == "" {
+			continue
+		}
+		s, ok := o.seen[name]
+		if !ok || !bytes.Equal(s.raw, raw) {
+			// Renewed, or taken, since the watch last said: not known to expire yet.
+			held = append(held, name)
+			continue
+		}
+		if at := s.at.Add(s.duration); now.Before(at) {
+			held = append(held, name)
+			later(at)
+		}
+	}
+	for name, g := range o.gone {
+		if at := g.at.Add(g.duration); !now.Before(at) {
+			delete(o.gone, name)
+			continue
+		} else if count, ok := slotLeaseCount(o.group, name); ok && count != n && !listed[name] {
+			held = append(held, name)
+			later(at)
+		}
+	}
+	return held, next
 }
 
 // broadcast wakes every waiter; o.mu is held.

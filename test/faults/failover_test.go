@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -226,6 +227,15 @@ func startLoad(ctx context.Context, t *testing.T, ns string) <-chan []string {
 			if _, err := foos.Create(ctx, foo, metav1.CreateOptions{}); err != nil {
 				if ctx.Err() == nil {
 					t.Errorf("creating Foo %s: %v", name, err)
+					return
+				}
+				// Stopped while the create was in flight: it may have been committed.
+				getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if _, err := foos.Get(getCtx, name, metav1.GetOptions{}); err == nil {
+					created = append(created, name)
+				} else if !apierrors.IsNotFound(err) {
+					t.Errorf("looking for Foo %s, whose create was cut short: %v", name, err)
 				}
 				return
 			}

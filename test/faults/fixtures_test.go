@@ -245,12 +245,15 @@ func containerImages(d *appsv1.Deployment) []string {
 func checkInvariants(t *testing.T, ns string, want []string) time.Duration {
 	t.Helper()
 	began := time.Now()
+	var last string
 	framework.Eventually(t, timeout, "the invariants to hold in "+ns, func(ctx context.Context) (bool, string) {
 		broken, err := violations(ctx, ns, want)
 		if err != nil {
-			return false, err.Error()
+			// The last check that could read the namespace says more.
+			return false, fmt.Sprintf("%v; before that: %s", err, last)
 		}
-		return len(broken) == 0, strings.Join(broken, "; ")
+		last = strings.Join(broken, "; ")
+		return len(broken) == 0, last
 	})
 	return time.Since(began)
 }

@@ -307,38 +307,39 @@ func shardedArgs(leaseNS string) []string {
 }
 
 // checkTenures fails the test for every Foo or Deployment write of the replicas that
-// falls outside its replica's tenure of the Foo's slot, and returns the writes checked,
-// those outside, and the hand-offs. Each Foo in ns (every namespace for "") names its
-// Deployment after itself.
+// falls outside its replica's tenure of the Foo's slot, of the number of slots the
+// replica divides the Foos into, and returns the writes checked, those outside, and the
+// hand-offs. Each Foo in ns (every namespace for "") names its Deployment after itself.
 func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas []*proxiedController) (writes, outside, handOffs int) {
 	t.Helper()
-	space, err := slots.NewSpace(shardSlots)
-	if err != nil {
-		t.Fatal(err)
-	}
 	foos, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slotOf := map[string]int{} // by namespace/name
+	uidOf := map[string]types.UID{} // by namespace/name
 	for _, foo := range foos.Items {
-		slotOf[foo.Namespace+"/"+foo.Name] = space.Of(foo.UID)
+		uidOf[foo.Namespace+"/"+foo.Name] = foo.UID
 	}
 	var logs [][]localcluster.APIWrite
 	for _, c := range replicas {
 		logs = append(logs, c.proxy.Writes())
 	}
 	tenures := slotTenures(logs)
-	for _, log := range logs {
+	for i, log := range logs {
+		space, err := slots.NewSpace(replicas[i].slots())
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, w := range objectWrites(log) {
-			slot, ok := slotOf[w.Namespace+"/"+w.Name]
+			uid, ok := uidOf[w.Namespace+"/"+w.Name]
 			if !ok {
 				continue
 			}
 			writes++
-			if !slices.ContainsFunc(tenures[slot], func(te tenure) bool { return te.covers(w) }) {
+			lease := slots.SlotLeaseName(shardGroup, space.Of(uid), space.Len())
+			if !slices.ContainsFunc(tenures[lease], func(te tenure) bool { return te.covers(w) }) {
 				outside++
-				t.Errorf("a write outside its replica's tenure of slot %d: %v (tenures %v)", slot, w, tenures[slot])
+				t.Errorf("a write outside its replica's tenure of %s: %v (tenures %v)", lease, w, tenures[lease])
 			}
 		}
 	}
@@ -348,9 +349,26 @@ func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas 
 	return writes, outside, handOffs
 }
 
+// slots is the number of slots the replica divides the Foos into: its --shard-slots.
+func (c *proxiedController) slots() int {
+	for _, arg := range c.args {
+		if v, ok := strings.CutPrefix(arg, "--shard-slots="); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
 // waitSlotsHeld waits until the live replicas hold every slot between them, each its
 // share give or take one.
 func waitSlotsHeld(t *testing.T, live []*proxiedController) {
+	t.Helper()
+	waitSlotsHeldOf(t, live, shardSlots)
+}
+
+// waitSlotsHeldOf is waitSlotsHeld for replicas that divide the Foos into n slots.
+func waitSlotsHeldOf(t *testing.T, live []*proxiedController, shardSlots int) {
 	t.Helper()
 	framework.Eventually(t, timeout, fmt.Sprintf("%d replicas to hold the %d slots", len(live), shardSlots), func(ctx context.Context) (bool, string) {
 		var held []float64
@@ -366,7 +384,7 @@ func waitSlotsHeld(t *testing.T, live []*proxiedController) {
 		}
 		share := float64(shardSlots) / float64(len(live))
 		balanced := !slices.ContainsFunc(held, func(n float64) bool { return n < share-1 || n > share+1 })
-		return total == shardSlots && balanced, fmt.Sprintf("slots held %v", held)
+		return total == float64(shardSlots) && balanced, fmt.Sprintf("slots held %v", held)
 	})
 }
 
@@ -385,23 +403,21 @@ func (te tenure) String() string {
 	return fmt.Sprintf("%s %s-%s", te.client, te.start.Format("15:04:05.000"), te.end.Format("15:04:05.000"))
 }
 
-// slotTenures reads the replicas' successful writes of the slot Leases, in the order
-// they were sent: only the holder renews or releases a Lease, and only a successful
-// write takes it, so each run of one replica's writes is one tenure.
-func slotTenures(logs [][]localcluster.APIWrite) map[int][]tenure {
-	bySlot := map[int][]localcluster.APIWrite{}
+// slotTenures reads the replicas' successful writes of the slot Leases, by Lease, in
+// the order they were sent: only the holder renews or releases a Lease, and only a
+// successful write takes it, so each run of one replica's writes is one tenure.
+func slotTenures(logs [][]localcluster.APIWrite) map[string][]tenure {
+	byLease := map[string][]localcluster.APIWrite{}
 	for _, log := range logs {
 		for _, w := range log {
-			rest, ok := strings.CutPrefix(w.Name, shardGroup+"-slot-")
-			slot, err := strconv.Atoi(rest)
-			if w.Resource != "leases" || !ok || err != nil || w.Code >= 300 {
+			if w.Resource != "leases" || !strings.HasPrefix(w.Name, shardGroup+"-slot-") || w.Code >= 300 {
 				continue
 			}
-			bySlot[slot] = append(bySlot[slot], w)
+			byLease[w.Name] = append(byLease[w.Name], w)
 		}
 	}
-	tenures := map[int][]tenure{}
-	for slot, writes := range bySlot {
+	tenures := map[string][]tenure{}
+	for lease, writes := range byLease {
 		slices.SortFunc(writes, func(a, b localcluster.APIWrite) int { return a.Sent.Compare(b.Sent) })
 		var ts []tenure
 		for _, w := range writes {
@@ -413,7 +429,7 @@ func slotTenures(logs [][]localcluster.APIWrite) map[int][]tenure {
 			}
 			ts = append(ts, tenure{client: w.Client, start: w.Answered, end: time.Now().Add(time.Hour)})
 		}
-		tenures[slot] = ts
+		tenures[lease] = ts
 	}
 	return tenures
 }

@@ -1,0 +1,65 @@
+package slots
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// TestObserverOthersHeld checks which slot Leases of another number of slots keep a
+// member of 8 slots from acting, by its observer's count.
+func TestObserverOthersHeld(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	o := newObserver(fake.NewClientset(), testNamespace, testGroup, "me", clk)
+	lease := func(name, holder string, renewed time.Time) coordinationv1.Lease {
+		return coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Labels: map[string]string{SlotOfLabel: testGroup}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](10),
+				RenewTime: ptr.To(metav1.NewMicroTime(renewed)),
+			},
+		}
+	}
+	start := clk.Now()
+	// A Lease of a version that did not name the count overlaps every slot.
+	legacy := lease(testGroup+"-slot-3", "old", start)
+	released := lease(testGroup+"-slot-1-of-4", "", start)
+	ours := lease(testGroup+"-slot-1-of-8", "peer", start)
+	renewedUnseen := lease(testGroup+"-slot-0-of-4", "x", start)
+	deleted := lease(testGroup+"-slot-2-of-4", "y", start)
+	for _, l := range []coordinationv1.Lease{legacy, released, ours, renewedUnseen, deleted} {
+		o.saw(&l)
+	}
+	// Renewed since the watch delivered it; deleted while held, 4 s in.
+	renewedUnseen.Spec.RenewTime = ptr.To(metav1.NewMicroTime(start.Add(time.Second)))
+	clk.Step(4 * time.Second)
+	o.forget(&deleted)
+	listed := []coordinationv1.Lease{legacy, released, ours, renewedUnseen}
+
+	check := func(when string, want []string, wantNext time.Time) {
+		t.Helper()
+		held, next := o.othersHeld(listed, 8)
+		slices.Sort(held)
+		if !slices.Equal(held, want) || !next.Equal(wantNext) {
+			t.Errorf("%s: held %q until %v, want %q until %v", when, held, next.Sub(start), want, wantNext.Sub(start))
+		}
+	}
+	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3"}, start.Add(10*time.Second))
+	// The legacy Lease expires 10 s after it was first seen; the deleted one 10 s after
+	// its deletion was, since its holder may have renewed it unseen just before.
+	clk.Step(6 * time.Second)
+	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, start.Add(14*time.Second))
+	clk.Step(4 * time.Second)
+	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, time.Time{})
+	// Once the watch delivers the renewal, it expires a duration after that sighting.
+	o.saw(&renewedUnseen)
+	check("once the renewal was seen", []string{testGroup + "-slot-0-of-4"}, start.Add(24*time.Second))
+	clk.Step(10 * time.Second)
+	check("at 24 s", nil, time.Time{})
+}
