@@ -24,22 +24,23 @@ import (
 
 // config is the command line.
 type config struct {
-	cases                              map[string]bool
-	foos                               []int
-	steadyFoos, unrelated              int
-	workers, parallelism               int
-	steadyWindow, settle               time.Duration
-	coldStartTimeout, memoryTimeout    time.Duration
-	rates                              []int
-	reactionDuration, reactionDeadline time.Duration
-	reactionInflight                   int
-	profile                            bool
-	shardedFoos, shardSlots            int
-	shardedReplicas                    []int
-	ourBinary, controllerBinary        string
-	controllerName, controllerArgs     string
-	outDir                             string
-	flags                              map[string]string // every flag's value, for results.json
+	cases                               map[string]bool
+	foos                                []int
+	steadyFoos, unrelated               int
+	workers, parallelism                int
+	steadyWindow, settle                time.Duration
+	coldStartTimeout, memoryTimeout     time.Duration
+	rates                               []int
+	reactionDuration, reactionDeadline  time.Duration
+	reactionInflight                    int
+	profile                             bool
+	shardedFoos, shardSlots             int
+	shardedReplicas                     []int
+	tenureFoos, tenurePairs, tenureRate int
+	ourBinary, controllerBinary         string
+	controllerName, controllerArgs      string
+	outDir                              string
+	flags                               map[string]string // every flag's value, for results.json
 }
 
 // The case groups --cases can pick.
@@ -50,9 +51,14 @@ const (
 	caseMemory    = "memory"    // RSS and heap, before and after unrelated Deployments
 	caseReaction  = "reaction"  // spec change to Deployment latency
 	caseSharded   = "sharded"   // replicas in sharded mode, against one unsharded
+	caseTenure    = "tenure"    // elected (every write checked against the tenure) against unelected
 )
 
-var allCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction, caseSharded}
+// defaultCases run unless --cases says otherwise; the tenure case runs only when asked.
+var (
+	defaultCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction, caseSharded}
+	allCases     = append(slices.Clone(defaultCases), caseTenure)
+)
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -80,7 +86,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
 	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json and the logs (default: <repo>/_output/bench)")
-	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
+	fs.IntVar(&cfg.tenureFoos, "tenure-foos", 10000, "tenure case: number of Foos")
+	fs.IntVar(&cfg.tenurePairs, "tenure-pairs", 3, "tenure case: pairs of sessions, unelected and elected, in alternating order")
+	fs.IntVar(&cfg.tenureRate, "tenure-rate", 100, "tenure case: spec changes per second of its reaction case")
+	cases := fs.String("cases", strings.Join(defaultCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -105,7 +114,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.cases[c] = true
 	}
-	for name, v := range map[string]int{"--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
+	for name, v := range map[string]int{"--tenure-foos": cfg.tenureFoos, "--tenure-pairs": cfg.tenurePairs, "--tenure-rate": cfg.tenureRate, "--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
@@ -211,6 +220,9 @@ func plan(cfg config, controllers []driver, ours controller) []sessionPlan {
 			}
 		}
 	}
+	if cfg.cases[caseTenure] {
+		out = append(out, tenurePlan(ours, cfg.tenurePairs, cfg.tenureFoos, cfg.tenureRate)...)
+	}
 	return out
 }
 
@@ -292,6 +304,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if sharded := shardedMarkdown(res); sharded != "" {
 		tables = append(tables, sharded)
+	}
+	if tenure := tenureMarkdown(res); tenure != "" {
+		tables = append(tables, tenure)
 	}
 	fmt.Print(strings.Join(tables, "\n"))
 	return runErr

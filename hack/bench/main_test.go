@@ -20,8 +20,8 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for _, c := range allCases {
-		if !cfg.cases[c] {
-			t.Errorf("case %s is not on by default", c)
+		if cfg.cases[c] != (c != caseTenure) {
+			t.Errorf("case %s on by default: %v", c, cfg.cases[c])
 		}
 	}
 	if cfg.flags["steady-window"] != "1m5s" || cfg.flags["foos"] != "100,1000,5000" {
@@ -32,7 +32,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || cfg.controllerName != "sample-controller-classic" {
 		t.Errorf("controllerName = %q, %v", cfg.controllerName, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--sharded-replicas=0"}, {"--shard-slots=0"}, {"--cases=nope"}, {"--workers=0"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--sharded-replicas=0"}, {"--shard-slots=0"}, {"--cases=nope"}, {"--tenure-pairs=0"}, {"--workers=0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -172,5 +172,27 @@ func TestControllerArgs(t *testing.T) {
 	cfg.controllerArgs = ""
 	if got := strings.Join(foreignController(cfg).command("/k"), " "); got != "-kubeconfig=/k" {
 		t.Errorf("default other = %q", got)
+	}
+}
+
+// TestTenurePlan checks that the tenure case alternates its variants, AB BA AB, each
+// session a cold start and then the reaction case.
+func TestTenurePlan(t *testing.T) {
+	cfg, err := parseFlags([]string{"--cases=tenure", "--tenure-pairs=3", "--tenure-foos=500", "--tenure-rate=25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := controller{Name: ourName, Binary: "/bin/sample-controller", Ours: true}
+	var got []string
+	for _, p := range plan(cfg, []driver{ours}, ours) {
+		v, ok := p.driver.(tenureVariant)
+		if !ok || p.foos != 500 || len(p.cases) != 2 || p.cases[1] != (reactionCase{rate: 25}) {
+			t.Fatalf("session %+v, want a tenure variant of 500 Foos with a cold start and the reaction case at 25/s", p)
+		}
+		got = append(got, v.column())
+	}
+	want := []string{"tenure unelected 1", "tenure elected 1", "tenure elected 2", "tenure unelected 2", "tenure unelected 3", "tenure elected 3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("sessions %q, want %q", got, want)
 	}
 }

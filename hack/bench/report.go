@@ -110,6 +110,9 @@ func buildTable(res *results) *table {
 		if _, sharded := r.Driver.(replicaSet); sharded {
 			continue // shardedMarkdown's
 		}
+		if _, tenure := r.Driver.(tenureVariant); tenure {
+			continue // tenureMarkdown's
+		}
 		if !slices.Contains(t.columns, r.Column) {
 			t.columns = append(t.columns, r.Column)
 			t.limits[r.Column] = r.Limit

@@ -181,3 +181,35 @@ func TestMarkdownEscapesPipes(t *testing.T) {
 		t.Errorf("pipe not escaped:\n%s", got)
 	}
 }
+
+// TestTenureMarkdown checks the tenure table: one row per complete pair, each variant's
+// figures and the elected one's ratio, and the median and range of the ratios.
+func TestTenureMarkdown(t *testing.T) {
+	run := func(elected bool, pair int, coldStart, p99 float64) runResult {
+		return runResult{
+			Driver: tenureVariant{Elected: elected, Pair: pair}, Foos: 10000,
+			ColdStart: &coldStartResult{Foos: 10000, Converged: true, Seconds: coldStart},
+			Reactions: []reactionResult{{Rate: 100, P99Ms: p99}},
+		}
+	}
+	res := &results{Runs: []runResult{
+		run(false, 1, 40, 100), run(true, 1, 44, 100),
+		run(true, 2, 40, 90), run(false, 2, 40, 100),
+		run(false, 3, 50, 100), run(true, 3, 45, 110),
+		run(false, 4, 50, 100), // its pair never ran
+	}}
+	got := tenureMarkdown(res)
+	for _, want := range []string{
+		"| 1 | 40.0 | 44.0 | 1.10 | 100 | 100 | 1.00 |",
+		"| 2 | 40.0 | 40.0 | 1.00 | 100 | 90.0 | 0.90 |",
+		"| 3 | 50.0 | 45.0 | 0.90 | 100 | 110 | 1.10 |",
+		"| median of the pairs' ratios (range) |  |  | 1.00 (0.90-1.10) |  |  | 1.00 (0.90-1.10) |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "| 4 |") {
+		t.Errorf("the table shows a pair without its elected session:\n%s", got)
+	}
+}
