@@ -25,6 +25,20 @@ check_gofmt() {
   fi
 }
 
+# No built or bulky file is tracked: a binary belongs in _output, built by a script.
+check_tracked_files() {
+  local elf big
+  # An ELF file starts with 0x7f "ELF" (a text file would need that at a line's start).
+  elf="$(git ls-files -z | xargs -0 -r env LC_ALL=C grep -l -m1 $'^\x7fELF' -- 2>/dev/null || true)"
+  big="$(git ls-files -z | xargs -0 -r stat -c '%s %n' -- 2>/dev/null | awk '$1 > 1048576 { print "  " $2 ": " $1 " bytes" }')"
+  if [[ -n "${elf}${big}" ]]; then
+    echo "tracked files that should not be (binaries belong in _output, files over 1 MiB nowhere):" >&2
+    [[ -z "${elf}" ]] || sed 's/^/  ELF: /' <<<"${elf}" >&2
+    [[ -z "${big}" ]] || echo "${big}" >&2
+    return 1
+  fi
+}
+
 unit_tests() {
   # The harness's own test starts a cluster; the binaries are there, so it must run.
   LOCALCLUSTER_REQUIRED=1 go test -race -count=1 -coverprofile=_output/unit-cover.out ./...
@@ -127,6 +141,7 @@ case "${1:-all}" in
 esac
 
 stage "gofmt" check_gofmt
+stage "tracked files" check_tracked_files
 stage "verify-codegen" hack/verify-codegen.sh
 stage "go vet" go vet ./...
 stage "go vet (e2e)" go vet -tags e2e ./test/e2e/ ./test/container/
