@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // LeaseTimings are the fencing Leases' timings, as client-go's leader election takes
@@ -287,7 +288,14 @@ func (h *Holder) slotOf(name string) (int, bool) {
 // Two members of different numbers cannot both act: each read the count after taking
 // its slot's Lease, and the count was changed between the two reads, so the later
 // reader's list, made after that change, shows the earlier one's Lease held until its
-// holder released it or its tenure has ended by the observer's count.
+// holder released it or its tenure has ended by the observer's count. A holder whose
+// tenure ended that way (a process frozen past its Lease) is still named in its Lease,
+// and nobody of its own number takes the Lease over: woken, it would renew it and act
+// again. So before it acts, the member fences each such Lease, with an update
+// conditioned on the version it listed that names FenceHolder as the holder for the
+// Lease's duration: the old holder's renewal then fails, its next read shows another
+// holder, and its slot's work ends (tenure.Lock). A renewal that came first makes the
+// fence fail, and the member looks again.
 func (h *Holder) admit(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	n := h.Space.Len()
@@ -298,10 +306,9 @@ func (h *Holder) admit(ctx context.Context) bool {
 		if apierrors.IsNotFound(err) {
 			lease, err = nil, nil
 		}
-		var held []string
-		var next time.Time
+		var others otherLeases
 		if err == nil {
-			held, next, err = h.othersHeld(ctx)
+			others, err = h.othersHeld(ctx)
 		}
 		switch {
 		case err != nil:
@@ -309,15 +316,22 @@ func (h *Holder) admit(ctx context.Context) bool {
 				logger.Error(err, "Reading the number of slots the group acts with")
 			}
 		case lease != nil && countOf(lease) == n:
-			if len(held) == 0 {
-				return true
+			if len(others.held) == 0 {
+				fenced, err := h.fence(ctx, others.fence)
+				if fenced {
+					return true
+				}
+				if err != nil && ctx.Err() == nil {
+					logger.Error(err, "Fencing the expired Leases of another number of slots")
+				}
+				break
 			}
 			if !said {
 				said = true
-				logger.Info("Waiting for the Leases of another number of slots to be released or to expire", "leases", held, "slots", n)
+				logger.Info("Waiting for the Leases of another number of slots to be released or to expire", "leases", others.held, "slots", n)
 			}
 		default:
-			if _, act := h.Membership.Live(); !act || len(held) > 0 {
+			if _, act := h.Membership.Live(); !act || len(others.held) > 0 {
 				return false
 			}
 			if err := h.setCount(ctx, lease); err != nil {
@@ -328,8 +342,8 @@ func (h *Holder) admit(ctx context.Context) bool {
 			continue
 		}
 		wait := h.Timings.RetryPeriod
-		if !next.IsZero() {
-			wait = min(wait, max(time.Until(next), 0))
+		if !others.next.IsZero() {
+			wait = min(wait, max(others.next.Sub(h.observer.clock.Now()), 0))
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -341,6 +355,39 @@ func (h *Holder) admit(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// FenceHolder is the holder a member of n slots writes into the expired Leases of
+// another number before it acts (admit): no replica has that identity, so no holder
+// renews it, and for the Lease's duration nobody takes it.
+func FenceHolder(n int) string {
+	return fmt.Sprintf("fence-of-%d-slots", n)
+}
+
+// fence writes FenceHolder into each Lease, each update conditioned on the version
+// listed. It tells whether all were fenced; a Lease changed or gone since the list
+// makes it false without an error, and the caller looks again.
+func (h *Holder) fence(ctx context.Context, leases []coordinationv1.Lease) (bool, error) {
+	now := metav1.NewMicroTime(h.observer.clock.Now())
+	for _, lease := range leases {
+		lease = *lease.DeepCopy()
+		previous := ptr.Deref(lease.Spec.HolderIdentity, "")
+		lease.Spec.HolderIdentity = ptr.To(FenceHolder(h.Space.Len()))
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+		lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+		if ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) < 1 {
+			lease.Spec.LeaseDurationSeconds = ptr.To(int32(h.Timings.Duration / time.Second))
+		}
+		_, err := h.Client.CoordinationV1().Leases(h.Namespace).Update(ctx, &lease, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		klog.FromContext(ctx).Info("Fenced an expired Lease of another number of slots, so that its holder cannot renew it", "lease", lease.Name, "holder", previous)
+	}
+	return true, nil
 }
 
 // waitAdmissible waits until admit may let this member act, by what the observer has
@@ -370,49 +417,47 @@ func (h *Holder) waitAdmissible(ctx context.Context) bool {
 }
 
 // othersHeld reads the group's slot Leases from the apiserver and tells which of
-// another number of slots than this member's may still be acted on (observer.othersHeld).
-func (h *Holder) othersHeld(ctx context.Context) ([]string, time.Time, error) {
+// another number of slots than this member's may still be acted on, and which must be
+// fenced (observer.othersHeld).
+func (h *Holder) othersHeld(ctx context.Context) (otherLeases, error) {
 	leases, err := h.Client.CoordinationV1().Leases(h.Namespace).List(ctx, metav1.ListOptions{LabelSelector: h.observer.selector().String()})
 	if err != nil {
-		return nil, time.Time{}, err
+		return otherLeases{}, err
 	}
-	held, next := h.observer.othersHeld(leases.Items, h.Space.Len())
-	return held, next, nil
+	return h.observer.othersHeld(leases.Items, h.Space.Len()), nil
 }
 
 // waitCountChanged returns once the count Lease names another number of slots than
-// this member's, or none, or ctx ends. admit has just read it from the apiserver; until
-// the watch catches up with that read, the apiserver is asked again every retry period.
+// this member's, or ctx ends. admit has just read it from the apiserver; until the
+// watch catches up with that read, the apiserver is asked again every retry period. A
+// count Lease deleted, or left naming no number, stops nothing: a member of another
+// number that sets it afterwards lists this member's Leases held, and waits.
 func (h *Holder) waitCountChanged(ctx context.Context) {
 	n := h.Space.Len()
 	caughtUp := false
+	// One ticker for the whole wait: the observer's other changes must not put the
+	// poll off.
+	poll := time.NewTicker(h.Timings.RetryPeriod)
+	defer poll.Stop()
 	for {
 		count, changed := h.observer.currentCount()
 		switch {
 		case count == n:
 			caughtUp = true
-		case caughtUp:
+		case caughtUp && count != 0:
 			return
 		}
-		if caughtUp {
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return
-			}
-			continue
-		}
-		timer := time.NewTimer(h.Timings.RetryPeriod)
 		select {
 		case <-changed:
-			timer.Stop()
-		case <-timer.C:
+		case <-poll.C:
+			if caughtUp {
+				continue
+			}
 			lease, err := h.Client.CoordinationV1().Leases(h.Namespace).Get(ctx, CountLeaseName(h.Group), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) || (err == nil && countOf(lease) != n) {
+			if err == nil && countOf(lease) != n && countOf(lease) != 0 {
 				return
 			}
 		case <-ctx.Done():
-			timer.Stop()
 			return
 		}
 	}
@@ -437,6 +482,9 @@ func (h *Holder) setCount(ctx context.Context, lease *coordinationv1.Lease) erro
 	} else {
 		previous = lease.Annotations[SlotsAnnotation]
 		lease = lease.DeepCopy()
+		// The label too, which the observers' watch selects by: one removed by hand
+		// would hide the count from them.
+		metav1.SetMetaDataLabel(&lease.ObjectMeta, SlotOfLabel, h.Group)
 		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, n)
 		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SetByAnnotation, h.Identity)
 		// Conditional on the resourceVersion read.

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -558,5 +561,157 @@ func TestHolderCountsNeverOverlap(t *testing.T) {
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
 		t.Errorf("members of two counts worked on one hash range at once:\n%s", strings.Join(log.overlaps, "\n"))
+	}
+}
+
+// withResourceVersions has client's Lease creates and updates number the Leases'
+// resourceVersions and refuse an update from a stale one, as the apiserver does; a fake
+// clientset keeps whatever it is given.
+func withResourceVersions(client *fake.Clientset) {
+	var version atomic.Int64
+	next := func() string { return strconv.FormatInt(version.Add(1), 10) }
+	client.PrependReactor("create", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		lease := action.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		lease.ResourceVersion = next()
+		return false, nil, nil
+	})
+	client.PrependReactor("update", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		lease := action.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		stored, err := client.Tracker().Get(action.GetResource(), lease.Namespace, lease.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := lease.ResourceVersion; rv != "" && rv != stored.(*coordinationv1.Lease).ResourceVersion {
+			return true, nil, apierrors.NewConflict(action.GetResource().GroupResource(), lease.Name, errors.New("the object has been modified"))
+		}
+		lease.ResourceVersion = next()
+		return false, nil, nil
+	})
+}
+
+// tenureLog records, every few milliseconds, which members' works could write: those
+// whose tenure (carried by the work's context) is valid. Two members whose works could
+// write over one hash range at once are an overlap.
+type tenureLog struct {
+	mu       sync.Mutex
+	valid    map[string][2]int // by member and slot: the slot and its count
+	overlaps []string
+}
+
+func (l *tenureLog) work(identity string, n int) func(ctx context.Context, slot int) error {
+	return func(ctx context.Context, slot int) error {
+		key := fmt.Sprintf("%s/%d", identity, slot)
+		t := tenure.FromContext(ctx)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			l.mu.Lock()
+			if t.Valid() {
+				for other, s := range l.valid {
+					if !strings.HasPrefix(other, identity+"/") && slot*s[1] < (s[0]+1)*n && s[0]*n < (slot+1)*s[1] {
+						l.overlaps = append(l.overlaps, fmt.Sprintf("%s (slot %d of %d) could write while %s (slot %d of %d) could", key, slot, n, other, s[0], s[1]))
+					}
+				}
+				l.valid[key] = [2]int{slot, n}
+			} else {
+				delete(l.valid, key)
+			}
+			l.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				l.mu.Lock()
+				delete(l.valid, key)
+				l.mu.Unlock()
+				return nil
+			case <-tick.C:
+			}
+		}
+	}
+}
+
+// TestHolderFencesAFrozenHolderOfAnotherCount freezes member a, of 4 slots, while it
+// works: its requests hang, as a process stopped by SIGSTOP sends none. Member b, of 8,
+// sees a's member Lease and then its slot Leases expire, sets the count to 8 and acts.
+// When a thaws, its hung renewals go through: nobody of a's number took its Leases
+// over, so without the fences b wrote into them a would hold them again, with a valid
+// tenure beside b's. With them, a's renewals fail, it learns that another holds the
+// Leases, and its work ends.
+func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	withResourceVersions(client)
+	aClient := fake.NewClientset()
+	aClient.ReactionChain = slices.Clone(client.ReactionChain)
+	aClient.WatchReactionChain = slices.Clone(client.WatchReactionChain)
+	var frozen atomic.Bool
+	thawed := make(chan struct{})
+	aClient.PrependReactor("*", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if frozen.Load() {
+			<-thawed
+		}
+		return false, nil, nil
+	})
+
+	log := &tenureLog{valid: map[string][2]int{}}
+	timings := LeaseTimings{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+	var lost atomic.Int32
+	member := func(identity string, client kubernetes.Interface, n int, clk clock.WithDelayedExecution, onLost func(int)) testMember {
+		return testMember{client: client, identity: identity, space: mustSpace(t, n), memberDuration: 2 * time.Second,
+			timings: timings, work: log.work(identity, n), onLost: onLost, clock: clk}
+	}
+	// a's goroutines that make no request go on running; its membership's clock stops
+	// with it, so that they do not see its own member Lease lapse and stop its slots.
+	aClock := &skewedClock{}
+	freeze := func() {
+		aClock.offset.Store(0)
+		frozenAt := time.Now()
+		frozen.Store(true)
+		go func() {
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for frozen.Load() {
+				aClock.offset.Store(int64(-time.Since(frozenAt)))
+				<-tick.C
+			}
+			aClock.offset.Store(0)
+		}()
+	}
+	valid := func(identity string, n int) func() bool {
+		return func() bool {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			for slot := range n {
+				if _, ok := log.valid[fmt.Sprintf("%s/%d", identity, slot)]; !ok {
+					return false
+				}
+			}
+			return len(log.valid) == n
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			t.Fatalf("%s: valid %v", what, log.valid)
+		}
+	}
+
+	member("a", aClient, 4, aClock, func(int) { lost.Add(1) }).start(ctx, t)
+	waitFor("a works on its 4 slots", valid("a", 4))
+	freeze()
+	member("b", client, 8, nil, nil).start(ctx, t)
+	waitFor("b works on its 8 slots", valid("b", 8))
+	close(thawed)
+	frozen.Store(false)
+	time.Sleep(2 * time.Second)
+	if !valid("b", 8)() {
+		t.Error("b no longer works on its 8 slots alone after a thawed")
+	}
+	t.Logf("a, thawed, reported %d slots lost", lost.Load())
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlaps) > 0 {
+		t.Errorf("members of two counts could write on one hash range at once:\n%s", strings.Join(log.overlaps[:min(len(log.overlaps), 5)], "\n"))
 	}
 }

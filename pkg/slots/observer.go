@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -122,7 +123,6 @@ func (o *observer) saw(obj any) {
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.gone, lease.Name)
 	if lease.Name == CountLeaseName(o.group) {
 		if n := countOf(lease); n != o.count {
 			o.count = n
@@ -166,67 +166,81 @@ func (o *observer) currentCount() (int, <-chan struct{}) {
 }
 
 // cachedOthersHeld is the number of slot Leases of another count than n that may still
-// be acted on, by the Leases as watched.
+// be acted on, by the Leases as watched; 1 before they are listed.
 func (o *observer) cachedOthersHeld(n int) int {
+	if !o.synced() {
+		return 1
+	}
 	cached, err := o.lister.Leases(o.namespace).List(o.selector())
-	if err != nil || !o.synced() {
+	if err != nil {
 		return 1
 	}
 	leases := make([]coordinationv1.Lease, len(cached))
 	for i, l := range cached {
 		leases[i] = *l
 	}
-	held, _ := o.othersHeld(leases, n)
-	return len(held)
+	return len(o.othersHeld(leases, n).held)
 }
 
-// othersHeld tells which of the group's slot Leases of another count than n may still
-// be acted on by their holders, given leases, a list just read from the apiserver, and
-// what this process saw of them: a Lease held, and not seen unchanged for its whole
-// duration; and one deleted while held, less than its duration ago. It also tells when
-// the first of those expires by this count, or the zero time when that is not known
-// (a record this process has not seen yet). Released Leases hold nothing.
-func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) (held []string, next time.Time) {
+// otherLeases are the slot Leases of another number of slots than a member's.
+type otherLeases struct {
+	// held may still be acted on by their holders.
+	held []string
+	// fence have expired by the observer's count but still name a holder, who would
+	// renew them if it woke.
+	fence []coordinationv1.Lease
+	// next is when the first of held expires by the observer's count; the zero time
+	// when that is not known (a record not seen yet).
+	next time.Time
+}
+
+// othersHeld sorts the group's slot Leases of another count than n, given leases, a
+// list just read from the apiserver, and what this process saw of them. Held: a Lease
+// that names a holder and was not seen unchanged for its whole duration; and one
+// deleted while held, less than its duration after the deletion was seen, whatever was
+// created under its name since. Released Leases hold nothing, and neither do those
+// fenced for n (FenceHolder).
+func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var out otherLeases
 	now := o.clock.Now()
-	listed := map[string]bool{}
 	later := func(at time.Time) {
-		if next.IsZero() || at.Before(next) {
-			next = at
+		if out.next.IsZero() || at.Before(out.next) {
+			out.next = at
 		}
 	}
 	for i := range leases {
 		name := leases[i].Name
-		listed[name] = true
 		if count, ok := slotLeaseCount(o.group, name); !ok || count == n {
 			continue
 		}
 		r, raw := record(&leases[i])
-		if r.HolderIdentity == "" {
+		if r.HolderIdentity == "" || r.HolderIdentity == FenceHolder(n) {
 			continue
 		}
 		s, ok := o.seen[name]
 		if !ok || !bytes.Equal(s.raw, raw) {
 			// Renewed, or taken, since the watch last said: not known to expire yet.
-			held = append(held, name)
+			out.held = append(out.held, name)
 			continue
 		}
 		if at := s.at.Add(s.duration); now.Before(at) {
-			held = append(held, name)
+			out.held = append(out.held, name)
 			later(at)
+			continue
 		}
+		out.fence = append(out.fence, leases[i])
 	}
 	for name, g := range o.gone {
 		if at := g.at.Add(g.duration); !now.Before(at) {
 			delete(o.gone, name)
-			continue
-		} else if count, ok := slotLeaseCount(o.group, name); ok && count != n && !listed[name] {
-			held = append(held, name)
+		} else if count, ok := slotLeaseCount(o.group, name); ok && count != n && !slices.Contains(out.held, name) {
+			out.held = append(out.held, name)
 			later(at)
 		}
 	}
-	return held, next
+	return out
 }
 
 // broadcast wakes every waiter; o.mu is held.

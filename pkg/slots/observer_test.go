@@ -42,24 +42,39 @@ func TestObserverOthersHeld(t *testing.T) {
 	o.forget(&deleted)
 	listed := []coordinationv1.Lease{legacy, released, ours, renewedUnseen}
 
-	check := func(when string, want []string, wantNext time.Time) {
+	check := func(when string, want, wantFence []string, wantNext time.Time) {
 		t.Helper()
-		held, next := o.othersHeld(listed, 8)
-		slices.Sort(held)
-		if !slices.Equal(held, want) || !next.Equal(wantNext) {
-			t.Errorf("%s: held %q until %v, want %q until %v", when, held, next.Sub(start), want, wantNext.Sub(start))
+		got := o.othersHeld(listed, 8)
+		slices.Sort(got.held)
+		var fence []string
+		for _, l := range got.fence {
+			fence = append(fence, l.Name)
+		}
+		slices.Sort(fence)
+		if !slices.Equal(got.held, want) || !slices.Equal(fence, wantFence) || !got.next.Equal(wantNext) {
+			t.Errorf("%s: held %q until %v, to fence %q; want %q until %v, to fence %q",
+				when, got.held, got.next.Sub(start), fence, want, wantNext.Sub(start), wantFence)
 		}
 	}
-	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3"}, start.Add(10*time.Second))
-	// The legacy Lease expires 10 s after it was first seen; the deleted one 10 s after
-	// its deletion was, since its holder may have renewed it unseen just before.
+	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3"}, nil, start.Add(10*time.Second))
+	// The legacy Lease expires 10 s after it was first seen, and still names its holder:
+	// it is to be fenced. The deleted one is held 10 s after its deletion was seen,
+	// since its holder may have renewed it unseen just before, even once a Lease of
+	// the same name is back, released.
 	clk.Step(6 * time.Second)
-	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, start.Add(14*time.Second))
+	recreated := lease(testGroup+"-slot-2-of-4", "", clk.Now())
+	o.saw(&recreated)
+	listed = append(listed, recreated)
+	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(14*time.Second))
 	clk.Step(4 * time.Second)
-	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, time.Time{})
+	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, time.Time{})
 	// Once the watch delivers the renewal, it expires a duration after that sighting.
 	o.saw(&renewedUnseen)
-	check("once the renewal was seen", []string{testGroup + "-slot-0-of-4"}, start.Add(24*time.Second))
+	check("once the renewal was seen", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, start.Add(24*time.Second))
 	clk.Step(10 * time.Second)
-	check("at 24 s", nil, time.Time{})
+	// A Lease fenced for 8 slots holds nothing for a member of 8.
+	fenced := lease(testGroup+"-slot-3", FenceHolder(8), clk.Now())
+	o.saw(&fenced)
+	listed[0] = fenced
+	check("at 24 s", nil, []string{testGroup + "-slot-0-of-4"}, time.Time{})
 }

@@ -154,3 +154,51 @@ func phaseBounds(before, after []*proxiedController) (lastAnswer, firstSent time
 	}
 	return lastAnswer, firstSent
 }
+
+// TestPausedHolderOfAnotherCount freezes the one replica of 4 slots right after a
+// burst of new Foos filled its queues, and while it is frozen starts a replica of 8,
+// which sees the frozen one's member Lease and slot Leases expire, sets the group's
+// number to 8 and acts. Nobody of the old number takes the frozen replica's Leases
+// over; thawed, it would renew them and act beside the new replica, but the new one
+// fenced them before it acted: the thawed replica sends no write at all.
+func TestPausedHolderOfAnotherCount(t *testing.T) {
+	t.Parallel()
+	ns := env.NewNamespace(t)
+	env.GrantShardedLeases(t, ns)
+	loadCtx, stopLoad := context.WithCancel(t.Context())
+	load := startLoad(loadCtx, t, ns)
+	withSlots := func(n int) []string {
+		args := shardedArgs(ns)
+		args[0] = "--shard-slots=" + strconv.Itoa(n)
+		return args
+	}
+	four := startProxied(t, ns, withSlots(4)...)
+	waitSlotsHeldOf(t, []*proxiedController{four}, 4)
+	waitWrites(t, four, 1)
+
+	burst := createBurst(t, ns, 60)
+	var eight *proxiedController
+	thawed := freezeWhileOthersWrite(t, four, func() *proxiedController {
+		eight = startProxied(t, ns, withSlots(8)...)
+		waitSlotsHeldOf(t, []*proxiedController{eight}, 8)
+		return eight
+	})
+	// Long enough for its renewals, its watches' news and its queued syncs.
+	time.Sleep(2 * pauseLease)
+	stopLoad()
+	names := append(<-load, burst...)
+	settled := checkInvariants(t, ns, names)
+	sent, landed := writesBetween(four, thawed, time.Now().Add(time.Hour))
+	if sent > 0 {
+		t.Errorf("the thawed replica of 4 slots sent %d writes after the thaw (%d succeeded), want none", sent, landed)
+	}
+	writes, outside, _ := checkTenures(t, env.Sample, ns, []*proxiedController{four, eight})
+	after := "it stayed, acting on nothing"
+	select {
+	case <-four.process().Exited():
+		after = exitOf(four.process())
+	default:
+	}
+	fmt.Printf("faults: the replica of 4 slots frozen for %v (Leases of %v) after a burst of %d Foos while one of 8 took over, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw, %d succeeded; %s; %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, len(burst), heldBack(t, four), sent, landed, after, writes, outside, len(names), settled.Seconds())
+}
