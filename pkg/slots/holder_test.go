@@ -630,12 +630,15 @@ func (l *tenureLog) work(identity string, n int) func(ctx context.Context, slot 
 }
 
 // TestHolderFencesAFrozenHolderOfAnotherCount freezes member a, of 4 slots, while it
-// works: its requests hang, as a process stopped by SIGSTOP sends none. Member b, of 8,
-// sees a's member Lease and then its slot Leases expire, sets the count to 8 and acts.
-// When a thaws, its hung renewals go through: nobody of a's number took its Leases
-// over, so without the fences b wrote into them a would hold them again, with a valid
-// tenure beside b's. With them, a's renewals fail, it learns that another holds the
-// Leases, and its work ends.
+// works: its requests hang, as a process stopped by SIGSTOP sends none, and its
+// membership's clock stops. Member b, of 8, sees a's member Lease and then its slot
+// Leases expire, sets the count to 8, fences a's Leases and acts. When a thaws, its
+// hung renewals go through and fail on the fences, and no two members could write on
+// one hash range at once (each work checks its tenure every 5 ms). The renewal that
+// hangs here was sent inside client-go's renew deadline, which then gives up on it
+// whatever the fences; a process frozen between two renewals would renew at once when
+// thawed, which only the fences stop. The fault case TestPausedHolderOfAnotherCount
+// freezes a real process.
 func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
