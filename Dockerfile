@@ -17,13 +17,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# Static, because the final image has no libc; -trimpath and no symbols keep the binary
-# the same wherever it is built.
+# The one build (hack/build.sh): static, because the final image has no libc;
+# -trimpath and no symbols keep the binary the same wherever it is built.
 RUN --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -o /sample-controller -ldflags "-s -w \
-      -X github.com/seed-e6610ed6/sample-controller/pkg/version.version=${VERSION} \
-      -X github.com/seed-e6610ed6/sample-controller/pkg/version.revision=${REVISION}" .
+    GOOS=${TARGETOS} GOARCH=${TARGETARCH} VERSION=${VERSION} REVISION=${REVISION} \
+    hack/build.sh /sample-controller
 
 FROM gcr.io/distroless/static:nonroot
 ARG VERSION=(devel)

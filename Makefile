@@ -24,8 +24,8 @@ test: ## Run the whole test suite: checks, unit tests with -race, e2e tests on a
 	hack/test.sh
 
 .PHONY: build
-build: ## Build the controller binary into _output/bin.
-	CGO_ENABLED=0 go build -trimpath -o $(BIN)/sample-controller .
+build: ## Build the controller binary into _output/bin (hack/build.sh: static, stamped with VERSION and the commit).
+	hack/build.sh $(BIN)/sample-controller
 
 .PHONY: image
 image: ## Build the container image as an OCI archive in _output/image, without Docker.

@@ -25,7 +25,6 @@ if REVISION="$(git -C "${REPO_ROOT}" rev-parse HEAD 2>/dev/null)"; then
 else
   REVISION=unknown
 fi
-VERSION_PKG=github.com/seed-e6610ed6/sample-controller/pkg/version
 # The image's creation time is the commit's, so that it means something and the same
 # commit still gives the same digest.
 if [[ -z "${SOURCE_DATE_EPOCH:-}" ]] && commit_time="$(git -C "${REPO_ROOT}" log -1 --format=%ct 2>/dev/null)"; then
@@ -42,12 +41,10 @@ mkdir -p "${OUT_DIR}" "$(dirname "${TOOL}")"
 binary_args=()
 for arch in ${ARCHS}; do
   log "building the controller for linux/${arch}"
-  # Static: the image has no libc and no loader. -trimpath and no symbols keep the
-  # binary free of paths from this machine, so that the image digest depends on the
-  # source only.
+  # The one build (hack/build.sh): static, without this machine's paths, so that the
+  # image digest depends on the source only.
   binary="${OUT_DIR}/sample-controller-linux-${arch}"
-  (cd "${REPO_ROOT}" && CGO_ENABLED=0 GOOS=linux GOARCH="${arch}" \
-    go build -trimpath -ldflags "-s -w -X ${VERSION_PKG}.version=${VERSION} -X ${VERSION_PKG}.revision=${REVISION}" -o "${binary}" .)
+  GOOS=linux GOARCH="${arch}" VERSION="${VERSION}" REVISION="${REVISION}" "${REPO_ROOT}/hack/build.sh" "${binary}"
   binary_args+=(--binary "${binary}")
 done
 

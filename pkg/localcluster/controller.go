@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -22,12 +21,11 @@ import (
 // than the 30 s it gives its in-flight syncs by default.
 const ControllerStopGrace = 40 * time.Second
 
-// BuildController builds the controller in the repository root into out, statically
-// and without local paths, as the image does. A failed build's output is in the error.
+// BuildController builds the controller in the repository root into out with the one
+// build the image uses too (hack/build.sh). A failed build's output is in the error.
 func BuildController(ctx context.Context, root, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, ".")
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build.sh"), out)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the controller: %w\n%s", err, output)
 	}
