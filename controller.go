@@ -118,43 +118,78 @@ type Controller struct {
 	// context is cancelled.
 	shutdownTimeout time.Duration
 
-	// slot, in sharded mode, is the one slot this controller acts on; nil acts on
-	// every Foo it sees.
-	slot *slotScope
+	// scope is the Foos this controller acts on: every one it sees, or in sharded
+	// mode one slot's.
+	scope scope
 }
 
-// NewController wires the controller to its informers. The Deployment informer
-// should list only the Deployments the controller manages (see newInformerFactories).
-// queueName names the work queue in its metrics.
-func NewController(
-	ctx context.Context,
-	queueName string,
-	kubeclientset kubernetes.Interface,
-	sampleclientset clientset.Interface,
-	deploymentInformer appsinformers.DeploymentInformer,
-	fooInformer informers.FooInformer,
-	recorder events.EventRecorder,
-) (*Controller, error) {
+// scope decides which Foos a controller acts on, and marks the Deployments it writes
+// so that its Deployment informer, selecting by that mark, sees them.
+type scope interface {
+	// owns tells whether foo is the controller's to act on.
+	owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool
+	// label marks d as the scope's, and tells whether that changed it.
+	label(d *appsv1.Deployment) bool
+}
+
+// everyFoo is the scope of a controller that acts on every Foo its informer holds.
+type everyFoo struct{}
+
+func (everyFoo) owns(klog.Logger, *samplev1alpha1.Foo) bool { return true }
+func (everyFoo) label(*appsv1.Deployment) bool              { return false }
+
+// Config is what a Controller is made of.
+type Config struct {
+	// QueueName names the work queue in its metrics; "foos" when empty.
+	QueueName string
+	// KubeClient and SampleClient are what the controller writes with.
+	KubeClient   kubernetes.Interface
+	SampleClient clientset.Interface
+	// Deployments should list only the Deployments the controller manages (see
+	// newInformerFactories); Foos, the Foos it may act on.
+	Deployments appsinformers.DeploymentInformer
+	Foos        informers.FooInformer
+	Recorder    events.EventRecorder
+	// ShutdownTimeout bounds how long Run lets in-flight syncs finish once its
+	// context is cancelled; 30 s when zero.
+	ShutdownTimeout time.Duration
+	// Scope is the Foos it acts on; every Foo it sees when nil.
+	Scope scope
+}
+
+// NewController wires the controller to its informers.
+func NewController(ctx context.Context, cfg Config) (*Controller, error) {
+	if cfg.QueueName == "" {
+		cfg.QueueName = "foos"
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if cfg.Scope == nil {
+		cfg.Scope = everyFoo{}
+	}
+	deploymentInformer, fooInformer := cfg.Deployments, cfg.Foos
 	rateLimiter := newRateLimiter()
 	c := &Controller{
-		kubeclientset:      kubeclientset,
-		sampleclientset:    sampleclientset,
+		kubeclientset:      cfg.KubeClient,
+		sampleclientset:    cfg.SampleClient,
 		deploymentsLister:  deploymentInformer.Lister(),
 		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
 		foosLister:         fooInformer.Lister(),
 		foosIndexer:        fooInformer.Informer().GetIndexer(),
 		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			rateLimiter,
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: queueName},
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: cfg.QueueName},
 		),
 		rateLimiter:     rateLimiter,
-		recorder:        recorder,
+		recorder:        cfg.Recorder,
 		clock:           clock.RealClock{},
-		shutdownTimeout: defaultShutdownTimeout,
+		shutdownTimeout: cfg.ShutdownTimeout,
 		writes:          newWriteTracker(fooInformer.Informer().GetStore(), deploymentInformer.Informer().GetStore()),
+		scope:           cfg.Scope,
 	}
 
-	c.nameWatches = namewatch.New(ctx, kubeclientset, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
+	c.nameWatches = namewatch.New(ctx, cfg.KubeClient, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
 
 	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
 		return nil, fmt.Errorf("adding the Deployment index: %w", err)
@@ -462,7 +497,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// fight the garbage collector.
 		return nil
 	}
-	if c.slot != nil && !c.slot.owns(klog.FromContext(ctx), foo) {
+	if !c.scope.owns(klog.FromContext(ctx), foo) {
 		// Another slot's: an apiserver that ignores shard selectors sent it.
 		return nil
 	}
@@ -514,7 +549,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	}
 
 	updated, changed := reconcile.UpdateDeployment(foo, deployment)
-	if c.slot != nil && c.slot.label(updated) {
+	if c.scope.label(updated) {
 		changed = true
 	}
 	if !changed {
@@ -561,9 +596,7 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		}
 	}
 	desired := reconcile.NewDeployment(foo)
-	if c.slot != nil {
-		c.slot.label(desired)
-	}
+	c.scope.label(desired)
 	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
 		c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)

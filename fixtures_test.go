@@ -119,8 +119,11 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		recorder:   events.NewFakeRecorder(100),
 	}
 	kubeFactory, sampleFactory := newInformerFactories(f.kubeclient, f.client, "", 0, nil)
-	c, err := NewController(ctx, "foos", f.kubeclient, f.client,
-		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), f.recorder)
+	c, err := NewController(ctx, Config{
+		KubeClient: f.kubeclient, SampleClient: f.client,
+		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
+		Recorder: f.recorder,
+	})
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}

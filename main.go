@@ -227,11 +227,14 @@ func run(ctx context.Context, opts options) error {
 
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil)
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
-	controller, err := NewController(ctx, "foos", kubeClient, sampleClient, kubeFactory.Apps().V1().Deployments(), fooInformer, eventRecording.recorder())
+	controller, err := NewController(ctx, Config{
+		KubeClient: kubeClient, SampleClient: sampleClient,
+		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: fooInformer,
+		Recorder: eventRecording.recorder(), ShutdownTimeout: opts.gracefulShutdownTimeout,
+	})
 	if err != nil {
 		return err
 	}
-	controller.shutdownTimeout = opts.gracefulShutdownTimeout
 	metrics.Registry.MustRegister(newFooReadyCollector(controller.cachedFoos))
 
 	// Leader election reports a leader that cannot renew its Lease as unhealthy, so

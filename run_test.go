@@ -126,8 +126,11 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int) (*Controller, <-chan error) {
 	t.Helper()
 	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0, nil)
-	c, err := NewController(ctx, "foos", kubeclient, client,
-		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), events.NewFakeRecorder(100))
+	c, err := NewController(ctx, Config{
+		KubeClient: kubeclient, SampleClient: client,
+		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
+		Recorder: events.NewFakeRecorder(100),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,13 +168,14 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	// once its workers have returned, and come back if the slot does.
 	queueName := fmt.Sprintf("foos-slot-%d", slot)
 	defer metrics.ForgetQueue(queueName)
-	controller, err := NewController(ctx, queueName, kubeClient, sampleClient,
-		kubeFactory.Apps().V1().Deployments(), sampleFactory.Samplecontroller().V1alpha1().Foos(), recording.recorder())
+	controller, err := NewController(ctx, Config{
+		QueueName: queueName, KubeClient: kubeClient, SampleClient: sampleClient,
+		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
+		Recorder: recording.recorder(), ShutdownTimeout: opts.gracefulShutdownTimeout, Scope: scope,
+	})
 	if err != nil {
 		return err
 	}
-	controller.shutdownTimeout = opts.gracefulShutdownTimeout
-	controller.slot = scope
 	defer countHeldOnceSynced(ctx, controller.HasSynced)()
 
 	controllers.Store(slot, controller)

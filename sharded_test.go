@@ -5,6 +5,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
@@ -194,5 +196,44 @@ func TestSlotsHeldCountsSyncedSlots(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if got := held() - before; got != 0 {
 		t.Errorf("slots_held rose by %v for a slot given up before it synced, want 0", got)
+	}
+}
+
+// TestSyncHandlerInSlot checks that syncHandler reaches sharded mode through the
+// controller's scope alone: a Foo of the slot gets a Deployment with the slot's label,
+// and a Foo of another slot, which an apiserver that ignores shard selectors sent, is
+// left alone.
+func TestSyncHandlerInSlot(t *testing.T) {
+	space, err := slots.NewSpace(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, other := newFoo("mine", ptr.To[int32](1)), newFoo("other", ptr.To[int32](1))
+	other.UID = mine.UID + "-x"
+	for space.Of(other.UID) == space.Of(mine.UID) {
+		other.UID += "x"
+	}
+	slot := space.Of(mine.UID)
+	f := newFixture(t, []*samplev1alpha1.Foo{mine, other}, nil, nil)
+	f.controller.scope = &slotScope{space: space, slot: slot, value: strconv.Itoa(slot)}
+
+	if err := f.sync(mine); err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.kubeclient.AppsV1().Deployments(mine.Namespace).Get(t.Context(), mine.Spec.DeploymentName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the slot's Foo got no Deployment: %v", err)
+	}
+	if got := d.Labels[SlotLabel]; got != strconv.Itoa(slot) {
+		t.Errorf("Deployment labelled %s=%q, want %q", SlotLabel, got, strconv.Itoa(slot))
+	}
+
+	f.kubeclient.ClearActions()
+	f.client.ClearActions()
+	if err := f.sync(other); err != nil {
+		t.Fatal(err)
+	}
+	if actions := append(f.kubeclient.Actions(), f.client.Actions()...); len(actions) > 0 {
+		t.Errorf("another slot's Foo was acted on: %v", actions)
 	}
 }
