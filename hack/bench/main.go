@@ -40,6 +40,8 @@ type config struct {
 	ourBinary, controllerBinary         string
 	controllerName, controllerArgs      string
 	outDir                              string
+	docs                                string            // the page the tables are written into; "" for none
+	args                                []string          // the command line, but --docs: names the page's block
 	flags                               map[string]string // every flag's value, for results.json
 }
 
@@ -86,6 +88,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
 	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json and the logs (default: <repo>/_output/bench)")
+	fs.StringVar(&cfg.docs, "docs", "", "also write the tables into this markdown page, in a block named by the command line that replaces the block of an earlier run of it (make bench: docs/performance.md)")
 	fs.IntVar(&cfg.tenureFoos, "tenure-foos", 10000, "tenure case: number of Foos")
 	fs.IntVar(&cfg.tenurePairs, "tenure-pairs", 3, "tenure case: pairs of sessions, unelected and elected, in alternating order")
 	fs.IntVar(&cfg.tenureRate, "tenure-rate", 100, "tenure case: spec changes per second of its reaction case")
@@ -124,6 +127,15 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.controllerName == "" && cfg.controllerBinary != "" {
 		cfg.controllerName = filepath.Base(cfg.controllerBinary)
+	}
+	for i := 0; i < len(args); i++ {
+		switch a := strings.TrimLeft(args[i], "-"); {
+		case a == "docs":
+			i++ // its value is the next argument
+		case strings.HasPrefix(a, "docs="):
+		default:
+			cfg.args = append(cfg.args, args[i])
+		}
 	}
 	cfg.flags = map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { cfg.flags[f.Name] = f.Value.String() })
@@ -261,7 +273,7 @@ func run(ctx context.Context, cfg config) error {
 		cfg.outDir = filepath.Join(root, "_output", "bench")
 	}
 	// The controller is built, and run, from other directories.
-	for _, path := range []*string{&cfg.outDir, &cfg.controllerBinary, &cfg.ourBinary} {
+	for _, path := range []*string{&cfg.outDir, &cfg.controllerBinary, &cfg.ourBinary, &cfg.docs} {
 		if *path == "" {
 			continue
 		}
@@ -309,5 +321,10 @@ func run(ctx context.Context, cfg config) error {
 		tables = append(tables, tenure)
 	}
 	fmt.Print(strings.Join(tables, "\n"))
+	if cfg.docs != "" && runErr == nil && len(tables) > 0 {
+		if err := writeDocs(cfg.docs, strings.Join(cfg.args, " "), strings.Join(tables, "\n"), res.Finished, root); err != nil {
+			runErr = err
+		}
+	}
 	return runErr
 }
