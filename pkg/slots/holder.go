@@ -150,11 +150,7 @@ func (h *Holder) follow(ctx context.Context) {
 	// Replicas started together announce themselves moments apart. One that took slots
 	// before it saw the others would start those slots' informers, listing their Foos,
 	// only to hand most of them over: let the announcements arrive first.
-	settle := time.NewTimer(h.Timings.RetryPeriod)
-	select {
-	case <-settle.C:
-	case <-ctx.Done():
-		settle.Stop()
+	if !sleep(ctx, h.Timings.RetryPeriod, nil) {
 		return
 	}
 	for {
@@ -345,13 +341,7 @@ func (h *Holder) admit(ctx context.Context) bool {
 		if !others.next.IsZero() {
 			wait = min(wait, max(others.next.Sub(h.observer.clock.Now()), 0))
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-timer.C:
-		case <-changed:
-			timer.Stop()
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, wait, changed) {
 			return false
 		}
 	}
@@ -404,13 +394,7 @@ func (h *Holder) waitAdmissible(ctx context.Context) bool {
 		}
 		// The membership's changes are the holder loop's; it is read again every retry
 		// period.
-		timer := time.NewTimer(h.Timings.RetryPeriod)
-		select {
-		case <-timer.C:
-		case <-changed:
-			timer.Stop()
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, h.Timings.RetryPeriod, changed) {
 			return false
 		}
 	}
@@ -576,14 +560,24 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 				return
 			}
 			// Not at once: a failing start would loop.
-			retry := time.NewTimer(h.Timings.RetryPeriod)
-			select {
-			case <-retry.C:
-			case <-ctx.Done():
-				retry.Stop()
+			if !sleep(ctx, h.Timings.RetryPeriod, nil) {
 				return
 			}
 		}
 	}()
 	return run
+}
+
+// sleep waits for d, or until changed is closed (nil: never). It returns false when ctx
+// ends first.
+func sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-changed:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }

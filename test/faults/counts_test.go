@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,9 +38,7 @@ func TestShardedCountRollout(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
 	phase := func(n int) []*proxiedController {
-		args := shardedArgs(ns)
-		args[0] = "--shard-slots=" + strconv.Itoa(n)
-		return []*proxiedController{startProxied(t, ns, args...), startProxied(t, ns, args...)}
+		return []*proxiedController{startProxied(t, ns, shardedArgsOf(ns, n)...), startProxied(t, ns, shardedArgsOf(ns, n)...)}
 	}
 	stop := func(replicas []*proxiedController) {
 		for _, c := range replicas {
@@ -167,19 +164,14 @@ func TestPausedHolderOfAnotherCount(t *testing.T) {
 	env.GrantShardedLeases(t, ns)
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
-	withSlots := func(n int) []string {
-		args := shardedArgs(ns)
-		args[0] = "--shard-slots=" + strconv.Itoa(n)
-		return args
-	}
-	four := startProxied(t, ns, withSlots(4)...)
+	four := startProxied(t, ns, shardedArgsOf(ns, 4)...)
 	waitSlotsHeldOf(t, []*proxiedController{four}, 4)
 	waitWrites(t, four, 1)
 
 	burst := createBurst(t, ns, 60)
 	var eight *proxiedController
 	thawed := freezeWhileOthersWrite(t, four, func() *proxiedController {
-		eight = startProxied(t, ns, withSlots(8)...)
+		eight = startProxied(t, ns, shardedArgsOf(ns, 8)...)
 		waitSlotsHeldOf(t, []*proxiedController{eight}, 8)
 		return eight
 	})

@@ -300,8 +300,13 @@ func shardedAtScale(t *testing.T, gateOff bool) {
 // shardedArgs are the flags of a sharded replica in these cases, its Leases in
 // leaseNS.
 func shardedArgs(leaseNS string) []string {
+	return shardedArgsOf(leaseNS, shardSlots)
+}
+
+// shardedArgsOf is shardedArgs for a replica that divides the Foos into n slots.
+func shardedArgsOf(leaseNS string, n int) []string {
 	return []string{
-		"--shard-slots=" + strconv.Itoa(shardSlots), "--leader-elect-resource-namespace=" + leaseNS,
+		"--shard-slots=" + strconv.Itoa(n), "--leader-elect-resource-namespace=" + leaseNS,
 		"--leader-elect-lease-duration=" + shardLease.String(), "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 	}
 }
