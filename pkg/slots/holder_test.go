@@ -541,8 +541,10 @@ func TestHolderCountsNeverOverlap(t *testing.T) {
 	member("a", 4, ahead).start(ctx, t)
 	waitActive("a works on its 4 slots", only("a", 4))
 	b, _ := member("b", 8, nil).start(ctx, t)
-	// b believes it should act, and waits for a's Leases.
-	time.Sleep(2 * time.Second)
+	// b believes it should act, and waits for a's Leases. Longer than the Lease
+	// duration b waits before it acts on a Lease it had to create: without the count
+	// Lease it would take slots 4 to 7 of 8, a's slots 2 and 3 of 4, by then.
+	time.Sleep(2*timings.Duration + time.Second)
 	if members, act := b.Membership.Live(); !act {
 		t.Errorf("b does not believe it should act (its view: %v): the test shows nothing", members)
 	}
