@@ -9,7 +9,7 @@ help: ## Show the targets.
 
 .PHONY: run
 run: ## Run the controller: against KUBECONFIG if set, else on a local control plane it builds and starts. Controller flags: ARGS='...'.
-	go run ./hack/run-local -- $(ARGS)
+	cd test && go run ./cmd/run-local -- $(ARGS)
 
 .PHONY: deploy
 deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:v0.1.0), with COMPONENTS="prometheus networkpolicy" if wanted.

@@ -40,8 +40,7 @@ check_tracked_files() {
 }
 
 unit_tests() {
-  # The harness's own test starts a cluster; the binaries are there, so it must run.
-  LOCALCLUSTER_REQUIRED=1 go test -race -count=1 -coverprofile=_output/unit-cover.out ./...
+  go test -race -count=1 -coverprofile=_output/unit-cover.out ./...
   # Coverage of the controller itself, the file this suite exists to prove.
   awk -F'[ :,]' 'NR > 1 && $1 ~ /\/controller\.go$/ { n = $(NF-1); total += n; if ($NF > 0) covered += n }
     END { printf "coverage of controller.go: %.1f%% of %d statements\n", 100 * covered / total, total }' \
@@ -57,6 +56,17 @@ fuzz_tests() {
       go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_TIME:-10s}" "${pkg}"
     done
   done
+}
+
+# The harness (test/, a module of its own): its vet under every build tag the suites
+# use, and its own tests, one of which starts a cluster; the binaries are built by then,
+# so it must run.
+harness_vet() {
+  (cd test && go vet ./... && go vet -tags e2e ./... && go vet -tags faults ./...)
+}
+
+harness_tests() {
+  (cd test && LOCALCLUSTER_REQUIRED=1 go test -race -count=1 ./localcluster/...)
 }
 
 image_tests() {
@@ -95,8 +105,8 @@ e2e_tests() {
   local status=0
   # Every e2e test runs the controller binary taken out of the image built above, and
   # the container suite the image itself. One suite at a time: each has its own cluster.
-  E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
-    go test -tags e2e -count=1 -timeout 30m -p 1 -v ./test/e2e/ ./test/container/ >_output/e2e.log 2>&1 || status=$?
+  (cd test && E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
+    go test -tags e2e -count=1 -timeout 30m -p 1 -v ./e2e/ ./container/) >_output/e2e.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:)|_test\.go:[0-9]+' _output/e2e.log || true
   if [[ ${status} -ne 0 ]]; then
     echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/ and _output/container/):"
@@ -109,8 +119,8 @@ fault_tests() {
   local status=0
   # The binary of the image, as in the e2e stage. Each case runs several controllers at
   # once; they mostly wait on the apiserver, so more than one per core.
-  E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
-    go test -tags faults -count=1 -timeout 20m -parallel 6 -v ./test/faults/ >_output/faults.log 2>&1 || status=$?
+  (cd test && E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
+    go test -tags faults -count=1 -timeout 20m -parallel 6 -v ./faults/) >_output/faults.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|faults:)|_test\.go:[0-9]+' _output/faults.log || true
   if [[ ${status} -ne 0 ]]; then
     echo "fault tests failed; the end of _output/faults.log (component logs are in _output/faults/):"
@@ -144,14 +154,14 @@ stage "gofmt" check_gofmt
 stage "tracked files" check_tracked_files
 stage "verify-codegen" hack/verify-codegen.sh
 stage "go vet" go vet ./...
-stage "go vet (e2e)" go vet -tags e2e ./test/e2e/ ./test/container/
-stage "go vet (faults)" go vet -tags faults ./test/faults/
+stage "go vet (harness and suites)" harness_vet
 stage "build the local control plane" hack/build-tools.sh
 stage "build the image" hack/build-image.sh
 stage "image tool tests" image_tests
 stage "bench tool tests" bench_tool_tests
 stage "alert check tool tests" alertcheck_tests
 stage "unit tests (-race)" unit_tests
+stage "harness tests (-race)" harness_tests
 stage "fuzz" fuzz_tests
 stage "container runtime" container_runtime
 stage "e2e tests" e2e_tests

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // driver makes the writes a session's cases wait for: a controller, or the limit.

@@ -19,7 +19,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // config is the command line.

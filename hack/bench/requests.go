@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // requestCounts counts API requests by "VERB resource[/subresource]".

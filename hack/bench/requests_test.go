@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 const apiserverText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.

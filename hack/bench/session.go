@@ -18,7 +18,7 @@ import (
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 const (

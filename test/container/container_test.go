@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // handoverWithin bounds how long the Lease may take to change hands after the leader's

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // TestDeploymentOnRealNode runs artifacts/deploy's Deployment, as applied, on the

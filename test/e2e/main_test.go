@@ -2,7 +2,7 @@
 
 // Package e2e drives a real local control plane the way a user does: kubectl with the
 // manifests in artifacts/, and the controller as a separate process built from this
-// repository. Run it with `make test` (or `go test -tags e2e ./test/e2e/` once
+// repository. Run it with `make test` (or `go test -tags e2e ./e2e/` in test/ once
 // hack/build-tools.sh has built the control plane).
 package e2e
 

@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // TestDeployManifests checks artifacts/deploy against the API server, and that its

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // TestShardedCountRollout rolls sharded replicas from 4 slots to 8 and back to 4 while

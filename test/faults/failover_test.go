@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // The replicas' leader election, shorter than artifacts/deploy's so that each

@@ -3,7 +3,7 @@
 // _output/local with the example CRD and Foo applied. Ctrl-C stops the controller,
 // then the cluster.
 //
-//	go run ./hack/run-local [--kubeconfig=PATH] [--nodes=N] [-- CONTROLLER-ARGS...]
+//	go run ./cmd/run-local (in test/) [--kubeconfig=PATH] [--nodes=N] [-- CONTROLLER-ARGS...]
 package main
 
 import (
@@ -20,7 +20,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/localcluster"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 const (

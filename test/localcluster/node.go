@@ -31,7 +31,7 @@ const (
 	RealNodeTaintKey   = "localcluster.dev/node"
 	RealNodeTaintValue = "real"
 
-	// pauseImage is the sandbox image, built from hack/pause and imported, since the
+	// pauseImage is the sandbox image, built from test/cmd/pause and imported, since the
 	// node cannot pull registry.k8s.io/pause.
 	pauseImage = "localcluster.local/pause:v1"
 	// nodeBridge and nodeSubnet are the CNI bridge plugin's; the subnet is outside the
@@ -253,7 +253,7 @@ maxPods: 20
 	return nil
 }
 
-// buildPauseImage builds hack/pause and packs it as pauseImage with the image tool
+// buildPauseImage builds test/cmd/pause and packs it as pauseImage with the image tool
 // that hack/build-image.sh builds.
 func buildPauseImage(ctx context.Context, binDir, dir string) (string, error) {
 	root, err := RepoRoot()
@@ -265,11 +265,11 @@ func buildPauseImage(ctx context.Context, binDir, dir string) (string, error) {
 		return "", fmt.Errorf("the real node's pause image is packed with %s, which hack/build-image.sh builds: %w", tool, err)
 	}
 	binary, archive := filepath.Join(dir, "pause"), filepath.Join(dir, "pause.oci.tar")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", binary, "./hack/pause")
-	build.Dir = root
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", binary, "./cmd/pause")
+	build.Dir = filepath.Join(root, "test")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building hack/pause: %w\n%s", err, out)
+		return "", fmt.Errorf("building test/cmd/pause: %w\n%s", err, out)
 	}
 	pack := exec.CommandContext(ctx, tool, "build", "--binary", binary, "--output", archive, "--tag", pauseImage,
 		"--entrypoint", "/pause", "--title", "pause", "--description", "The sandbox of the local node's Pods.")
