@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -334,70 +331,4 @@ func modifiedFoo(foo *samplev1alpha1.Foo, mutate func(*samplev1alpha1.Foo)) *sam
 	foo = foo.DeepCopy()
 	mutate(foo)
 	return foo
-}
-
-// fakeClient is what likeAnAPIServer needs of a fake clientset.
-type fakeClient interface {
-	PrependReactor(verb, resource string, reaction core.ReactionFunc)
-	Tracker() core.ObjectTracker
-}
-
-// watchesOpened has client signal on the returned channel each time a watch of
-// resource opens. A fake's watch carries only the changes made after it opened, where a
-// real apiserver's carries those since the list it follows: a test that changes objects
-// under an informer waits for its watch to open, not only for its cache to sync.
-func watchesOpened(client fakeAPI, resource string) <-chan struct{} {
-	opened := make(chan struct{}, 10)
-	client.PrependWatchReactor(resource, func(a core.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if w, ok := a.(core.WatchActionImpl); ok {
-			opts = w.ListOptions
-		}
-		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
-		if err != nil {
-			return true, nil, err
-		}
-		select {
-		case opened <- struct{}{}:
-		default:
-		}
-		return true, w, nil
-	})
-	return opened
-}
-
-// resourceVersions numbers the writes of every fake API server, as etcd numbers
-// revisions: one sequence, so that versions compare across resources.
-var resourceVersions atomic.Int64
-
-func init() { resourceVersions.Store(1000) }
-
-// likeAnAPIServer makes the fake clientset's creates and updates of resource behave as
-// a real API server's do where the controller relies on it: every write gets a new
-// resourceVersion, and an update is refused with a conflict when its UID is not the
-// stored object's or its resourceVersion is not the stored one.
-func likeAnAPIServer(client fakeClient, resource schema.GroupVersionResource) {
-	client.PrependReactor("create", resource.Resource, func(a core.Action) (bool, runtime.Object, error) {
-		obj := a.(core.CreateAction).GetObject().(metav1.Object)
-		obj.SetResourceVersion(strconv.FormatInt(resourceVersions.Add(1), 10))
-		return false, nil, nil
-	})
-	client.PrependReactor("update", resource.Resource, func(a core.Action) (bool, runtime.Object, error) {
-		obj := a.(core.UpdateAction).GetObject().(metav1.Object)
-		stored, err := client.Tracker().Get(resource, obj.GetNamespace(), obj.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		current := stored.(metav1.Object)
-		if uid := current.GetUID(); uid != obj.GetUID() {
-			return true, nil, apierrors.NewConflict(resource.GroupResource(), obj.GetName(),
-				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", obj.GetUID(), uid))
-		}
-		if rv := obj.GetResourceVersion(); rv != "" && rv != current.GetResourceVersion() {
-			return true, nil, apierrors.NewConflict(resource.GroupResource(), obj.GetName(),
-				errors.New("the object has been modified; please apply your changes to the latest version and try again"))
-		}
-		obj.SetResourceVersion(strconv.FormatInt(resourceVersions.Add(1), 10))
-		return false, nil, nil
-	})
 }

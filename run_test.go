@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 )
 
@@ -156,7 +157,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](1))
 	kubeclient := k8sfake.NewClientset()
 	client := fake.NewClientset(foo)
-	likeAnAPIServer(client, foosResource)
+	fakeapiserver.Versioned(client, foosResource)
 	runController(t, ctx, kubeclient, client, 2)
 	deployments := kubeclient.AppsV1().Deployments("default")
 	foos := client.SamplecontrollerV1alpha1().Foos("default")
@@ -244,7 +245,7 @@ func TestRunRefusalsBackOff(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(deploymentsResource.GroupResource(), "web", fmt.Errorf("denied request %d", n))
 	})
 	client := fake.NewClientset(newFoo("web", nil))
-	likeAnAPIServer(client, foosResource)
+	fakeapiserver.Versioned(client, foosResource)
 	c, _ := runController(t, ctx, kubeclient, client, 2)
 
 	// The first refusal is reported.

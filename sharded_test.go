@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 )
@@ -95,7 +96,7 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 		want[foo.Name] = space.Of(foo.UID) == 1
 	}
 	sampleClient := fake.NewClientset(objects...)
-	opened := watchesOpened(sampleClient, "foos")
+	opened := fakeapiserver.WatchesOpened(sampleClient, "foos")
 	_, sampleFactory := newInformerFactories(k8sfake.NewClientset(), sampleClient, "", 0, &informerScope{
 		deploymentLabels: SlotLabel + "=1",
 		shardSelector:    selector,

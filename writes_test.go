@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 )
 
 // storeAt is a store that has applied everything up to its resourceVersion.
@@ -132,8 +133,8 @@ func TestSyncHandlerWaitsForItsOwnWrites(t *testing.T) {
 	foo = withStatus(foo, d)
 	scaled := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](3); f.Generation = 2 })
 	f := newFixture(t, []*samplev1alpha1.Foo{scaled}, []*appsv1.Deployment{d}, nil)
-	likeAnAPIServer(f.kubeclient, deploymentsResource)
-	likeAnAPIServer(f.client, foosResource)
+	fakeapiserver.Versioned(f.kubeclient, deploymentsResource)
+	fakeapiserver.Versioned(f.client, foosResource)
 	skips := func() float64 { return testutil.ToFloat64(staleSkipsTotal.WithLabelValues(resourceFoos)) }
 
 	if err := f.sync(scaled); err != nil {

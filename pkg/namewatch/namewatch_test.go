@@ -10,11 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 )
 
 // woken records the waiters woken, in order.
@@ -61,20 +61,7 @@ func (w *woken) none(t *testing.T, what string) {
 // that changes things under a watch waits for it to open first.
 func watchedClient(objects ...runtime.Object) (*fake.Clientset, <-chan struct{}) {
 	client := fake.NewClientset(objects...)
-	opened := make(chan struct{}, 10)
-	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if watchAction, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = watchAction.ListOptions
-		}
-		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
-		if err != nil {
-			return true, nil, err
-		}
-		opened <- struct{}{}
-		return true, w, nil
-	})
-	return client, opened
+	return client, fakeapiserver.WatchesOpened(client, "*")
 }
 
 // open waits for a watch to open, or fails after a few seconds.

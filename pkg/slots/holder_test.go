@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +21,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // workLog records which member works on which slot, and any overlap.
@@ -570,25 +570,7 @@ func TestHolderCountsNeverOverlap(t *testing.T) {
 // resourceVersions and refuse an update from a stale one, as the apiserver does; a fake
 // clientset keeps whatever it is given.
 func withResourceVersions(client *fake.Clientset) {
-	var version atomic.Int64
-	next := func() string { return strconv.FormatInt(version.Add(1), 10) }
-	client.PrependReactor("create", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		lease := action.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease)
-		lease.ResourceVersion = next()
-		return false, nil, nil
-	})
-	client.PrependReactor("update", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
-		lease := action.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease)
-		stored, err := client.Tracker().Get(action.GetResource(), lease.Namespace, lease.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		if rv := lease.ResourceVersion; rv != "" && rv != stored.(*coordinationv1.Lease).ResourceVersion {
-			return true, nil, apierrors.NewConflict(action.GetResource().GroupResource(), lease.Name, errors.New("the object has been modified"))
-		}
-		lease.ResourceVersion = next()
-		return false, nil, nil
-	})
+	fakeapiserver.Versioned(client, coordinationv1.SchemeGroupVersion.WithResource("leases"))
 }
 
 // tenureLog records, every few milliseconds, which members' works could write: those
