@@ -35,6 +35,10 @@ image: ## Build the container image as an OCI archive in _output/image, without 
 tools: ## Build the local control plane (etcd, kube-apiserver, ..., kwok) into _output/bin.
 	hack/build-tools.sh
 
+.PHONY: fuzz
+fuzz: ## Fuzz every target for FUZZ_TIME (default 10s) each; make test runs their seeds only.
+	hack/test.sh fuzz
+
 .PHONY: e2e
 e2e: ## Run only the e2e tests, as make test does (on the image's binary).
 	hack/test.sh e2e
