@@ -35,6 +35,7 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/namewatch"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
+	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 const controllerAgentName = "sample-controller"
@@ -106,7 +107,7 @@ type Controller struct {
 
 	// writes remembers the controller's own last writes for each Foo, so that it
 	// neither acts on a cache older than them nor requeues a Foo on their echo.
-	writes *writeTracker
+	writes *writes.Tracker
 	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
 	// until a sync goes through: one Event per cause, not one per try.
 	refusals sync.Map // types.UID -> string
@@ -185,7 +186,7 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		recorder:        cfg.Recorder,
 		clock:           clock.RealClock{},
 		shutdownTimeout: cfg.ShutdownTimeout,
-		writes:          newWriteTracker(fooInformer.Informer().GetStore(), deploymentInformer.Informer().GetStore()),
+		writes:          writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.Informer().GetStore()),
 		scope:           cfg.Scope,
 	}
 
@@ -271,7 +272,7 @@ func (c *Controller) enqueueFoo(obj any) {
 	}
 	key := cache.MetaObjectToName(foo)
 	// The sync this causes checks the caches again: a skipped one waits no more.
-	c.writes.wake(key)
+	c.writes.Wake(key)
 	c.workqueue.Add(key)
 }
 
@@ -284,7 +285,7 @@ func (c *Controller) onFooUpdate(obj any) {
 		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
 		return
 	}
-	ownWrite, wake := c.writes.observed(cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
+	ownWrite, wake := c.writes.Observed(cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
 	if ownWrite && !wake {
 		return
 	}
@@ -298,7 +299,7 @@ func (c *Controller) forgetFoo(obj any) {
 		obj = tombstone.Obj
 	}
 	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
-		c.writes.forget(cache.MetaObjectToName(foo), foo.UID)
+		c.writes.Forget(cache.MetaObjectToName(foo), foo.UID)
 		c.refusals.Delete(foo.UID)
 		c.nameWatches.Done(cache.MetaObjectToName(foo))
 	}
@@ -476,7 +477,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 
 	// Deciding on a Foo or a Deployment older than what this controller last wrote
 	// would redo or undo that write.
-	if behind, ok := c.writes.caughtUp(key); !ok {
+	if behind, ok := c.writes.CaughtUp(key); !ok {
 		staleSkipsTotal.WithLabelValues(behind).Inc()
 		return fmt.Errorf("%w: older than the controller's own last write: %s", errStaleCache, behind)
 	}
@@ -485,7 +486,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	if apierrors.IsNotFound(err) {
 		// Deleted: the garbage collector removes its Deployments.
 		logger.V(4).Info("Foo no longer exists")
-		c.writes.forget(key, "")
+		c.writes.Forget(key, "")
 		c.nameWatches.Done(key)
 		return nil
 	}
@@ -559,7 +560,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if err != nil {
 		return deployment, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
-	c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, updated.ResourceVersion)
+	c.writes.WroteDeployment(cache.MetaObjectToName(foo), foo.UID, updated.ResourceVersion)
 	// An update that carries a new spec of the Foo is what its author asked for, and
 	// status.observedGeneration tells them it was acted on. An event, which costs a
 	// write per change, is kept for the surprise: a Deployment changed by someone else
@@ -599,7 +600,7 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 	c.scope.label(desired)
 	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
-		c.writes.wroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
+		c.writes.WroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
 			"Created Deployment %q", created.Name)
@@ -628,7 +629,7 @@ func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) er
 	if apierrors.IsNotFound(err) || err == nil && (current.UID != foo.UID || current.DeletionTimestamp != nil) {
 		// The informer's event for the deletion, or for the Foo that took the
 		// name, brings the Foo back to the queue.
-		staleSkipsTotal.WithLabelValues(resourceFoos).Inc()
+		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
 		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
 	}
 	if err != nil {
@@ -698,7 +699,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		updated.Status = status
 		written, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 		if err == nil {
-			c.writes.wroteStatus(cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
+			c.writes.WroteStatus(cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
 		}
 		return err
 	})

@@ -11,10 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 func TestSyncHandler(t *testing.T) {
@@ -482,4 +487,63 @@ func TestSyncHandlerStatusConflict(t *testing.T) {
 			get(foosResource, "web"),
 		})
 	})
+}
+
+// TestSyncHandlerWaitsForItsOwnWrites runs two syncs of a scaled Foo before the
+// informers deliver the first one's writes. The second would update the Deployment
+// again from its stale copy, and fail on a conflict; it must do nothing until the
+// caches hold what the first wrote.
+func TestSyncHandlerWaitsForItsOwnWrites(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	d := availableDeployment(foo)
+	foo = withStatus(foo, d)
+	scaled := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](3); f.Generation = 2 })
+	f := newFixture(t, []*samplev1alpha1.Foo{scaled}, []*appsv1.Deployment{d}, nil)
+	fakeapiserver.Versioned(f.kubeclient, deploymentsResource)
+	fakeapiserver.Versioned(f.client, foosResource)
+	skips := func() float64 { return testutil.ToFloat64(staleSkipsTotal.WithLabelValues(writes.Foos)) }
+
+	if err := f.sync(scaled); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	if got := len(f.kubeclient.Actions()) + len(f.client.Actions()); got != 2 {
+		t.Fatalf("first sync made %d requests, want 2 (the Deployment update, the status)", got)
+	}
+	f.kubeclient.ClearActions()
+	f.client.ClearActions()
+
+	before := skips()
+	err := f.sync(scaled)
+	if !errors.Is(err, errStaleCache) {
+		t.Errorf("second sync on stale caches: err = %v, want errStaleCache", err)
+	}
+	f.checkActions(nil)
+	if got := skips() - before; got != 1 {
+		t.Errorf("stale skips counted = %v, want 1", got)
+	}
+
+	// The informers deliver the writes: the Deployment first, then the status.
+	deliver := func(indexer cache.Indexer, obj any) {
+		t.Helper()
+		if err := indexer.Update(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server, err := f.kubeclient.Tracker().Get(deploymentsResource, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(f.controller.deploymentsIndexer, server)
+	if err := f.sync(scaled); !errors.Is(err, errStaleCache) {
+		t.Errorf("sync with the Foo cache still behind: err = %v, want errStaleCache", err)
+	}
+	written, err := f.client.Tracker().Get(foosResource, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(f.controller.foosIndexer, written)
+	if err := f.sync(written.(*samplev1alpha1.Foo)); err != nil {
+		t.Errorf("sync once the caches caught up: %v", err)
+	}
+	f.checkActions(nil)
 }

@@ -6,6 +6,7 @@ import (
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
+	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 // The controller's own metrics. client-go's, for the work queue and the REST
@@ -54,7 +55,7 @@ func init() {
 	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale, syncHeldBack} {
 		syncsTotal.WithLabelValues(result)
 	}
-	for _, resource := range []string{resourceFoos, resourceDeployments} {
+	for _, resource := range []string{writes.Foos, writes.Deployments} {
 		staleSkipsTotal.WithLabelValues(resource)
 	}
 	for _, reason := range []string{tenure.ReasonExpired, tenure.ReasonNone} {

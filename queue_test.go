@@ -140,13 +140,13 @@ func TestFooUpdateOwnStatusWrite(t *testing.T) {
 	c := f.controller
 	echo := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "1001" })
 
-	c.writes.wroteStatus(key, foo.UID, "1001")
+	c.writes.WroteStatus(key, foo.UID, "1001")
 	c.onFooUpdate(echo)
 	if got := queued(c); len(got) != 0 {
 		t.Errorf("own status write queued %v, want nothing", got)
 	}
 
-	c.writes.wroteStatus(key, foo.UID, "1002")
+	c.writes.WroteStatus(key, foo.UID, "1002")
 	if err := c.foosIndexer.Add(echo); err != nil { // the cache is at 1001
 		t.Fatal(err)
 	}

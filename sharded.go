@@ -19,6 +19,7 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
+	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 // SlotLabel marks, in sharded mode, each Deployment with the slot of its Foo, so that
@@ -240,6 +241,6 @@ func (c *cachedObjectsCollector) Collect(ch chan<- prometheus.Metric) {
 		deployments += len(controller.deploymentsIndexer.ListKeys())
 		return true
 	})
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(foos), resourceFoos)
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(deployments), resourceDeployments)
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(foos), writes.Foos)
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(deployments), writes.Deployments)
 }

@@ -23,6 +23,7 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
+	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 // TestRunOnStaleState runs the controller on informers that see the API server late,
@@ -112,7 +113,7 @@ func startStaleScenario(t *testing.T, deploymentsFault, foosFault fakeapiserver.
 			s.originalWebUID = foo.UID
 		}
 	}
-	for _, resource := range []string{resourceFoos, resourceDeployments} {
+	for _, resource := range []string{writes.Foos, writes.Deployments} {
 		s.skipsBefore[resource] = testutil.ToFloat64(staleSkipsTotal.WithLabelValues(resource))
 	}
 	go s.collectGarbage(ctx)
@@ -281,7 +282,7 @@ func (s *staleScenario) report() {
 		d.Creates, d.Updates, d.Deletes, d.Conflicts, d.StaleConflicts, d.NotFound, s.deployments.Dropped())
 	s.t.Logf("foos/status: %d updates, %d conflicts (%d from a copy older than the controller's own write)",
 		f.Updates, f.Conflicts, f.StaleConflicts)
-	s.t.Logf("syncs skipped for a stale cache: %v foos, %v deployments", skips[resourceFoos], skips[resourceDeployments])
+	s.t.Logf("syncs skipped for a stale cache: %v foos, %v deployments", skips[writes.Foos], skips[writes.Deployments])
 	s.t.Logf("Deployments created for a Foo that no longer existed: %d", s.orphans.Load())
 
 	if n := s.orphans.Load(); n > 0 {

@@ -1,4 +1,8 @@
-package main
+// Package writes tracks a controller's own writes, so that it neither decides on a
+// cache older than what it wrote (KEP-5647, staleness mitigation) nor requeues on the
+// echo of its own status write. The controller of this repository uses it; it is not an
+// API for other programs.
+package writes
 
 import (
 	"sync"
@@ -8,22 +12,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The resources whose writes the controller tracks, the values of the resource label
-// of sample_controller_stale_skips_total.
+// The resources whose writes a Tracker tracks, as CaughtUp names them.
 const (
-	resourceFoos        = "foos"
-	resourceDeployments = "deployments"
+	Foos        = "foos"
+	Deployments = "deployments"
 )
 
-// resourceVersionReader is what writeTracker needs of an informer's store: the
+// ResourceVersionReader is what Tracker needs of an informer's store: the
 // resourceVersion of the newest event or list it has applied. client-go's stores
 // provide it while the AtomicFIFO feature is on (beta and on by default since 1.36)
 // and return "" otherwise.
-type resourceVersionReader interface {
+type ResourceVersionReader interface {
 	LastStoreSyncResourceVersion() string
 }
 
-// writeTracker remembers, for each Foo, the resourceVersions of the controller's own
+// Tracker remembers, for each Foo, the resourceVersions of the controller's own
 // last writes for it: the Foo's status and its Deployment. It answers two questions.
 //
 // Has the cache caught up with those writes (KEP-5647, staleness mitigation)? A sync
@@ -34,15 +37,15 @@ type resourceVersionReader interface {
 //
 // Is an event the echo of the controller's own status write? That echo carries nothing
 // the sync did not know; requeuing on it would undo the Foo's backoff.
-type writeTracker struct {
-	foos        resourceVersionReader
-	deployments resourceVersionReader
+type Tracker struct {
+	foos        ResourceVersionReader
+	deployments ResourceVersionReader
 
 	mu     sync.Mutex
 	writes map[cache.ObjectName]*fooWrites
 }
 
-// fooWrites is what writeTracker holds for one Foo.
+// fooWrites is what Tracker holds for one Foo.
 type fooWrites struct {
 	uid types.UID
 	// status is the resourceVersion of the last status write, until its echo comes.
@@ -54,13 +57,15 @@ type fooWrites struct {
 	waiting bool
 }
 
-func newWriteTracker(foos, deployments resourceVersionReader) *writeTracker {
-	return &writeTracker{foos: foos, deployments: deployments, writes: map[cache.ObjectName]*fooWrites{}}
+// NewTracker returns a Tracker that reads how far the caches have come from foos and
+// deployments.
+func NewTracker(foos, deployments ResourceVersionReader) *Tracker {
+	return &Tracker{foos: foos, deployments: deployments, writes: map[cache.ObjectName]*fooWrites{}}
 }
 
 // record returns the entry of the Foo named key with UID uid, replacing one left by an
 // earlier Foo of the same name. The caller holds mu.
-func (w *writeTracker) record(key cache.ObjectName, uid types.UID) *fooWrites {
+func (w *Tracker) record(key cache.ObjectName, uid types.UID) *fooWrites {
 	r := w.writes[key]
 	if r == nil || r.uid != uid {
 		r = &fooWrites{uid: uid}
@@ -69,8 +74,8 @@ func (w *writeTracker) record(key cache.ObjectName, uid types.UID) *fooWrites {
 	return r
 }
 
-// wroteStatus records the controller's status write of a Foo, at resourceVersion rv.
-func (w *writeTracker) wroteStatus(key cache.ObjectName, uid types.UID, rv string) {
+// WroteStatus records the controller's status write of a Foo, at resourceVersion rv.
+func (w *Tracker) WroteStatus(key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
@@ -78,18 +83,18 @@ func (w *writeTracker) wroteStatus(key cache.ObjectName, uid types.UID, rv strin
 	r.foo = newer(r.foo, rv)
 }
 
-// wroteDeployment records a write of the Foo's Deployment, at resourceVersion rv.
-func (w *writeTracker) wroteDeployment(key cache.ObjectName, uid types.UID, rv string) {
+// WroteDeployment records a write of the Foo's Deployment, at resourceVersion rv.
+func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
 	r.deployment = newer(r.deployment, rv)
 }
 
-// caughtUp tells whether the caches hold the controller's last writes for the Foo
+// CaughtUp tells whether the caches hold the controller's last writes for the Foo
 // named key. When they do not, it returns the resource that is behind and marks the
-// Foo as waiting: the event that brings the write in must enqueue it (see observed).
-func (w *writeTracker) caughtUp(key cache.ObjectName) (behind string, ok bool) {
+// Foo as waiting: the event that brings the write in must enqueue it (see Observed).
+func (w *Tracker) CaughtUp(key cache.ObjectName) (behind string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
@@ -98,12 +103,12 @@ func (w *writeTracker) caughtUp(key cache.ObjectName) (behind string, ok bool) {
 	}
 	if r.foo != "" && !reached(w.foos, r.foo) {
 		r.waiting = true
-		return resourceFoos, false
+		return Foos, false
 	}
 	r.foo = ""
 	if r.deployment != "" && !reached(w.deployments, r.deployment) {
 		r.waiting = true
-		return resourceDeployments, false
+		return Deployments, false
 	}
 	r.deployment = ""
 	r.waiting = false
@@ -111,10 +116,10 @@ func (w *writeTracker) caughtUp(key cache.ObjectName) (behind string, ok bool) {
 	return "", true
 }
 
-// observed is called for each Foo event the informer delivers, after its cache holds
+// Observed is called for each Foo event the informer delivers, after its cache holds
 // it. It tells whether the event is the echo of the controller's own status write, and
 // whether a sync skipped for a stale cache waits for it.
-func (w *writeTracker) observed(key cache.ObjectName, uid types.UID, rv string) (ownWrite, wake bool) {
+func (w *Tracker) Observed(key cache.ObjectName, uid types.UID, rv string) (ownWrite, wake bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
@@ -130,9 +135,9 @@ func (w *writeTracker) observed(key cache.ObjectName, uid types.UID, rv string) 
 	return ownWrite, wake
 }
 
-// wake is called for each Deployment event, after the cache holds it, with the Foo it
+// Wake is called for each Deployment event, after the cache holds it, with the Foo it
 // enqueues. It clears the Foo's waiting mark: the sync that event causes checks again.
-func (w *writeTracker) wake(key cache.ObjectName) {
+func (w *Tracker) Wake(key cache.ObjectName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r := w.writes[key]; r != nil {
@@ -141,8 +146,8 @@ func (w *writeTracker) wake(key cache.ObjectName) {
 	}
 }
 
-// forget drops the entry of a Foo that is gone; an empty uid matches any.
-func (w *writeTracker) forget(key cache.ObjectName, uid types.UID) {
+// Forget drops the entry of a Foo that is gone; an empty uid matches any.
+func (w *Tracker) Forget(key cache.ObjectName, uid types.UID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r := w.writes[key]; r != nil && (uid == "" || r.uid == uid) {
@@ -150,15 +155,15 @@ func (w *writeTracker) forget(key cache.ObjectName, uid types.UID) {
 	}
 }
 
-// len is how many Foos have an entry, for tests.
-func (w *writeTracker) len() int {
+// Len is how many Foos have an entry.
+func (w *Tracker) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.writes)
 }
 
 // dropIfEmpty deletes an entry that holds nothing more. The caller holds mu.
-func (w *writeTracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
+func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
 	if r.status == "" && r.foo == "" && r.deployment == "" && !r.waiting {
 		delete(w.writes, key)
 	}
@@ -167,7 +172,7 @@ func (w *writeTracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
 // reached tells whether store has applied resourceVersion rv. A store that cannot tell
 // (the AtomicFIFO feature is off) or a resourceVersion that does not compare (not from
 // a real API server) counts as reached: mitigation then stands aside, never blocks.
-func reached(store resourceVersionReader, rv string) bool {
+func reached(store ResourceVersionReader, rv string) bool {
 	read := store.LastStoreSyncResourceVersion()
 	if read == "" {
 		return true

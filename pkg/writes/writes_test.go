@@ -1,0 +1,117 @@
+package writes
+
+import (
+	"testing"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// storeAt is a store that has applied everything up to its resourceVersion.
+type storeAt struct{ rv string }
+
+func (s *storeAt) LastStoreSyncResourceVersion() string { return s.rv }
+
+func TestWriteTracker(t *testing.T) {
+	web := cache.ObjectName{Namespace: "default", Name: "web"}
+
+	t.Run("a Foo the controller never wrote for is caught up", func(t *testing.T) {
+		w := NewTracker(&storeAt{"5"}, &storeAt{"5"})
+		if _, ok := w.CaughtUp(web); !ok {
+			t.Error("caughtUp = false, want true")
+		}
+	})
+
+	t.Run("waits for each resource until its store reaches the write", func(t *testing.T) {
+		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
+		w := NewTracker(foos, deployments)
+		w.WroteDeployment(web, "uid-1", "11")
+		w.WroteStatus(web, "uid-1", "12")
+		if behind, ok := w.CaughtUp(web); ok || behind != Foos {
+			t.Errorf("caughtUp = %q, %v; want foos, false", behind, ok)
+		}
+		foos.rv = "12"
+		if behind, ok := w.CaughtUp(web); ok || behind != Deployments {
+			t.Errorf("caughtUp = %q, %v; want deployments, false", behind, ok)
+		}
+		// A store past the write, as after events for other objects, has it too.
+		deployments.rv = "20"
+		if behind, ok := w.CaughtUp(web); !ok {
+			t.Errorf("caughtUp = %q, false; want true", behind)
+		}
+		// The status write's echo is still to come.
+		if own, _ := w.Observed(web, "uid-1", "12"); !own {
+			t.Error("observed(own status write) = false, want true")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
+		}
+	})
+
+	t.Run("keeps the newest write of a resource", func(t *testing.T) {
+		deployments := &storeAt{"12"}
+		w := NewTracker(&storeAt{"1"}, deployments)
+		w.WroteDeployment(web, "uid-1", "13")
+		w.WroteDeployment(web, "uid-1", "9") // an answer that arrived late
+		if _, ok := w.CaughtUp(web); ok {
+			t.Error("caughtUp = true before the store reached 13")
+		}
+	})
+
+	t.Run("the echo of the status write wakes a skipped sync", func(t *testing.T) {
+		foos := &storeAt{"10"}
+		w := NewTracker(foos, &storeAt{"10"})
+		w.WroteStatus(web, "uid-1", "12")
+		if _, ok := w.CaughtUp(web); ok {
+			t.Fatal("caughtUp = true before the echo")
+		}
+		foos.rv = "12"
+		own, wake := w.Observed(web, "uid-1", "12")
+		if !own || !wake {
+			t.Errorf("observed = own %v, wake %v; want true, true", own, wake)
+		}
+	})
+
+	t.Run("an echo without a skipped sync wakes nothing", func(t *testing.T) {
+		w := NewTracker(&storeAt{"12"}, &storeAt{"12"})
+		w.WroteStatus(web, "uid-1", "12")
+		if own, wake := w.Observed(web, "uid-1", "12"); !own || wake {
+			t.Errorf("observed = own %v, wake %v; want true, false", own, wake)
+		}
+		// Someone else's change is not the controller's write.
+		if own, _ := w.Observed(web, "uid-1", "13"); own {
+			t.Error("observed(another write) = own, want not")
+		}
+	})
+
+	t.Run("a Foo recreated under the same name starts afresh", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.WroteStatus(web, "uid-1", "12")
+		if own, _ := w.Observed(web, "uid-2", "12"); own {
+			t.Error("observed(other UID) = own, want not")
+		}
+		w.Forget(web, "uid-2") // the delete of another Foo leaves this one's entry
+		if n := w.Len(); n != 1 {
+			t.Errorf("%d entries after forgetting another UID, want 1", n)
+		}
+		w.WroteDeployment(web, "uid-2", "13")
+		if own, _ := w.Observed(web, "uid-1", "12"); own {
+			t.Error("the entry of uid-1 survived a write for uid-2")
+		}
+		w.Forget(web, "")
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries after forget, want 0", n)
+		}
+	})
+
+	t.Run("stands aside when the store cannot tell", func(t *testing.T) {
+		// "" is what client-go's stores answer with the AtomicFIFO feature off, and
+		// a version that does not parse is not from a real API server.
+		for _, store := range []string{"", "not-a-number"} {
+			w := NewTracker(&storeAt{store}, &storeAt{store})
+			w.WroteStatus(web, "uid-1", "12")
+			if _, ok := w.CaughtUp(web); !ok {
+				t.Errorf("store at %q: caughtUp = false, want true", store)
+			}
+		}
+	})
+}
