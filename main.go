@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/seed-e6610ed6/sample-controller/pkg/eventrecording"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
@@ -217,20 +218,20 @@ func run(ctx context.Context, opts options) error {
 	if opts.leaderElect {
 		leading = tenure.New(clock.RealClock{})
 	}
-	eventRecording, err := startEventRecording(ctx, kubeClient.EventsV1(), leading)
+	eventRecording, err := eventrecording.Start(ctx, kubeClient.EventsV1(), controllerAgentName, leading)
 	if err != nil {
 		return err
 	}
 	// Runs once the workers have stopped: the Events of the last syncs are written
 	// before the process exits (as a leader, before it releases the Lease).
-	defer eventRecording.shutdown(ctx, eventFlushTimeout)
+	defer eventRecording.Shutdown(ctx, eventrecording.FlushTimeout)
 
 	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil)
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
 	controller, err := NewController(ctx, Config{
 		KubeClient: kubeClient, SampleClient: sampleClient,
 		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: fooInformer,
-		Recorder: eventRecording.recorder(), ShutdownTimeout: opts.gracefulShutdownTimeout,
+		Recorder: eventRecording.Recorder(), ShutdownTimeout: opts.gracefulShutdownTimeout,
 	})
 	if err != nil {
 		return err
@@ -259,7 +260,7 @@ func run(ctx context.Context, opts options) error {
 
 	runController := func(ctx context.Context) error {
 		err := controller.Run(ctx, opts.workers)
-		eventRecording.shutdown(ctx, eventFlushTimeout)
+		eventRecording.Shutdown(ctx, eventrecording.FlushTimeout)
 		return err
 	}
 	if !opts.leaderElect {

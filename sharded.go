@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/eventrecording"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
@@ -159,12 +160,12 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	if held == nil {
 		return fmt.Errorf("slot %d runs without a tenure", slot)
 	}
-	recording, err := startEventRecording(ctx, kubeClient.EventsV1(), held)
+	recording, err := eventrecording.Start(ctx, kubeClient.EventsV1(), controllerAgentName, held)
 	if err != nil {
 		return err
 	}
 	// Runs once the workers have stopped, before the slot's Lease is released.
-	defer recording.shutdown(ctx, eventFlushTimeout)
+	defer recording.Shutdown(ctx, eventrecording.FlushTimeout)
 	// Each slot's queue has a name of its own in the workqueue metrics; its gauges go
 	// once its workers have returned, and come back if the slot does.
 	queueName := fmt.Sprintf("foos-slot-%d", slot)
@@ -172,7 +173,7 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	controller, err := NewController(ctx, Config{
 		QueueName: queueName, KubeClient: kubeClient, SampleClient: sampleClient,
 		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
-		Recorder: recording.recorder(), ShutdownTimeout: opts.gracefulShutdownTimeout, Scope: scope,
+		Recorder: recording.Recorder(), ShutdownTimeout: opts.gracefulShutdownTimeout, Scope: scope,
 	})
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package eventrecording
 
 import (
 	"context"
@@ -8,19 +8,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
-	"k8s.io/utils/ptr"
-
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
-// TestEventRecordingShutdownWritesEverything records Events for many Foos, cancels
+// TestShutdownWritesEverything records Events for many objects, cancels
 // the context as a signal does, and checks that shutdown returns only once every
 // Event is written, although each write is slow.
-func TestEventRecordingShutdownWritesEverything(t *testing.T) {
+func TestShutdownWritesEverything(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -32,29 +31,29 @@ func TestEventRecordingShutdownWritesEverything(t *testing.T) {
 		written.Add(1)
 		return false, nil, nil
 	})
-	recording, err := startEventRecording(ctx, client.EventsV1(), nil)
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recorder := recording.recorder()
+	recorder := recording.Recorder()
 
 	const n = 20
 	for i := range n {
-		// One Foo each: Events about the same Foo and reason would form a series.
-		foo := newFoo(fmt.Sprintf("web-%d", i), ptr.To[int32](1))
-		recorder.Eventf(foo, nil, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create", "Created Deployment %q", foo.Name)
+		// One object each: Events about the same object and reason would form a series.
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
 	}
 	cancel() // SIGTERM
 	start := time.Now()
-	recording.shutdown(ctx, 5*time.Second)
+	recording.Shutdown(ctx, 5*time.Second)
 	if got := written.Load(); got != n {
 		t.Errorf("%d of %d Events written when shutdown returned after %v", got, n, time.Since(start))
 	}
 }
 
-// TestEventRecordingShutdownIsBounded checks that an API server that never answers
+// TestShutdownIsBounded checks that an API server that never answers
 // does not hold shutdown past its timeout.
-func TestEventRecordingShutdownIsBounded(t *testing.T) {
+func TestShutdownIsBounded(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := k8sfake.NewClientset()
 	release := make(chan struct{})
@@ -63,15 +62,18 @@ func TestEventRecordingShutdownIsBounded(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	recording, err := startEventRecording(ctx, client.EventsV1(), nil)
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	foo := newFoo("web", ptr.To[int32](1))
-	recording.recorder().Eventf(foo, nil, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create", "Created")
+	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
 	start := time.Now()
-	recording.shutdown(ctx, 300*time.Millisecond)
+	recording.Shutdown(ctx, 300*time.Millisecond)
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("shutdown took %v with a 300ms timeout", took)
 	}
+}
+
+func newPod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(name)}}
 }

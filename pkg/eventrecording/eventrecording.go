@@ -1,4 +1,8 @@
-package main
+// Package eventrecording records a controller's Events through client-go's events
+// broadcaster, writes them only inside the replica's tenure, and on shutdown writes
+// those recorded before it, which the broadcaster alone drops. The controller of this
+// repository uses it; it is not an API for other programs.
+package eventrecording
 
 import (
 	"context"
@@ -18,21 +22,23 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
-// eventFlushTimeout bounds how long shutdown waits for the last Events to be written.
-const eventFlushTimeout = 5 * time.Second
+// FlushTimeout is how long a controller's shutdown should wait for its last Events to
+// be written.
+const FlushTimeout = 5 * time.Second
 
-// eventSettle is how long the sink must have been idle, with no write in flight, for
+// settle is how long the sink must have been idle, with no write in flight, for
 // shutdown to count every Event as written. client-go's broadcaster hands each Event to
 // the sink from its own goroutine and offers no way to wait for them; once it is shut
 // down, the Events still queued reach the sink within microseconds.
-const eventSettle = 100 * time.Millisecond
+const settle = 100 * time.Millisecond
 
-// eventRecording sends the controller's Events to the API server, and on shutdown
+// Recording sends the controller's Events to the API server, and on shutdown
 // writes those of the syncs that finished before it returns. client-go's broadcaster
 // alone drops them: it writes on the context it was started with, which a signal has
 // already cancelled when the last syncs finish.
-type eventRecording struct {
+type Recording struct {
 	broadcaster events.EventBroadcaster
+	component   string
 	sink        *countingSink
 	stop        context.CancelFunc
 
@@ -45,11 +51,11 @@ type eventRecording struct {
 	once sync.Once
 }
 
-// startEventRecording starts recording Events through client. The recording outlives
-// ctx; shutdown ends it. With a tenure, the Events are written only while it is valid
+// Start starts recording Events through client, as component. The recording outlives
+// ctx; Shutdown ends it. With a tenure, the Events are written only while it is valid
 // (through a tenure.Gate in client) and dropped otherwise: they belong to the syncs of
 // that tenure.
-func startEventRecording(ctx context.Context, client eventsv1client.EventsV1Interface, held *tenure.Tenure) (*eventRecording, error) {
+func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure) (*Recording, error) {
 	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{})}
 	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	broadcaster := events.NewBroadcaster(sink)
@@ -57,7 +63,7 @@ func startEventRecording(ctx context.Context, client eventsv1client.EventsV1Inte
 		stop()
 		return nil, fmt.Errorf("starting the event recorder: %w", err)
 	}
-	r := &eventRecording{broadcaster: broadcaster, sink: sink, stop: stop, took: make(chan struct{}, 1)}
+	r := &Recording{broadcaster: broadcaster, component: component, sink: sink, stop: stop, took: make(chan struct{}, 1)}
 	if _, err := broadcaster.StartEventWatcher(func(runtime.Object) {
 		r.queued.Add(1)
 		select {
@@ -71,9 +77,10 @@ func startEventRecording(ctx context.Context, client eventsv1client.EventsV1Inte
 	return r, nil
 }
 
-// recorder returns the recorder the controller reports through.
-func (r *eventRecording) recorder() events.EventRecorder {
-	return &countingRecorder{EventRecorder: r.broadcaster.NewRecorder(scheme.Scheme, controllerAgentName), count: &r.recorded}
+// Recorder returns the recorder the controller reports through. The objects it
+// reports on must be in client-go's scheme.Scheme.
+func (r *Recording) Recorder() events.EventRecorder {
+	return &countingRecorder{EventRecorder: r.broadcaster.NewRecorder(scheme.Scheme, r.component), count: &r.recorded}
 }
 
 // countingRecorder counts the Events recorded through it.
@@ -87,15 +94,15 @@ func (r *countingRecorder) Eventf(regarding, related runtime.Object, eventtype, 
 	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
 }
 
-// shutdown stops taking Events, and waits up to timeout for those already recorded to
+// Shutdown stops taking Events, and waits up to timeout for those already recorded to
 // be written. Call it once nothing records any more; calls after the first return at
 // once.
-func (r *eventRecording) shutdown(ctx context.Context, timeout time.Duration) {
+func (r *Recording) Shutdown(ctx context.Context, timeout time.Duration) {
 	r.once.Do(func() { r.drain(ctx, timeout) })
 }
 
-// drain is shutdown's, once.
-func (r *eventRecording) drain(ctx context.Context, timeout time.Duration) {
+// drain is Shutdown's, once.
+func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 	defer r.stop()
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(timeout)
@@ -116,7 +123,7 @@ func (r *eventRecording) drain(ctx context.Context, timeout time.Duration) {
 		written, inFlight, quiet := r.sink.state()
 		// Events handed over just now may not have reached the sink yet.
 		quiet = min(quiet, time.Since(handed))
-		if inFlight == 0 && quiet >= eventSettle {
+		if inFlight == 0 && quiet >= settle {
 			logger.V(2).Info("Events written", "count", written)
 			return
 		}
@@ -124,7 +131,7 @@ func (r *eventRecording) drain(ctx context.Context, timeout time.Duration) {
 			logger.Info("Gave up waiting for Events to be written", "inFlight", inFlight, "timeout", timeout)
 			return
 		}
-		wait := eventSettle - quiet
+		wait := settle - quiet
 		if inFlight > 0 {
 			wait = 10 * time.Millisecond
 		}
