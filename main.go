@@ -4,15 +4,18 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -20,16 +23,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/seed-e6610ed6/sample-controller/pkg/election"
 	"github.com/seed-e6610ed6/sample-controller/pkg/eventrecording"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
+	"github.com/seed-e6610ed6/sample-controller/pkg/serving"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
@@ -197,7 +203,7 @@ func run(ctx context.Context, opts options) error {
 	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, writesHeldBack, syncDuration, slotCount, slotsHeld)
 	slotCount.Set(float64(opts.shardSlots))
 	if opts.shardSlots > 0 {
-		identity, err := newIdentity()
+		identity, err := election.Identity()
 		if err != nil {
 			return err
 		}
@@ -208,7 +214,7 @@ func run(ctx context.Context, opts options) error {
 		if err != nil {
 			return err
 		}
-		defer servers.shutdown(logger)
+		defer servers.Shutdown(logger)
 		// Each slot records its Events in its own tenure.
 		return runSharded(ctx, opts, leaseClient, kubeClient, sampleClient, identity, membership)
 	}
@@ -248,7 +254,7 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	defer servers.shutdown(logger)
+	defer servers.Shutdown(logger)
 
 	// The caches fill on every replica, leader or not, so that a new leader starts
 	// from a warm cache. Shutdown waits for the informers' goroutines; it runs after
@@ -267,6 +273,102 @@ func run(ctx context.Context, opts options) error {
 		return runController(ctx)
 	}
 	return runAsLeader(ctx, leaseClient, opts, leading, watchdog, runController)
+}
+
+// startServers listens on the metrics and probe addresses, so that a taken port fails
+// the start, and serves in the background until shutdown.
+//
+//   - /metrics: Prometheus metrics. With --metrics-secure, over HTTPS to callers that
+//     the API server of cfg (or of the --authentication-kubeconfig and
+//     --authorization-kubeconfig) authenticates and authorizes.
+//   - /healthz: liveness. Fails when this replica leads but has not renewed its Lease
+//     in time, so that the kubelet restarts a stuck leader.
+//   - /readyz: readiness. Fails until the informer caches have synced.
+//   - /debug/pprof/: Go's profiles, on the metrics address, with --profiling only.
+//
+// The probes stay plain HTTP without authentication: the kubelet has no token to send.
+func startServers(ctx context.Context, opts options, cfg *rest.Config, synced func() bool, watchdog *leaderelection.HealthzAdaptor) (serving.Servers, error) {
+	var servers serving.Servers
+	if opts.metricsBindAddress != "0" {
+		handler := serving.MetricsHandler(opts.profiling)
+		var tlsConfig *tls.Config
+		if opts.metricsSecure {
+			secure, err := opts.secureServing.New(ctx, opts.metricsBindAddress, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("configuring secure serving of metrics: %w", err)
+			}
+			handler, tlsConfig = secure.Handler(handler), secure.TLSConfig
+		}
+		srv, err := serving.Serve(ctx, "metrics", opts.metricsBindAddress, handler, tlsConfig)
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, srv)
+	}
+	if opts.healthProbeBindAddress != "0" {
+		var healthz func(*http.Request) error
+		if watchdog != nil {
+			healthz = watchdog.Check
+		}
+		srv, err := serving.Serve(ctx, "health probes", opts.healthProbeBindAddress, serving.ProbesHandler(synced, healthz), nil)
+		if err != nil {
+			servers.Shutdown(klog.FromContext(ctx))
+			return nil, err
+		}
+		servers = append(servers, srv)
+	}
+	return servers, nil
+}
+
+// runAsLeader runs run only while this process holds the Lease, until ctx is
+// cancelled (election.Run): on cancellation run stops first and the Lease is released
+// after; a process that loses the Lease while it works, also while its last syncs
+// finish after being asked to stop, exits at once and does not release it, so that a
+// standby never starts while this process still works. run's writes are held to the
+// tenure held, which the election keeps from its Lease writes and reads.
+func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts options, held *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	identity, err := election.Identity()
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: opts.leaderElectName, Namespace: opts.leaderElectNamespace},
+		Client:     kubeClient.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	logger.Info("Waiting to become the leader", "lease", klog.KRef(opts.leaderElectNamespace, opts.leaderElectName), "identity", identity)
+	result := election.Run(ctx, election.Config{
+		Lock:          lock,
+		Name:          opts.leaderElectName,
+		LeaseDuration: opts.leaderElectLeaseDuration,
+		RenewDeadline: opts.leaderElectRenewDeadline,
+		RetryPeriod:   opts.leaderElectRetryPeriod,
+		WatchDog:      watchdog,
+		Tenure:        held,
+		OnLost: func() {
+			logger.Error(nil, "Lost the lease; exiting so that two leaders never act at once", "identity", identity)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		},
+		OnNewLeader: func(current string) {
+			if current != identity {
+				logger.Info("Another replica leads", "leader", current)
+			}
+		},
+	}, func(ctx context.Context) error {
+		logger.Info("Became the leader", "identity", identity)
+		return run(ctx)
+	})
+	if !result.Worked {
+		return result.Err
+	}
+	if result.ReleaseErr != nil {
+		logger.Error(result.ReleaseErr, "Releasing the lease; another replica takes over once it expires", "identity", identity)
+	} else {
+		logger.Info("Released the lease", "identity", identity)
+	}
+	metrics.LeaderElectionEnded(opts.leaderElectName)
+	return result.Err
 }
 
 // restConfig loads the client configuration the way kubectl does, applies the

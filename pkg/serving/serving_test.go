@@ -1,4 +1,4 @@
-package main
+package serving
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func TestMetricsHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			metricsHandler(tt.profiling).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+			MetricsHandler(tt.profiling).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
 			if rec.Code != tt.want {
 				t.Errorf("GET %s: status %d, want %d", tt.path, rec.Code, tt.want)
 			}
@@ -52,7 +52,7 @@ func TestProbesHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			handler := probesHandler(func() bool { return tt.synced }, tt.healthz)
+			handler := ProbesHandler(func() bool { return tt.synced }, tt.healthz)
 			handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
 			if rec.Code != tt.want {
 				t.Errorf("GET %s: status %d, want %d (body %q)", tt.path, rec.Code, tt.want, rec.Body.String())
