@@ -15,12 +15,15 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -29,11 +32,14 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/election"
 	"github.com/seed-e6610ed6/sample-controller/pkg/eventrecording"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
+	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
 	"github.com/seed-e6610ed6/sample-controller/pkg/serving"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
@@ -273,6 +279,51 @@ func run(ctx context.Context, opts options) error {
 		return runController(ctx)
 	}
 	return runAsLeader(ctx, leaseClient, opts, leading, watchdog, runController)
+}
+
+// newInformerFactories builds the informer factories the controller reads from,
+// watching one namespace, or all when namespace is empty.
+//
+// The Deployment informer lists and watches only Deployments that carry the
+// controller's label, so its memory does not grow with the other Deployments in the
+// cluster. Both drop managedFields from cached objects: the controller never reads
+// them, and they are often the largest part of an object.
+func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientset.Interface, namespace string, resync time.Duration, scope *informerScope) (kubeinformers.SharedInformerFactory, sampleinformers.SharedInformerFactory) {
+	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, resync,
+		kubeinformers.WithNamespace(namespace),
+		kubeinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
+			options.LabelSelector = reconcile.FooUIDLabel
+			if scope != nil {
+				options.LabelSelector += "," + scope.deploymentLabels
+			}
+		}),
+		kubeinformers.WithTransform(dropManagedFields),
+	)
+	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
+		sampleinformers.WithNamespace(namespace),
+		sampleinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
+			if scope != nil {
+				options.ShardSelector = scope.shardSelector
+			}
+		}),
+		sampleinformers.WithTransform(dropManagedFields),
+	)
+	if scope != nil && scope.keep != nil {
+		// Registered before anyone asks for the Foo informer, so that it is the one.
+		sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return newScopedFooInformer(client, namespace, resync, scope)
+		})
+	}
+	return kubeFactory, sampleFactory
+}
+
+// dropManagedFields is an informer transform that clears metadata.managedFields.
+// An update sent without managedFields leaves the stored ones unchanged.
+func dropManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // startServers listens on the metrics and probe addresses, so that a taken port fails

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -20,33 +24,11 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
 	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
-	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 // SlotLabel marks, in sharded mode, each Deployment with the slot of its Foo, so that
 // the replica holding the slot can list and watch exactly its Deployments by label.
 const SlotLabel = samplecontroller.GroupName + "/slot"
-
-var (
-	slotCount = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "sample_controller_slots",
-		Help: "Slots the Foos are divided into (--shard-slots); 0 when not sharded.",
-	})
-	slotsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "sample_controller_slots_held",
-		Help: "Slots whose Lease this replica holds and whose Foos it acts on, their caches synced (sharded mode).",
-	})
-	slotAcquisitions = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sample_controller_slot_acquisitions_total",
-		Help: "Times this replica took a slot over and started acting on it (sharded mode).",
-	})
-	slotUnheld = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "sample_controller_slot_unheld_seconds",
-		Help: "When this replica took a slot over, how long the slot had gone without a holder, at most: since another replica last renewed or released the slot's Lease, as this replica saw it (sharded mode).",
-		// From a hand-over (one retry period) to a dead holder's Lease expiring.
-		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60},
-	})
-)
 
 // slotScope is what a controller of one slot needs to know of it.
 type slotScope struct {
@@ -216,32 +198,84 @@ func countHeldOnceSynced(ctx context.Context, synced cache.InformerSynced) (unco
 	}
 }
 
-// cachedObjectsCollector reports the objects in the caches of the slots this replica
-// acts on: with the apiserver filtering, about 1/N of all with N replicas.
-type cachedObjectsCollector struct {
-	controllers *sync.Map
-	desc        *prometheus.Desc
+// informerScope narrows the informers to one slot in sharded mode: Deployments by a
+// label selector, Foos by a shard selector, and by keep on this side as well.
+type informerScope struct {
+	deploymentLabels string
+	shardSelector    string
+	// keep tells whether a Foo is in the scope. An apiserver without
+	// ShardedListAndWatch ignores the shard selector and sends every Foo; the Foos
+	// keep refuses are dropped before they reach the cache.
+	keep func(*samplev1alpha1.Foo) bool
 }
 
-func newCachedObjectsCollector(controllers *sync.Map) *cachedObjectsCollector {
-	return &cachedObjectsCollector{
-		controllers: controllers,
-		desc: prometheus.NewDesc("sample_controller_cached_objects",
-			"Objects in the informer caches of the slots this replica acts on (sharded mode), by resource.",
-			[]string{"resource"}, nil),
+// newScopedFooInformer is the Foo informer of the generated factory, with the shard
+// selector, whose lists and watches drop the Foos scope.keep refuses.
+func newScopedFooInformer(client clientset.Interface, namespace string, resync time.Duration, scope *informerScope) cache.SharedIndexInformer {
+	foos := client.SamplecontrollerV1alpha1().Foos(namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			options.ShardSelector = scope.shardSelector
+			list, err := foos.List(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			list.Items = slices.DeleteFunc(list.Items, func(foo samplev1alpha1.Foo) bool { return !scope.keep(&foo) })
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.ShardSelector = scope.shardSelector
+			w, err := foos.Watch(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			return newFilteredWatch(w, func(e watch.Event) bool {
+				foo, ok := e.Object.(*samplev1alpha1.Foo)
+				// Bookmarks carry only a resourceVersion, and errors no Foo.
+				return !ok || e.Type == watch.Bookmark || e.Type == watch.Error || scope.keep(foo)
+			}), nil
+		},
 	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &samplev1alpha1.Foo{},
+		cache.SharedIndexInformerOptions{
+			ResyncPeriod: resync,
+			Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		})
 }
 
-func (c *cachedObjectsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+// filteredWatch passes on the events of a watch that keep accepts. Unlike
+// apimachinery's watch.Filter, whose goroutine blocks for good on an event nobody reads
+// once the reader has stopped, it ends when stopped.
+type filteredWatch struct {
+	upstream watch.Interface
+	result   chan watch.Event
+	done     chan struct{}
+	stop     sync.Once
+}
 
-func (c *cachedObjectsCollector) Collect(ch chan<- prometheus.Metric) {
-	var foos, deployments int
-	c.controllers.Range(func(_, v any) bool {
-		controller := v.(*Controller)
-		foos += len(controller.foosIndexer.ListKeys())
-		deployments += len(controller.deploymentsIndexer.ListKeys())
-		return true
+func newFilteredWatch(upstream watch.Interface, keep func(watch.Event) bool) watch.Interface {
+	w := &filteredWatch{upstream: upstream, result: make(chan watch.Event), done: make(chan struct{})}
+	go func() {
+		defer close(w.result)
+		for e := range upstream.ResultChan() {
+			if !keep(e) {
+				continue
+			}
+			select {
+			case w.result <- e:
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *filteredWatch) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *filteredWatch) Stop() {
+	w.stop.Do(func() {
+		close(w.done)
+		w.upstream.Stop()
 	})
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(foos), writes.Foos)
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(deployments), writes.Deployments)
 }
