@@ -116,6 +116,7 @@ func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
 }
 
 func TestHolderHandsSlotsOver(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 8)
@@ -167,6 +168,7 @@ func TestHolderHandsSlotsOver(t *testing.T) {
 // it: their Leases, which it has watched all along, have expired by then. client-go's
 // elector alone would wait a Lease duration more, counted from its first look.
 func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	// a's client shares client's objects, and fails every request but watches once a
@@ -258,6 +260,7 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 // releases it, and b, to whom the slot is assigned, takes it at once instead of after
 // the Lease expires.
 func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	const ns, group = testNamespace, testGroup
 	space := mustSpace(t, 8)
@@ -312,6 +315,7 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 // a drain of several seconds, and kills b meanwhile: a takes the slots of b that are
 // assigned to it at once, not after its own drain.
 func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 12)
@@ -372,6 +376,7 @@ func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 // its member Lease stays until every slot has drained, so that no other member, nor
 // one with another count of slots, sees it gone while its slots still work.
 func TestHolderWithdrawsAfterDraining(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 4)
@@ -413,6 +418,7 @@ func TestHolderWithdrawsAfterDraining(t *testing.T) {
 // its slots, since the other's would cover the same Foos, and takes them up again once
 // that member is gone.
 func TestHolderStopsWhenToldNotToAct(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 4)
@@ -504,6 +510,7 @@ func (c *skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 // Once the clocks agree, a stops, and b sets the group's number of slots to its own and
 // works on every slot.
 func TestHolderCountsNeverOverlap(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	log := &rangeLog{active: map[string][2]int{}, started: map[string]int{}}
@@ -624,6 +631,7 @@ func (l *tenureLog) work(identity string, n int) func(ctx context.Context, slot 
 // thawed, which only the fences stop. The fault case TestPausedHolderOfAnotherCount
 // freezes a real process.
 func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	withResourceVersions(client)
