@@ -3,6 +3,9 @@
 // cancellation the work stops first and the Lease is released after; a Lease lost
 // while the work runs, or still finishes after being asked to stop, is reported at once
 // and not released.
+//
+// Other programs may import it; its API follows this repository's versions, with no
+// promise beyond them.
 package election
 
 import (

@@ -1,5 +1,8 @@
 // Package metrics collects the Prometheus metrics that client-go can report, its work
 // queues' and its REST clients', into a registry that a controller serves on /metrics.
+//
+// Other programs may import it; its API follows this repository's versions, with no
+// promise beyond them.
 package metrics
 
 import (

@@ -10,6 +10,8 @@
 // holds the old Deployment.
 //
 // The package is part of this controller and not meant for other programs to import.
+//
+// The controller of this repository uses it; it is not an API for other programs.
 package namewatch
 
 import (

@@ -1,6 +1,8 @@
 // Package reconcile holds the pure decisions of the Foo controller: the Deployment a Foo
 // asks for, and the status that reports how far it got. It has no clients and no
 // caches, so the controller, its tests and the benchmark share one definition.
+//
+// It is this controller's logic, not an API for other programs.
 package reconcile
 
 import (

@@ -9,6 +9,9 @@
 // names, but not those options themselves: importing them, or the filters of
 // k8s.io/apiserver/pkg/endpoints, installs component-base's work-queue metrics
 // provider in an init function, before a controller can install its own.
+//
+// Other programs may import it; its API follows this repository's versions, with no
+// promise beyond them.
 package secureserving
 
 import (

@@ -4,6 +4,9 @@
 // replicas so that each holds an equal share and few slots move when a replica comes or
 // goes. Membership and Holder run that assignment over Leases: who is live, and which
 // slot's work runs here, each only while its Lease is held.
+//
+// Other programs may import it; its API follows this repository's versions, with no
+// promise beyond them.
 package slots
 
 import (

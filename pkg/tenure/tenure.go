@@ -18,6 +18,9 @@
 // from the Lease writes and reads of client-go's leader election.
 //
 // The package is part of this controller and not meant for other programs to import.
+//
+// Other programs may import it; its API follows this repository's versions, with no
+// promise beyond them.
 package tenure
 
 import (

@@ -1,5 +1,7 @@
 // Package version tells which build of the controller is running: for --version, the
 // build-info metric and the logs.
+//
+// The controller of this repository uses it; it is not an API for other programs.
 package version
 
 import (
