@@ -39,6 +39,25 @@ check_tracked_files() {
   fi
 }
 
+# A module the product shares with the test module or the bench (client-go and all under
+# it) must be at the product's version there too; another version is compiled again,
+# which on a fresh machine costs minutes for nothing.
+check_module_versions() {
+  local dir mismatched=0
+  for dir in test hack/bench; do
+    if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}' ./... | sort -u) |
+      awk -v dir="${dir}" 'NR == FNR { product[$1] = $2; next }
+        ($1 in product) && product[$1] != "" && product[$1] != $2 { printf "%s: %s %s, the product has %s\n", dir, $1, $2, product[$1]; bad = 1 }
+        END { exit bad }' <(go list -m all) -; then
+      mismatched=1
+    fi
+  done
+  if [[ ${mismatched} -ne 0 ]]; then
+    echo "set those modules to the product's versions (go get MODULE@VERSION in that module)" >&2
+    return 1
+  fi
+}
+
 unit_tests() {
   # The slot tests wait on Lease timings, not on the CPU: more of them, and more
   # packages, at once than the two cores would give.
@@ -167,6 +186,7 @@ stage "gofmt" check_gofmt
 stage "tracked files" check_tracked_files
 stage "verify-codegen" hack/verify-codegen.sh
 stage "go vet" go vet ./...
+stage "module versions" check_module_versions
 stage "go vet (harness and suites)" harness_vet
 stage "build the local control plane" hack/build-tools.sh
 stage "build the image" build_image
