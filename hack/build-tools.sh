@@ -39,18 +39,42 @@ needs_build() {
 
 announce_once() {
   if [[ ${#built[@]} -eq 0 ]]; then
-    log "building what is missing or out of date into ${BIN_DIR}, one binary at a time; a cold build takes 10-20 minutes on 2 cores"
+    log "building what is missing or out of date into ${BIN_DIR}; a cold build takes 10-20 minutes on 2 cores"
   fi
 }
 
-build_one() {
-  local module_dir=$1 bin=$2 pkg=$3 ldflags=$4
-  local t0=${SECONDS}
-  log "building ${bin} from ${pkg}"
-  (cd "${module_dir}" && go build -trimpath -ldflags "${ldflags}" -o "${BIN_DIR}/${bin}.tmp" "${pkg}")
-  mv -f "${BIN_DIR}/${bin}.tmp" "${BIN_DIR}/${bin}"
-  log "built ${bin} in $((SECONDS - t0))s"
-  built+=("${bin}")
+# build builds the packages of one module (entries of "binary package") in one go build,
+# so that what they share is compiled once and each link runs beside other compiles,
+# and moves each into BIN_DIR under its name. It builds as hack/build.sh builds the
+# controller (no cgo, -trimpath), as Kubernetes releases its server binaries: with the
+# modules at the product's versions (make test checks that), client-go and everything
+# under it are compiled once for the controller, its tests and the control plane.
+build() {
+  local module_dir=$1 ldflags=$2
+  shift 2
+  local t0=${SECONDS} entry bin pkg name tmp pkgs=() bins=()
+  for entry in "$@"; do
+    read -r bin pkg <<<"${entry}"
+    bins+=("${bin}")
+    pkgs+=("${pkg}")
+  done
+  log "building ${bins[*]}"
+  tmp="$(mktemp -d "${BIN_DIR}/.build.XXXXXX")"
+  (cd "${module_dir}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${tmp}/" "${pkgs[@]}")
+  for entry in "$@"; do
+    read -r bin pkg <<<"${entry}"
+    # go build names a binary after the package path's last element, or the one before
+    # a major version suffix (go.etcd.io/etcd/server/v3 is "server").
+    name="${pkg##*/}"
+    if [[ "${name}" =~ ^v[0-9]+$ ]]; then
+      name="${pkg%/*}"
+      name="${name##*/}"
+    fi
+    mv -f "${tmp}/${name}" "${BIN_DIR}/${bin}"
+  done
+  rmdir "${tmp}"
+  log "built ${bins[*]} in $((SECONDS - t0))s"
+  built+=("${bins[@]}")
 }
 
 mkdir -p "${BIN_DIR}"
@@ -82,13 +106,17 @@ k8s_bins=(
   "kubectl k8s.io/kubernetes/cmd/kubectl"
   "kubelet k8s.io/kubernetes/cmd/kubelet"
 )
+k8s_missing=()
 for entry in "${k8s_bins[@]}"; do
   read -r bin pkg <<<"${entry}"
   if needs_build "${bin}" "${k8s_stamp}" "${k8s_want}"; then
-    announce_once
-    build_one "${TOOLS_DIR}" "${bin}" "${pkg}" "${version_ldflags}"
+    k8s_missing+=("${entry}")
   fi
 done
+if [[ ${#k8s_missing[@]} -gt 0 ]]; then
+  announce_once
+  build "${TOOLS_DIR}" "${version_ldflags}" "${k8s_missing[@]}"
+fi
 # Written only after every binary of the module is built, so that an interrupted build is
 # redone; the Go build cache keeps the binaries that were done quick to redo.
 echo "${k8s_want}" >"${k8s_stamp}"
@@ -99,8 +127,8 @@ kwok_want="$(fingerprint "${KWOK_DIR}")"
 if needs_build kwok "${kwok_stamp}" "${kwok_want}" || [[ ! -f "${BIN_DIR}/${KWOK_STAGES_FILE}" ]]; then
   announce_once
   kwok_version="$(cd "${KWOK_DIR}" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)"
-  build_one "${KWOK_DIR}" kwok sigs.k8s.io/kwok/cmd/kwok \
-    "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}"
+  build "${KWOK_DIR}" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_version#v}" \
+    "kwok sigs.k8s.io/kwok/cmd/kwok"
 
   kwok_src="$(cd "${KWOK_DIR}" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
   stages_tmp="${BIN_DIR}/${KWOK_STAGES_FILE}.tmp"

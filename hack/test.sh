@@ -47,13 +47,17 @@ check_tracked_files() {
   fi
 }
 
-# A module the product shares with the test module or the bench (client-go and all under
-# it) must be at the product's version there too; another version is compiled again,
-# which on a fresh machine costs minutes for nothing.
+# A module the product shares with the test module, the bench or the local control
+# plane's tools (client-go and all under it) must be at the product's version there too;
+# another version is compiled again, which on a fresh machine costs minutes for nothing.
 check_module_versions() {
-  local dir mismatched=0
-  for dir in test hack/bench; do
-    if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}' ./... | sort -u) |
+  local dir patterns mismatched=0
+  # What each module builds, with the version it builds it at (a replaced module's too).
+  local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
+  for dir in test hack/bench hack/tools hack/tools/kwok; do
+    patterns=./...
+    [[ ${dir} == hack/tools* ]] && patterns=tool
+    if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
       awk -v dir="${dir}" 'NR == FNR { product[$1] = $2; next }
         ($1 in product) && product[$1] != "" && product[$1] != $2 { printf "%s: %s %s, the product has %s\n", dir, $1, $2, product[$1]; bad = 1 }
         END { exit bad }' <(go list -m all) -; then
