@@ -10,6 +10,11 @@ mkdir -p _output
 # cgo, with -trimpath. Then vet, the image, the tools' tests and the suites share one
 # compilation of client-go and all under it; the race detector needs cgo and compiles
 # its own anyway.
+#
+# Every go test runs with -vet=off: a go vet stage has vetted the same packages with
+# vet's full set of checks, and go test's own smaller set would type-check every
+# dependency once more for its facts (in each build configuration), which on a fresh
+# machine costs minutes.
 as_released() {
   CGO_ENABLED=0 GOFLAGS=-trimpath "$@"
 }
@@ -52,7 +57,8 @@ check_tracked_files() {
 # another version is compiled again, which on a fresh machine costs minutes for nothing.
 check_module_versions() {
   local dir patterns mismatched=0
-  # What each module builds, with the version it builds it at (a replaced module's too).
+  # What each module builds (not every module in its graph), with the version it builds
+  # it at (a replaced module's too).
   local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
   for dir in test hack/bench hack/tools hack/tools/kwok; do
     patterns=./...
@@ -60,7 +66,7 @@ check_module_versions() {
     if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
       awk -v dir="${dir}" 'NR == FNR { product[$1] = $2; next }
         ($1 in product) && product[$1] != "" && product[$1] != $2 { printf "%s: %s %s, the product has %s\n", dir, $1, $2, product[$1]; bad = 1 }
-        END { exit bad }' <(go list -m all) -; then
+        END { exit bad }' <(go list -deps -test -f "${format}" ./...) -; then
       mismatched=1
     fi
   done
@@ -73,7 +79,7 @@ check_module_versions() {
 unit_tests() {
   # The slot tests wait on Lease timings, not on the CPU: more of them, and more
   # packages, at once than the two cores would give.
-  go test -race -count=1 -p 4 -parallel 8 -coverprofile=_output/unit-cover.out ./...
+  go test -vet=off -race -count=1 -p 4 -parallel 8 -coverprofile=_output/unit-cover.out ./...
   # Coverage of the controller itself, the file this suite exists to prove.
   awk -F'[ :,]' 'NR > 1 && $1 ~ /\/controller\.go$/ { n = $(NF-1); total += n; if ($NF > 0) covered += n }
     END { printf "coverage of controller.go: %.1f%% of %d statements\n", 100 * covered / total, total }' \
@@ -93,27 +99,28 @@ fuzz_tests() {
   done
 }
 
-# The harness (test/, a module of its own): its vet under every build tag the suites
-# use, and its own tests, one of which starts a cluster; the binaries are built by then,
-# so it must run.
+# The harness (test/, a module of its own): its vet under every build tag the suites use.
 harness_vet() {
   (cd test && go vet ./... && go vet -tags e2e ./... && go vet -tags faults ./...)
 }
 
+# The test module's own tests, outside the suites' build tags: the local control plane's
+# (one of them starts a cluster; the binaries are built by then, so it must run) and how
+# the GitOps tools read the status the controller computes.
 harness_tests() {
-  (cd test && LOCALCLUSTER_REQUIRED=1 go test -race -count=1 ./localcluster/...)
+  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./gitops/...)
 }
 
 image_tests() {
-  (cd hack/image && go vet ./... && go test -count=1 ./...)
+  (cd hack/image && go vet ./... && go test -vet=off -count=1 ./...)
 }
 
 alertcheck_tests() {
-  (cd hack/alertcheck && go vet ./... && go test -count=1 ./...)
+  (cd hack/alertcheck && go vet ./... && go test -vet=off -count=1 ./...)
 }
 
 bench_tool_tests() {
-  (cd hack/bench && go vet ./... && go test -count=1 ./...)
+  (cd hack/bench && go vet ./... && go test -vet=off -count=1 ./...)
 }
 
 # The container suite runs the image under runc, in network namespaces it makes with ip,
@@ -141,7 +148,7 @@ e2e_tests() {
   # Every e2e test runs the controller binary taken out of the image built above, and
   # the container suite the image itself. One suite at a time: each has its own cluster.
   (cd test && E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
-    go test -tags e2e -count=1 -timeout 30m -p 1 -v ./e2e/ ./container/) >_output/e2e.log 2>&1 || status=$?
+    go test -vet=off -tags e2e -count=1 -timeout 30m -p 1 -v ./e2e/ ./container/) >_output/e2e.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:)|_test\.go:[0-9]+' _output/e2e.log || true
   if [[ ${status} -ne 0 ]]; then
     echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/ and _output/container/):"
@@ -155,7 +162,7 @@ fault_tests() {
   # The binary of the image, as in the e2e stage. Each case runs several controllers at
   # once; they mostly wait on the apiserver, so more than one per core.
   (cd test && E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
-    go test -tags faults -count=1 -timeout 20m -parallel 6 -v ./faults/) >_output/faults.log 2>&1 || status=$?
+    go test -vet=off -tags faults -count=1 -timeout 20m -parallel 6 -v ./faults/) >_output/faults.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|faults:)|_test\.go:[0-9]+' _output/faults.log || true
   if [[ ${status} -ne 0 ]]; then
     echo "fault tests failed; the end of _output/faults.log (component logs are in _output/faults/):"
