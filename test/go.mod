@@ -16,11 +16,13 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.0
 	github.com/seed-e6610ed6/sample-controller v0.0.0-00010101000000-000000000000
+	github.com/yuin/gopher-lua v1.1.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
+	sigs.k8s.io/cli-utils v0.37.2
 	sigs.k8s.io/yaml v1.6.0
 )
 

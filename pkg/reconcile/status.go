@@ -49,7 +49,7 @@ func CalculateStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, syncErr erro
 	case errors.Is(syncErr, ErrNotOwned):
 		// The Deployment in the way is someone else's; its replicas are not the Foo's.
 		ready.Reason, ready.Message = samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo)
-		meta.SetStatusCondition(&status.Conditions, ready)
+		setConditions(&status.Conditions, ready)
 		return status
 	case IsRejected(syncErr):
 		ready.Reason, ready.Message = samplev1alpha1.ReasonDeploymentRejected, RejectedMessage(foo, syncErr)
@@ -69,8 +69,33 @@ func CalculateStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, syncErr erro
 			status.Selector = selector.String()
 		}
 	}
-	meta.SetStatusCondition(&status.Conditions, ready)
+	setConditions(&status.Conditions, ready)
 	return status
+}
+
+// setConditions sets ready, and the condition kstatus reads for its reason: Reconciling
+// while the Deployment progresses, Stalled when only someone else can unblock it, and
+// neither once it is available. The one that does not apply is removed, so that a Foo
+// carries no False condition that says nothing. Each keeps its transition time while
+// its status stays.
+func setConditions(conditions *[]metav1.Condition, ready metav1.Condition) {
+	meta.SetStatusCondition(conditions, ready)
+	set := func(conditionType string) {
+		c := ready
+		c.Type, c.Status = conditionType, metav1.ConditionTrue
+		meta.SetStatusCondition(conditions, c)
+	}
+	switch ready.Reason {
+	case samplev1alpha1.ReasonDeploymentProgressing:
+		set(samplev1alpha1.ConditionReconciling)
+		meta.RemoveStatusCondition(conditions, samplev1alpha1.ConditionStalled)
+	case samplev1alpha1.ReasonDeploymentNotOwned, samplev1alpha1.ReasonDeploymentRejected, samplev1alpha1.ReasonDeploymentFailed:
+		set(samplev1alpha1.ConditionStalled)
+		meta.RemoveStatusCondition(conditions, samplev1alpha1.ConditionReconciling)
+	default:
+		meta.RemoveStatusCondition(conditions, samplev1alpha1.ConditionReconciling)
+		meta.RemoveStatusCondition(conditions, samplev1alpha1.ConditionStalled)
+	}
 }
 
 // IsRejected tells whether err is the API server refusing a Deployment write for a

@@ -39,10 +39,10 @@ var (
 // Deployment.
 func TestCalculateStatus(t *testing.T) {
 	ready := func(status metav1.ConditionStatus, reason, message string, at metav1.Time) []metav1.Condition {
-		return []metav1.Condition{{
+		return withKStatus(metav1.Condition{
 			Type: "Ready", Status: status, Reason: reason, Message: message,
 			ObservedGeneration: 4, LastTransitionTime: at,
-		}}
+		})
 	}
 	tests := []struct {
 		name       string
@@ -194,10 +194,10 @@ func TestCalculateStatusAfterSyncErrors(t *testing.T) {
 	forbidden := fmt.Errorf("creating Deployment default/web: %w",
 		apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New("exceeded quota")))
 	ready := func(status metav1.ConditionStatus, reason, message string, generation int64, at metav1.Time) []metav1.Condition {
-		return []metav1.Condition{{
+		return withKStatus(metav1.Condition{
 			Type: "Ready", Status: status, Reason: reason, Message: message,
 			ObservedGeneration: generation, LastTransitionTime: at,
-		}}
+		})
 	}
 	stored := samplev1alpha1.FooStatus{
 		ObservedGeneration: 1, Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, Selector: "a=b",
@@ -284,6 +284,23 @@ func TestCalculateStatusAfterSyncErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withKStatus returns ready and, after it, the condition kstatus reads for its reason:
+// Reconciling while the Deployment progresses, Stalled when the Foo cannot converge.
+func withKStatus(ready metav1.Condition) []metav1.Condition {
+	conditions := []metav1.Condition{ready}
+	other := ready
+	other.Status = metav1.ConditionTrue
+	switch ready.Reason {
+	case "DeploymentProgressing":
+		other.Type = "Reconciling"
+	case "DeploymentFailed", "DeploymentNotOwned", "DeploymentRejected":
+		other.Type = "Stalled"
+	default:
+		return conditions
+	}
+	return append(conditions, other)
 }
 
 func TestIsRejected(t *testing.T) {

@@ -17,10 +17,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/gitops"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
@@ -47,6 +50,47 @@ func waitReady(t *testing.T, ns, name string, want int32) *samplev1alpha1.Foo {
 func waitReadyWithin(t *testing.T, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
 	t.Helper()
 	return env.WaitFooReady(t, within, ns, name, want)
+}
+
+// liveFoo is the Foo as the API server serves it to tools that do not know its type.
+func liveFoo(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	raw, err := env.Sample.SamplecontrollerV1alpha1().RESTClient().Get().
+		Namespace(ns).Resource("foos").Name(name).DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	foo := &unstructured.Unstructured{}
+	if err := foo.UnmarshalJSON(raw); err != nil {
+		t.Fatal(err)
+	}
+	return foo
+}
+
+// checkKStatus reads the Foo as the API server serves it, as Flux, Helm's --wait and kpt
+// read it (kstatus) and as Argo CD does with artifacts/argocd's health check, and fails
+// the test unless they read it as want.
+func checkKStatus(t *testing.T, ns, name string, want kstatus.Status) {
+	t.Helper()
+	foo := liveFoo(t, ns, name)
+	got, message, err := gitops.KStatus(foo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("kstatus reads Foo %s as %s (%s), want %s", name, got, message, want)
+	}
+	script, err := gitops.ReadHealthCheck(env.RepoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, err := gitops.ArgoCDHealth(script, foo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantHealth := gitops.HealthOf[want]; health.Status != wantHealth {
+		t.Errorf("the Argo CD health check reads Foo %s as %s (%s), want %s", name, health.Status, health.Message, wantHealth)
+	}
 }
 
 // getDeployment returns the Deployment, failing the test on error.
@@ -109,17 +153,37 @@ func TestExampleFoo(t *testing.T) {
 
 	env.Kubectl(t, "wait", "-n", ns, "--for=condition=Ready", "--timeout=90s", "foo/example-foo")
 	foo = waitReady(t, ns, "example-foo", 1)
+	checkKStatus(t, ns, "example-foo", kstatus.CurrentStatus)
 	pods := waitRunningPods(t, ns, foo.Status.Selector, 1)
 	if node := pods[0].Spec.NodeName; !strings.HasPrefix(node, "kwok-") {
 		t.Errorf("Pod %s runs on node %q, want a kwok node", pods[0].Name, node)
 	}
 
-	t.Run("kubectl get shows the printer columns", func(t *testing.T) {
-		out := env.Kubectl(t, "get", "foo", "-n", ns)
-		header := regexp.MustCompile(`NAME\s+DEPLOYMENT\s+DESIRED\s+AVAILABLE\s+READY\s+AGE`)
-		row := regexp.MustCompile(`example-foo\s+example-foo\s+1\s+1\s+True\s+\S+`)
-		if !header.MatchString(out) || !row.MatchString(out) {
-			t.Errorf("kubectl get foo:\n%s\nwant the columns DEPLOYMENT DESIRED AVAILABLE READY AGE filled in", out)
+	t.Run("kubectl get shows the printer columns, by short name and category too", func(t *testing.T) {
+		header := regexp.MustCompile(`NAME\s+DEPLOYMENT\s+DESIRED\s+AVAILABLE\s+READY\s+REASON\s+AGE`)
+		row := regexp.MustCompile(`example-foo\s+example-foo\s+1\s+1\s+True\s+DeploymentAvailable\s+\S+`)
+		for _, resource := range []string{"foo", "fo", "samplecontroller"} {
+			out := env.Kubectl(t, "get", resource, "-n", ns)
+			if !header.MatchString(out) || !row.MatchString(out) {
+				t.Errorf("kubectl get %s:\n%s\nwant the columns DEPLOYMENT DESIRED AVAILABLE READY REASON AGE filled in", resource, out)
+			}
+		}
+	})
+
+	t.Run("the Argo CD health check installs as docs/operations.md says", func(t *testing.T) {
+		// A stand-in for Argo CD's own ConfigMap, patched by the documented command.
+		env.Kubectl(t, "create", "configmap", "argocd-cm", "-n", ns)
+		key := "resource.customizations.health.samplecontroller.k8s.io_Foo"
+		patch := env.Kubectl(t, "create", "configmap", "argocd-cm", "--dry-run=client", "-o", "json",
+			"--from-file="+key+"="+filepath.Join(env.RepoRoot, gitops.HealthCheckPath))
+		env.Kubectl(t, "patch", "configmap", "argocd-cm", "-n", ns, "--type", "merge", "--patch", patch)
+		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "argocd-cm", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		health, err := gitops.ArgoCDHealth(cm.Data[key], liveFoo(t, ns, "example-foo"))
+		if err != nil || health.Status != "Healthy" {
+			t.Errorf("the health check from argocd-cm reads the ready Foo as %+v (%v), want Healthy", health, err)
 		}
 	})
 
@@ -232,6 +296,9 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 			fmt.Sprintf("conditions %+v", foo.Status.Conditions)
 	})
 	waitWarning(t, ns, "intruder", "DeploymentNotOwned", `Deployment "taken" already exists and is not controlled by this Foo`)
+	// What kubectl wait and the GitOps tools see: Stalled, so kstatus reads Failed.
+	env.Kubectl(t, "wait", "-n", ns, "--for=condition=Stalled", "--timeout=10s", "foo/intruder")
+	checkKStatus(t, ns, "intruder", kstatus.FailedStatus)
 
 	after := getDeployment(t, ns, "taken")
 	beforeJSON, _ := json.Marshal(before)
@@ -246,6 +313,7 @@ func TestForeignDeploymentIsLeftAlone(t *testing.T) {
 	env.Kubectl(t, "delete", "deployment", "taken", "-n", ns)
 	deleted := time.Now()
 	waitReadyWithin(t, 15*time.Second, ns, "intruder", 1)
+	checkKStatus(t, ns, "intruder", kstatus.CurrentStatus)
 	fmt.Printf("e2e: a Foo whose Deployment name a foreign Deployment held was Ready %.1fs after that Deployment was deleted\n", time.Since(deleted).Seconds())
 }
 
@@ -353,6 +421,7 @@ func waitRejected(t *testing.T, ns, name string) string {
 		return true, ""
 	})
 	waitWarning(t, ns, name, "DeploymentRejected", message)
+	checkKStatus(t, ns, name, kstatus.FailedStatus)
 	return message
 }
 
@@ -622,4 +691,7 @@ func TestNamespaceFlag(t *testing.T) {
 	if len(foo.Status.Conditions) != 0 || foo.Status.ObservedGeneration != 0 {
 		t.Errorf("Foo in the ignored namespace has status %+v, want none", foo.Status)
 	}
+	// A Foo no controller has seen: the CRD's default status (observedGeneration 0) makes
+	// the GitOps tools wait for it, rather than read it as current.
+	checkKStatus(t, ignored, "elsewhere", kstatus.InProgressStatus)
 }

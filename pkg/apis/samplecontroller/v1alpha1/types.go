@@ -11,7 +11,7 @@ import (
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:path=foos,singular=foo,scope=Namespaced
+// +kubebuilder:resource:path=foos,singular=foo,scope=Namespaced,shortName=fo,categories=samplecontroller
 // +kubebuilder:metadata:annotations="api-approved.kubernetes.io=unapproved, experimental-only"
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
@@ -19,6 +19,7 @@ import (
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`,description="Replicas asked for"
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`,description="Replicas available for at least minReadySeconds"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Whether the Deployment has rolled out and is available"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why the Foo is or is not ready"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Foo struct {
 	metav1.TypeMeta `json:",inline"`
@@ -28,8 +29,11 @@ type Foo struct {
 	// spec is what the user asks for.
 	// +required
 	Spec FooSpec `json:"spec"`
-	// status is what the controller last observed.
+	// status is what the controller last observed. Until it has written one, the API
+	// server serves observedGeneration 0, so that kstatus and the tools that use it
+	// read a new Foo as in progress rather than as current.
 	// +optional
+	// +kubebuilder:default={observedGeneration: 0}
 	Status FooStatus `json:"status,omitempty"`
 }
 
@@ -88,14 +92,26 @@ type FooStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
 }
 
-// Condition types of a Foo.
+// Condition types of a Foo. Ready is always there once the controller has synced the
+// Foo; Reconciling and Stalled are there only while True, with Ready's reason and
+// message. With status.observedGeneration they are what kstatus reads
+// (sigs.k8s.io/cli-utils/pkg/kstatus, as Flux, Helm's --wait and kpt use it): a Foo is
+// Current when Ready, InProgress while Reconciling, and Failed when Stalled.
 const (
 	// ConditionReady is True when the Deployment runs the current spec with every
 	// replica available.
 	ConditionReady = "Ready"
+	// ConditionReconciling is True while the Deployment is being created, scaled or
+	// rolled out (Ready's reason is DeploymentProgressing).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the Foo cannot converge until someone acts: its
+	// Deployment name is taken, the Deployment was refused, or its rollout exceeded its
+	// progress deadline (Ready's reason is DeploymentNotOwned, DeploymentRejected or
+	// DeploymentFailed). The controller still retries.
+	ConditionStalled = "Stalled"
 )
 
-// Reasons of the Ready condition.
+// Reasons of the Ready condition, and of Reconciling or Stalled when they are there.
 const (
 	// ReasonDeploymentAvailable: the Deployment has rolled out and all replicas are
 	// available (Ready=True).

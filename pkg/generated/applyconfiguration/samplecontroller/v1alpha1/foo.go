@@ -35,7 +35,9 @@ type FooApplyConfiguration struct {
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
 	// spec is what the user asks for.
 	Spec *FooSpecApplyConfiguration `json:"spec,omitempty"`
-	// status is what the controller last observed.
+	// status is what the controller last observed. Until it has written one, the API
+	// server serves observedGeneration 0, so that kstatus and the tools that use it
+	// read a new Foo as in progress rather than as current.
 	Status *FooStatusApplyConfiguration `json:"status,omitempty"`
 }
 
