@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -204,23 +205,33 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 
 // Release empties the Lease if identity still holds it, with a duration of one second,
 // as client-go's elector does when it releases on cancel, and tells whether it did.
+//
+// A renewal of this process whose answer was cut off, its context cancelled as the work
+// stopped, may still commit between the read and the update here: the update then
+// conflicts with this process's own write. It reads the Lease again and retries while
+// the Lease names identity, so that the next holder need not wait for it to expire.
 func Release(ctx context.Context, lock resourcelock.Interface, identity string) (bool, error) {
-	record, _, err := lock.Get(ctx)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading the lease: %w", err)
-	}
-	if record.HolderIdentity != identity {
-		return false, nil
-	}
-	now := metav1.NewTime(time.Now())
-	err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
-		LeaderTransitions:    record.LeaderTransitions,
-		LeaseDurationSeconds: 1,
-		AcquireTime:          now,
-		RenewTime:            now,
+	released := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		record, _, err := lock.Get(ctx)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the lease: %w", err)
+		}
+		if record.HolderIdentity != identity {
+			return nil
+		}
+		now := metav1.NewTime(time.Now())
+		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions:    record.LeaderTransitions,
+			LeaseDurationSeconds: 1,
+			AcquireTime:          now,
+			RenewTime:            now,
+		})
+		released = err == nil
+		return err
 	})
-	return err == nil, err
+	return released, err
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
@@ -255,4 +256,46 @@ func testHolder(t *testing.T, client *fake.Clientset) string {
 		t.Fatal(err)
 	}
 	return ptr.Deref(lease.Spec.HolderIdentity, "")
+}
+
+// TestReleaseAfterOwnRenewalCommitted releases a Lease while a renewal of this process,
+// whose answer its cancelled context cut off, commits between the release's read and its
+// update: the update conflicts with this process's own write. Release reads the Lease
+// again and empties it, or the next holder would wait a whole Lease duration.
+func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system", ResourceVersion: fakeapiserver.NextResourceVersion()},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+		},
+	})
+	fakeapiserver.Versioned(client, leases)
+	var late atomic.Bool
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if late.Swap(true) {
+			return false, nil, nil
+		}
+		// The renewal lands first, as the apiserver committed it: a new resourceVersion.
+		stored, err := client.Tracker().Get(leases, "system", "slot-0")
+		if err != nil {
+			return true, nil, err
+		}
+		renewed := stored.(*coordinationv1.Lease).DeepCopy()
+		renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		renewed.ResourceVersion = fakeapiserver.NextResourceVersion()
+		if err := client.Tracker().Update(leases, renewed, "system"); err != nil {
+			return true, nil, err
+		}
+		return false, nil, nil
+	})
+	released, err := Release(ctx, testLock(client), "a")
+	if !released || err != nil {
+		t.Errorf("Release = %v, %v; want released", released, err)
+	}
+	if holder := testHolder(t, client); holder != "" {
+		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	}
 }
