@@ -7,9 +7,9 @@ cd "${REPO_ROOT}"
 mkdir -p _output
 
 # Everything but the race detector is built as hack/build.sh builds the binary: without
-# cgo, with -trimpath. Then vet, the image, the tools' tests and the suites share one
-# compilation of client-go and all under it; the race detector needs cgo and compiles
-# its own anyway.
+# cgo, with -trimpath. Then the code generators, vet, the control plane, the image, the
+# tools' tests and the suites share one compilation of what they have in common; the
+# race detector needs cgo and compiles its own anyway.
 #
 # Every go test runs with -vet=off: a go vet stage has vetted the same packages with
 # vet's full set of checks, and go test's own smaller set would type-check every
@@ -52,15 +52,16 @@ check_tracked_files() {
   fi
 }
 
-# A module the product shares with the test module, the bench or the local control
-# plane's tools (client-go and all under it) must be at the product's version there too;
-# another version is compiled again, which on a fresh machine costs minutes for nothing.
+# A module the product shares with the test module, the bench, the local control plane
+# or the code generators (client-go and all under it) must be at the product's version
+# there too; another version is compiled again, which on a fresh machine costs minutes
+# for nothing.
 check_module_versions() {
   local dir patterns mismatched=0
   # What each module builds (not every module in its graph), with the version it builds
   # it at (a replaced module's too).
   local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
-  for dir in test hack/bench hack/tools hack/tools/kwok; do
+  for dir in test hack/bench hack/tools hack/tools/kwok hack/tools/codegen; do
     patterns=./...
     [[ ${dir} == hack/tools* ]] && patterns=tool
     if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
@@ -203,7 +204,7 @@ esac
 
 stage "gofmt" check_gofmt
 stage "tracked files" check_tracked_files
-stage "verify-codegen" hack/verify-codegen.sh
+stage "verify-codegen" as_released hack/verify-codegen.sh
 stage "go vet" as_released go vet ./...
 stage "module versions" check_module_versions
 stage "go vet (harness and suites)" as_released harness_vet
