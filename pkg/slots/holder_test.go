@@ -185,12 +185,14 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 	})
 
 	const ns, group = testNamespace, testGroup
-	const memberDuration = 4 * time.Second
+	// a must see its slots lost by their renew deadline before its own member Lease
+	// expires (it renews every third of the duration) and it gives them up instead.
+	const memberDuration = 6 * time.Second
 	space := mustSpace(t, 8)
 	log := &workLog{active: map[int]string{}}
-	// The slot Leases expire a second before the member Lease, so that they have
-	// expired when the assignment moves their slots.
-	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	// The slot Leases expire before the member Lease, so that they have expired when the
+	// assignment moves their slots.
+	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
 	holders := map[string]*Holder{}
 	start := func(identity string, client kubernetes.Interface, onLost func(int)) {
 		holders[identity], _ = testMember{client: client, identity: identity, space: space, memberDuration: memberDuration, timings: timings, log: log, onLost: onLost}.start(ctx, t)
