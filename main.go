@@ -39,6 +39,7 @@ import (
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
 	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
+	"github.com/seed-e6610ed6/sample-controller/pkg/outage"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
 	"github.com/seed-e6610ed6/sample-controller/pkg/serving"
@@ -175,6 +176,23 @@ func run(ctx context.Context, opts options) error {
 	if opts.leaderElectNamespace == "" {
 		opts.leaderElectNamespace = namespace
 	}
+	// While the API server cannot be reached, every client's requests wait for it,
+	// instead of failing into client-go's reflector backoff, which grows to a minute
+	// and would keep the informers asleep long after the server is back. Innermost:
+	// all clients share it, and the tenure gate's deadlines bound each wait.
+	var wentDown time.Time
+	hold, err := outage.New(ctx, cfg, outage.DefaultInterval, func(down bool) {
+		if down {
+			wentDown = time.Now()
+			logger.Info("The API server cannot be reached: requests wait until it answers", "server", cfg.Host)
+			return
+		}
+		logger.Info("The API server answers again", "server", cfg.Host, "after", time.Since(wentDown).Round(time.Millisecond))
+	})
+	if err != nil {
+		return err
+	}
+	cfg.Wrap(hold.Wrap)
 	// Built-in types travel as protobuf, which costs the API server and this process
 	// less to encode and decode than JSON. Foos are custom resources: JSON only.
 	kubeCfg := rest.CopyConfig(cfg)

@@ -28,6 +28,10 @@ const restartFoos = 1000
 // outage is how long a restarted component stays down.
 const outage = 5 * time.Second
 
+// idleOutage is how long the apiserver stays down while the controller is idle: long
+// enough for a reflector that kept retrying to wait over 5 s between tries.
+const idleOutage = 12 * time.Second
+
 // convergeTimeout bounds each wait for the 1000 Foos to converge: the controller
 // manager, which makes their Deployments available, has the same 2 cores to share.
 const convergeTimeout = 3 * time.Minute
@@ -66,18 +70,27 @@ func TestControlPlaneRestarts(t *testing.T) {
 		return err
 	})
 	created := time.Since(began)
-	down := restart(t, localcluster.ComponentAPIServer)
+	down := restart(t, localcluster.ComponentAPIServer, outage)
 	after := waitConverged(t, ns, names)
 	t.Logf("apiserver restart: down %v, converged %v after", down, after)
 	report = append(report, fmt.Sprintf("apiserver down %.1fs while creating (Foos created in %.1fs): converged %.1fs after it was back",
 		down.Seconds(), created.Seconds(), after.Seconds()))
+
+	// The apiserver down while the controller is idle, long enough for client-go's
+	// reflector backoff to grow past 5 s, and a Foo scaled as soon as it is ready: how
+	// soon the controller acts is how soon its informers watch again.
+	down = restart(t, localcluster.ComponentAPIServer, idleOutage)
+	acted := actedOn(t, sample, ns, names[0])
+	t.Logf("apiserver restart while idle: down %v, acted on a Foo %v after", down, acted)
+	report = append(report, fmt.Sprintf("apiserver down %.1fs while idle: a Foo scaled as soon as it was back acted on %.1fs after",
+		down.Seconds(), acted.Seconds()))
 
 	// 100 of them scaled, and etcd goes down while the controller updates them.
 	scaled := names[:100]
 	forEach(t, scaled, func(ctx context.Context, name string) error {
 		return patchFoo(ctx, sample, ns, name, `{"replicas":1}`)
 	})
-	down = restart(t, localcluster.ComponentEtcd)
+	down = restart(t, localcluster.ComponentEtcd, outage)
 	after = waitConverged(t, ns, names)
 	t.Logf("etcd restart: down %v, converged %v after", down, after)
 	report = append(report, fmt.Sprintf("etcd down %.1fs while scaling 100: converged %.1fs after it was back", down.Seconds(), after.Seconds()))
@@ -115,18 +128,36 @@ func TestControlPlaneRestarts(t *testing.T) {
 		restartFoos, strings.Join(report, "; "), strings.Join(writes, ", "))
 }
 
-// restart stops a component of the control plane, leaves it down for outage, starts
-// it again and returns how long it was down, until it was ready again.
-func restart(t *testing.T, component string) time.Duration {
+// restart stops a component of the control plane, leaves it down for the time given,
+// starts it again and returns how long it was down, until it was ready again.
+func restart(t *testing.T, component string, downFor time.Duration) time.Duration {
 	t.Helper()
 	began := time.Now()
 	if err := env.Cluster.Component(component).Stop(20 * time.Second); err != nil {
 		t.Logf("stopping %s: %v", component, err)
 	}
-	time.Sleep(outage)
+	time.Sleep(downFor)
 	if err := env.Cluster.Restart(t.Context(), component); err != nil {
 		t.Fatalf("starting %s again: %v", component, err)
 	}
+	return time.Since(began)
+}
+
+// actedOn scales the Foo named to one replica and returns how long the controller took
+// to give its Deployment that replica count.
+func actedOn(t *testing.T, sample clientset.Interface, ns, name string) time.Duration {
+	t.Helper()
+	began := time.Now()
+	if err := patchFoo(t.Context(), sample, ns, name, `{"replicas":1}`); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, convergeTimeout, "the controller to scale the Deployment of "+name, func(ctx context.Context) (bool, string) {
+		d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Spec.Replicas != nil && *d.Spec.Replicas == 1, fmt.Sprintf("replicas %v", d.Spec.Replicas)
+	})
 	return time.Since(began)
 }
 
