@@ -178,8 +178,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	// While the API server cannot be reached, every client's requests wait for it,
 	// instead of failing into client-go's reflector backoff, which grows to a minute
-	// and would keep the informers asleep long after the server is back. Innermost:
-	// all clients share it, and the tenure gate's deadlines bound each wait.
+	// and would keep the informers asleep long after the server is back.
 	var wentDown time.Time
 	hold, err := outage.New(ctx, cfg, outage.DefaultInterval, func(down bool) {
 		if down {
@@ -192,31 +191,21 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	cfg.Wrap(hold.Wrap)
-	// Built-in types travel as protobuf, which costs the API server and this process
-	// less to encode and decode than JSON. Foos are custom resources: JSON only.
-	kubeCfg := rest.CopyConfig(cfg)
-	kubeCfg.ContentType = runtime.ContentTypeProtobuf
-	kubeCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	// The Leases are written by a client of their own: the elections keep the
-	// tenures that every other write is held to.
-	leaseClient, err := kubernetes.NewForConfig(kubeCfg)
-	if err != nil {
-		return fmt.Errorf("building the Lease client: %w", err)
-	}
 	// Every write of the controller, Events included, passes the gate. With leader
 	// election or shards, only inside a valid tenure.
 	gate := &tenure.Gate{
 		Required: elected,
 		HeldBack: func(reason string) { writesHeldBack.WithLabelValues(reason).Inc() },
 	}
-	kubeCfg.Wrap(gate.Wrap)
+	leaseCfg, kubeCfg, fooCfg := clientConfigs(cfg, gate, hold)
+	leaseClient, err := kubernetes.NewForConfig(leaseCfg)
+	if err != nil {
+		return fmt.Errorf("building the Lease client: %w", err)
+	}
 	kubeClient, err := kubernetes.NewForConfig(kubeCfg)
 	if err != nil {
 		return fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	fooCfg := rest.CopyConfig(cfg)
-	fooCfg.Wrap(gate.Wrap)
 	sampleClient, err := clientset.NewForConfig(fooCfg)
 	if err != nil {
 		return fmt.Errorf("building the Foo client: %w", err)
@@ -438,6 +427,29 @@ func runAsLeader(ctx context.Context, kubeClient kubernetes.Interface, opts opti
 	}
 	metrics.LeaderElectionEnded(opts.leaderElectName)
 	return result.Err
+}
+
+// clientConfigs derives from cfg the configurations of the Lease client and of the
+// clients of everything else, built-in types and Foos.
+//
+// The Leases are written by a client of their own: the elections keep the tenures
+// that every other write is held to, at the gate. The hold is outside the gate: a
+// write that waited for the API server is checked against its tenure, and given the
+// server-side timeout of what is left of it, when it is sent, not before it waited.
+func clientConfigs(cfg *rest.Config, gate *tenure.Gate, hold *outage.Hold) (leases, kube, foos *rest.Config) {
+	// Built-in types travel as protobuf, which costs the API server and this process
+	// less to encode and decode than JSON. Foos are custom resources: JSON only.
+	kube = rest.CopyConfig(cfg)
+	kube.ContentType = runtime.ContentTypeProtobuf
+	kube.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	leases = rest.CopyConfig(kube)
+	leases.Wrap(hold.Wrap)
+	kube.Wrap(gate.Wrap)
+	kube.Wrap(hold.Wrap)
+	foos = rest.CopyConfig(cfg)
+	foos.Wrap(gate.Wrap)
+	foos.Wrap(hold.Wrap)
+	return leases, kube, foos
 }
 
 // restConfig loads the client configuration the way kubectl does, applies the

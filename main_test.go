@@ -4,18 +4,28 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/outage"
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 func TestRestConfigRateLimits(t *testing.T) {
@@ -205,5 +215,62 @@ func TestRunAsLeaderCancelledWhileWaiting(t *testing.T) {
 	}
 	if holder := ptr.Deref(getLease(t, client).Spec.HolderIdentity, ""); holder != "the-leader" {
 		t.Errorf("the Lease is held by %q, want the-leader", holder)
+	}
+}
+
+// A write that waited for the API server to come back is checked against its tenure
+// when it is sent: the server is told to stop working on it when the tenure ends, not
+// as long after as the write waited.
+func TestWritesThatWaitedForTheAPIServerCarryWhatIsLeftOfTheirTenure(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	timeouts := make(chan string, 1)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case down.Load():
+			// What a proxy in front of a stopped API server answers.
+			w.WriteHeader(http.StatusBadGateway)
+		case r.URL.Path == "/readyz":
+			w.WriteHeader(http.StatusOK)
+		case r.Method == http.MethodPost:
+			timeouts <- r.URL.Query().Get("timeout")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"}}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer server.Close()
+
+	cfg := &rest.Config{Host: server.URL, QPS: -1}
+	hold, err := outage.New(t.Context(), cfg, 10*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, kubeCfg, _ := clientConfigs(cfg, &tenure.Gate{Required: true}, hold)
+	client := kubernetes.NewForConfigOrDie(kubeCfg)
+	// A read finds the server down.
+	if _, err := client.CoreV1().ConfigMaps("ns").Get(t.Context(), "c", metav1.GetOptions{}); err == nil || !hold.Down() {
+		t.Fatalf("the read got %v and the hold is down: %v; want an error, and down", err, hold.Down())
+	}
+
+	const tenureLength, outageLeft = 4 * time.Second, time.Second
+	leading := tenure.New(clock.RealClock{})
+	leading.Extend(time.Now(), tenureLength)
+	time.AfterFunc(outageLeft, func() { down.Store(false) })
+	ctx := tenure.NewContext(t.Context(), leading)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	if _, err := client.CoreV1().ConfigMaps("ns").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the write failed: %v", err)
+	}
+	timeout, err := time.ParseDuration(<-timeouts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the margin of the tenure, what is left after the wait is shorter than
+	// the tenure less the wait.
+	if most := tenureLength - outageLeft; timeout > most {
+		t.Errorf("the write was sent with timeout=%v, more than the %v its tenure had left when it was sent", timeout, most)
 	}
 }

@@ -11,8 +11,8 @@
 // answers. A reflector sees one failure per outage instead of one per backoff step, and
 // the server gets one probe per interval instead of every client's retries.
 //
-// A request waits only for its own context: a write that carries a tenure's deadline
-// (package tenure) fails at the end of the tenure, waiting or not.
+// A request waits as long as its own context allows, and whatever checks it when it
+// is sent (package tenure's gate) sits behind the hold and checks it after the wait.
 //
 // It is part of the sample-controller binary, not meant for other programs to import.
 package outage
@@ -86,9 +86,10 @@ func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed 
 	}, nil
 }
 
-// Wrap returns next behind the hold, for rest.Config.Wrap. Wrap it innermost (first),
-// so that every client built from the configuration shares it, and outside of it only
-// what must see each attempt (the tenure gate, authentication).
+// Wrap returns next behind the hold, for rest.Config.Wrap: one Hold for every client
+// of the server. Wrap it outside of anything that checks a request when it is sent
+// (the tenure gate), so that the check is made when the request goes, not before it
+// waited.
 func (h *Hold) Wrap(next http.RoundTripper) http.RoundTripper {
 	return &heldTransport{hold: h, next: next}
 }
