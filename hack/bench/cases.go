@@ -15,8 +15,9 @@ type benchCase interface {
 }
 
 // coldStartCase runs first in every session, since the later cases need it
-// converged; record says whether its figures are reported.
-type coldStartCase struct{ record bool }
+// converged; record says whether its figures are reported, events whether it waits
+// for every Foo's DeploymentCreated Event too.
+type coldStartCase struct{ record, events bool }
 
 // coldStartResult is one cold start, or how far it got.
 type coldStartResult struct {
@@ -46,6 +47,11 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	conv := newConvergence(s.foos, s.driver.rule(), start)
 	s.watch.observe(conv.observeDeployment, conv.observeFoo)
 	defer s.watch.observe(nil, nil)
+	if c.events {
+		conv.countEvents()
+		s.watch.observeEvents(conv.observeEvent)
+		defer s.watch.observeEvents(nil)
+	}
 	if err := s.driver.start(ctx, s); err != nil {
 		return err
 	}

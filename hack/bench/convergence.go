@@ -7,11 +7,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // statusRule decides when a Foo's status counts as done in a cold start.
@@ -55,10 +57,15 @@ func deploymentMatches(d *appsv1.Deployment, foo *samplev1alpha1.Foo) bool {
 
 // convergence is the collector of a cold start: from the watch events it records
 // when each Deployment first appeared, and when every Deployment matched its Foo and
-// every Foo's status satisfied the rule, all at once.
+// every Foo's status satisfied the rule, all at once, and, if it counts Events, each
+// Foo had its DeploymentCreated Event.
 type convergence struct {
 	rule  statusRule
 	start time.Time // the origin of the times: the controller's start, or the limit's
+	// events: the cold start is done only once every Foo has its DeploymentCreated
+	// Event, which a controller may write after the status (in the background).
+	events bool
+	nEvent int
 
 	mu           sync.Mutex
 	byDeployment map[string]*fooProgress // by spec.deploymentName
@@ -70,8 +77,8 @@ type convergence struct {
 }
 
 type fooProgress struct {
-	foo                         *samplev1alpha1.Foo
-	arrived, deployment, status bool
+	foo                                *samplev1alpha1.Foo
+	arrived, deployment, status, event bool
 }
 
 func newConvergence(foos []*samplev1alpha1.Foo, rule statusRule, start time.Time) *convergence {
@@ -120,8 +127,28 @@ func flip(b *bool, v bool) int {
 	return 0
 }
 
+// countEvents makes the cold start wait for every Foo's DeploymentCreated Event.
+func (c *convergence) countEvents() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = true
+}
+
+func (c *convergence) observeEvent(e *eventsv1.Event, at time.Time) {
+	if e.Reason != reconcile.EventDeploymentCreated {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.byUID[e.Regarding.UID]; ok && !p.event {
+		p.event = true
+		c.nEvent++
+		c.checkDone(at)
+	}
+}
+
 func (c *convergence) checkDone(at time.Time) {
-	if !c.done && c.nDep == len(c.byUID) && c.nFoo == len(c.byUID) {
+	if !c.done && c.nDep == len(c.byUID) && c.nFoo == len(c.byUID) && (!c.events || c.nEvent == len(c.byUID)) {
 		c.done, c.doneAfter = true, at.Sub(c.start)
 	}
 }
@@ -135,7 +162,11 @@ func (c *convergence) isDone() bool {
 func (c *convergence) progress() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("%d of %d Deployments, %d of %d statuses", c.nDep, len(c.byUID), c.nFoo, len(c.byUID))
+	progress := fmt.Sprintf("%d of %d Deployments, %d of %d statuses", c.nDep, len(c.byUID), c.nFoo, len(c.byUID))
+	if c.events {
+		progress += fmt.Sprintf(", %d of %d Events", c.nEvent, len(c.byUID))
+	}
+	return progress
 }
 
 // result is the cold start as far as it got; waited is the time waited, for one

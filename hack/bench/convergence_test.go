@@ -6,11 +6,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 func newFoo(name string, replicas int32) *samplev1alpha1.Foo {
@@ -141,5 +144,29 @@ func TestConvergenceTimedOut(t *testing.T) {
 	r := c.result(time.Minute)
 	if r.Converged || r.Seconds != 60 || r.timedOutText() != "timed out: 1 of 2 after 60 s" {
 		t.Errorf("result = %+v, %q", r, r.timedOutText())
+	}
+}
+
+func TestConvergenceCountsEvents(t *testing.T) {
+	a := newFoo("a", 1)
+	start := time.Unix(100, 0)
+	c := newConvergence([]*samplev1alpha1.Foo{a}, ruleReady, start)
+	c.countEvents()
+	c.observeDeployment(newDeploymentOf(a, 1), start.Add(100*time.Millisecond))
+	c.observeFoo(withReadyStatus(a, 1), start.Add(200*time.Millisecond))
+	if c.isDone() {
+		t.Fatal("done before the Foo's Event")
+	}
+	event := func(reason string) *eventsv1.Event {
+		return &eventsv1.Event{Reason: reason, Regarding: corev1.ObjectReference{UID: a.UID}}
+	}
+	c.observeEvent(event("DeploymentUpdated"), start.Add(300*time.Millisecond))
+	if got, want := c.progress(), "1 of 1 Deployments, 1 of 1 statuses, 0 of 1 Events"; got != want {
+		t.Fatalf("progress = %q, want %q", got, want)
+	}
+	c.observeEvent(event(reconcile.EventDeploymentCreated), start.Add(400*time.Millisecond))
+	c.observeEvent(event(reconcile.EventDeploymentCreated), start.Add(900*time.Millisecond)) // a second one counts once
+	if r := c.result(time.Minute); !r.Converged || r.Seconds != 0.4 {
+		t.Errorf("result = %+v, want converged at the Event, 0.4 s", r)
 	}
 }

@@ -37,6 +37,8 @@ type config struct {
 	shardedFoos, shardSlots             int
 	shardedReplicas                     []int
 	tenureFoos, tenurePairs, tenureRate int
+	ratioFoos                           []int
+	ratioPairs                          int
 	ourBinary, controllerBinary         string
 	controllerName, controllerArgs      string
 	outDir                              string
@@ -54,11 +56,12 @@ const (
 	caseReaction  = "reaction"  // spec change to Deployment latency
 	caseSharded   = "sharded"   // replicas in sharded mode, against one unsharded
 	caseTenure    = "tenure"    // elected (every write checked against the tenure) against unelected
+	caseRatio     = "ratio"     // cold start of ours against the limit with events, in alternating pairs on one cluster
 )
 
 // defaultCases run unless --cases says otherwise; the tenure case runs only when asked.
 var (
-	defaultCases = []string{caseColdStart, caseLimit, caseSteady, caseMemory, caseReaction, caseSharded}
+	defaultCases = []string{caseColdStart, caseLimit, caseRatio, caseSteady, caseMemory, caseReaction, caseSharded}
 	allCases     = append(slices.Clone(defaultCases), caseTenure)
 )
 
@@ -92,6 +95,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.tenureFoos, "tenure-foos", 10000, "tenure case: number of Foos")
 	fs.IntVar(&cfg.tenurePairs, "tenure-pairs", 3, "tenure case: pairs of sessions, unelected and elected, in alternating order")
 	fs.IntVar(&cfg.tenureRate, "tenure-rate", 100, "tenure case: spec changes per second of its reaction case")
+	ratioFoos := fs.String("ratio-foos", "1000,10000", "ratio case: sizes, numbers of Foos, comma-separated")
+	fs.IntVar(&cfg.ratioPairs, "ratio-pairs", 3, "ratio case: pairs of runs, ours and the limit with events, in alternating order")
 	cases := fs.String("cases", strings.Join(defaultCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -110,6 +115,9 @@ func parseFlags(args []string) (config, error) {
 	if cfg.shardedReplicas, err = parseInts("--sharded-replicas", *shardedReplicas); err != nil {
 		return cfg, err
 	}
+	if cfg.ratioFoos, err = parseInts("--ratio-foos", *ratioFoos); err != nil {
+		return cfg, err
+	}
 	cfg.cases = map[string]bool{}
 	for _, c := range strings.Split(*cases, ",") {
 		if c = strings.TrimSpace(c); !slices.Contains(allCases, c) {
@@ -117,7 +125,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.cases[c] = true
 	}
-	for name, v := range map[string]int{"--tenure-foos": cfg.tenureFoos, "--tenure-pairs": cfg.tenurePairs, "--tenure-rate": cfg.tenureRate, "--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
+	for name, v := range map[string]int{"--tenure-foos": cfg.tenureFoos, "--tenure-pairs": cfg.tenurePairs, "--tenure-rate": cfg.tenureRate, "--ratio-pairs": cfg.ratioPairs, "--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
@@ -158,13 +166,15 @@ func parseInts(flagName, s string) ([]int, error) {
 	return out, nil
 }
 
-// sessionPlan is one session: a fresh cluster with foos Foos, the driver that makes
-// the controller's writes on it, and the cases that run there in order.
+// sessionPlan is one session: a fresh cluster (or a namespace of a shared one) with
+// foos Foos, the driver that makes the controller's writes on it, and the cases that
+// run there in order.
 type sessionPlan struct {
 	driver driver
 	foos   int
 	cases  []benchCase
-	layout *layout // nil: every Foo in benchNamespace
+	layout *layout        // nil: every Foo in the session's namespace
+	shared *sharedCluster // nil: a cluster of the session's own
 }
 
 // plan is the table of cases: for every size, the limits and every controller, each
@@ -235,6 +245,9 @@ func plan(cfg config, controllers []driver, ours controller) []sessionPlan {
 	if cfg.cases[caseTenure] {
 		out = append(out, tenurePlan(ours, cfg.tenurePairs, cfg.tenureFoos, cfg.tenureRate)...)
 	}
+	if cfg.cases[caseRatio] {
+		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs)...)
+	}
 	return out
 }
 
@@ -297,6 +310,9 @@ func run(ctx context.Context, cfg config) error {
 	res := &results{Started: time.Now(), Flags: cfg.flags}
 	var runErr error
 	for _, p := range plan(cfg, controllers, ours) {
+		if p.shared != nil {
+			defer p.shared.stop()
+		}
 		r, err := runSession(ctx, cfg, root, p)
 		res.Runs = append(res.Runs, r)
 		if err != nil {
@@ -319,6 +335,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if tenure := tenureMarkdown(res); tenure != "" {
 		tables = append(tables, tenure)
+	}
+	if ratio := ratioMarkdown(res); ratio != "" {
+		tables = append(tables, ratio)
 	}
 	fmt.Print(strings.Join(tables, "\n"))
 	if cfg.docs != "" && runErr == nil && len(tables) > 0 {

@@ -32,7 +32,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || cfg.controllerName != "sample-controller-classic" {
 		t.Errorf("controllerName = %q, %v", cfg.controllerName, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--sharded-replicas=0"}, {"--shard-slots=0"}, {"--cases=nope"}, {"--tenure-pairs=0"}, {"--workers=0"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--sharded-replicas=0"}, {"--shard-slots=0"}, {"--cases=nope"}, {"--tenure-pairs=0"}, {"--ratio-pairs=0"}, {"--ratio-foos=0"}, {"--workers=0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -47,7 +47,7 @@ func TestPlan(t *testing.T) {
 		want  []string
 	}{{
 		name: "every case: limits first, the later cases on the cluster of --steady-foos",
-		args: []string{"--foos=100,1000", "--rates=25,100", "--sharded-foos=300", "--sharded-replicas=3"},
+		args: []string{"--foos=100,1000", "--rates=25,100", "--sharded-foos=300", "--sharded-replicas=3", "--ratio-foos=1000", "--ratio-pairs=2"},
 		want: []string{
 			"limit 100: cold start",
 			"limit with events 100: cold start",
@@ -59,6 +59,10 @@ func TestPlan(t *testing.T) {
 			"ours-sharded-3 300 in 40 namespaces: cold start, sharded",
 			"ours-unsharded 300 in half in one namespace: cold start, sharded",
 			"ours-sharded-3 300 in half in one namespace: cold start, sharded",
+			"ratio ours 1 1000: cold start",
+			"ratio limit 1 1000: cold start",
+			"ratio limit 2 1000: cold start",
+			"ratio ours 2 1000: cold start",
 		},
 	}, {
 		name: "the sharded case: one unsharded replica, then each number of sharded ones, for each layout",

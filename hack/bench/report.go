@@ -99,6 +99,9 @@ func buildTable(res *results) *table {
 	// Every cold start of a size shows every request key any of them made.
 	keys := map[int][]string{}
 	for _, r := range res.Runs {
+		if _, ratio := r.Driver.(ratioSide); ratio {
+			continue
+		}
 		if _, sharded := r.Driver.(replicaSet); sharded {
 			continue
 		}
@@ -112,6 +115,9 @@ func buildTable(res *results) *table {
 		}
 		if _, tenure := r.Driver.(tenureVariant); tenure {
 			continue // tenureMarkdown's
+		}
+		if _, ratio := r.Driver.(ratioSide); ratio {
+			continue // ratioMarkdown's
 		}
 		if !slices.Contains(t.columns, r.Column) {
 			t.columns = append(t.columns, r.Column)

@@ -43,6 +43,12 @@ type session struct {
 	sample  clientset.Interface
 	watch   *watcher
 	foos    []*samplev1alpha1.Foo
+	// namespace holds the Foos (but with a layout); benchNamespace on a cluster of the
+	// session's own.
+	namespace string
+	// shared is the cluster this session shares with others, each in its own namespace;
+	// nil when the session has a cluster of its own.
+	shared *sharedCluster
 
 	// layout spreads the Foos over namespaces; nil puts them all in benchNamespace.
 	layout *layout
@@ -73,12 +79,17 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 		name += "-" + p.layout.Key
 	}
 	s := &session{
-		cfg:    cfg,
-		name:   strings.ReplaceAll(name, " ", "-"),
-		layout: p.layout,
-		driver: p.driver,
-		fail:   fail,
-		result: runResult{Column: p.driver.column(), Limit: isLimit, Driver: p.driver, Foos: p.foos},
+		cfg:       cfg,
+		name:      strings.ReplaceAll(name, " ", "-"),
+		layout:    p.layout,
+		driver:    p.driver,
+		fail:      fail,
+		result:    runResult{Column: p.driver.column(), Limit: isLimit, Driver: p.driver, Foos: p.foos},
+		namespace: benchNamespace,
+		shared:    p.shared,
+	}
+	if p.shared != nil {
+		s.namespace = s.name
 	}
 	defer s.stop()
 	if err := s.setUp(ctx, root, p.foos); err != nil {
@@ -97,10 +108,66 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 	return s.result, nil
 }
 
+// sharedCluster is one cluster for several sessions, each in a namespace of its own:
+// started by the first, stopped by stop.
+type sharedCluster struct {
+	cluster *localcluster.Cluster
+	kube    kubernetes.Interface
+	sample  clientset.Interface
+}
+
+// stop stops the cluster, once, whichever of its sessions' plans calls it.
+func (c *sharedCluster) stop() {
+	if c.cluster == nil {
+		return
+	}
+	if err := c.cluster.Stop(); err != nil {
+		progressf("stopping the shared cluster: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(c.cluster.Dir(), "etcd")); err != nil {
+		progressf("%v", err)
+	}
+	c.cluster = nil
+}
+
 func (s *session) setUp(ctx context.Context, root string, n int) error {
+	switch {
+	case s.shared == nil:
+		if err := s.startCluster(ctx, root, s.name); err != nil {
+			return err
+		}
+	case s.shared.cluster == nil:
+		if err := s.startCluster(ctx, root, "shared"); err != nil {
+			return err
+		}
+		s.shared.cluster, s.shared.kube, s.shared.sample = s.cluster, s.kube, s.sample
+	default:
+		progressf("%s: on the shared cluster, in namespace %s", s.name, s.namespace)
+		s.cluster, s.kube, s.sample = s.shared.cluster, s.shared.kube, s.shared.sample
+	}
+	namespaces, watched := []string{s.namespace, unrelatedNamespace}, s.namespace
+	if s.layout != nil {
+		namespaces, watched = append(namespaces, s.layout.Namespaces...), metav1.NamespaceAll
+	}
+	for _, ns := range namespaces {
+		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) { // default
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	var err error
+	if s.watch, err = startWatcher(ctx, s.kube, s.sample, watched); err != nil {
+		return err
+	}
+	return s.createFoos(ctx, n)
+}
+
+// startCluster starts a fresh cluster (etcd and kube-apiserver only) in the directory
+// named, with the bench's clients and the CRD.
+func (s *session) startCluster(ctx context.Context, root, dir string) error {
 	progressf("%s: starting a fresh cluster", s.name)
 	opts := localcluster.Options{
-		Dir:                   filepath.Join(s.cfg.outDir, "clusters", s.name),
+		Dir:                   filepath.Join(s.cfg.outDir, "clusters", dir),
 		SkipControllerManager: true,
 		SkipScheduler:         true,
 		SkipKwok:              true,
@@ -122,23 +189,7 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	if s.sample, err = clientset.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if err := localcluster.InstallCRD(ctx, s.cluster.RESTConfig(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
-		return err
-	}
-	namespaces, watched := []string{benchNamespace, unrelatedNamespace}, benchNamespace
-	if s.layout != nil {
-		namespaces, watched = append(namespaces, s.layout.Namespaces...), metav1.NamespaceAll
-	}
-	for _, ns := range namespaces {
-		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) { // default
-			return fmt.Errorf("creating namespace %s: %w", ns, err)
-		}
-	}
-	if s.watch, err = startWatcher(ctx, s.kube, s.sample, watched); err != nil {
-		return err
-	}
-	return s.createFoos(ctx, n)
+	return localcluster.InstallCRD(ctx, s.cluster.RESTConfig(), filepath.Join(root, "artifacts", "examples", "crd.yaml"))
 }
 
 // createFoos creates n Foos and waits until the watch has seen them all, so that none
@@ -147,7 +198,7 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 	began := time.Now()
 	s.foos = make([]*samplev1alpha1.Foo, n)
 	err := parallel(ctx, n, s.cfg.parallelism, func(ctx context.Context, i int) error {
-		namespace := benchNamespace
+		namespace := s.namespace
 		if s.layout != nil {
 			namespace = s.layout.namespaceOf(i)
 		}
@@ -174,8 +225,8 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 	return nil
 }
 
-// stop stops the driver, the watch and the cluster, and removes its etcd data (at
-// least 64 MB each); the logs stay.
+// stop stops the driver, the watch and the cluster, unless shared, and removes its
+// etcd data (at least 64 MB each); the logs stay.
 func (s *session) stop() {
 	if s.proc != nil {
 		if err := s.proc.Stop(localcluster.ControllerStopGrace); err != nil {
@@ -196,7 +247,7 @@ func (s *session) stop() {
 	if s.watch != nil {
 		s.watch.stop()
 	}
-	if s.cluster == nil {
+	if s.cluster == nil || s.shared != nil {
 		return
 	}
 	if err := s.cluster.Stop(); err != nil {

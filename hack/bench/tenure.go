@@ -109,13 +109,6 @@ func tenureMarkdown(res *results) string {
 		writeLine(fmt.Sprint(pair), formatNumber(u.coldStart), formatNumber(e.coldStart), formatRatio(e.coldStart/u.coldStart),
 			formatNumber(u.p99), formatNumber(e.p99), formatRatio(e.p99/u.p99))
 	}
-	spread := func(ratios []float64) string {
-		if len(ratios) == 0 {
-			return "n/a"
-		}
-		sorted := slices.Sorted(slices.Values(ratios))
-		return fmt.Sprintf("%s (%s-%s)", formatRatio(percentile(sorted, 50)), formatRatio(sorted[0]), formatRatio(sorted[len(sorted)-1]))
-	}
 	writeLine("median of the pairs' ratios (range)", "", "", spread(coldRatios), "", "", spread(p99Ratios))
 	return b.String()
 }

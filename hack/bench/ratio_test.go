@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+func TestRatioPlan(t *testing.T) {
+	cfg, err := parseFlags([]string{"--cases=ratio", "--ratio-pairs=3", "--ratio-foos=100,1000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := controller{Name: ourName, Binary: "/bin/sample-controller", Ours: true}
+	var got []string
+	var shared *sharedCluster
+	for _, p := range plan(cfg, []driver{ours}, ours) {
+		side, ok := p.driver.(ratioSide)
+		if !ok || len(p.cases) != 1 || p.cases[0] != (coldStartCase{record: true, events: true}) {
+			t.Fatalf("session %+v, want a ratio side with a cold start that waits for the Events", p)
+		}
+		if shared == nil {
+			shared = p.shared
+		}
+		if p.shared == nil || p.shared != shared {
+			t.Fatalf("session %s is not on the one shared cluster", side.column())
+		}
+		got = append(got, fmt.Sprintf("%s %d", side.column(), p.foos))
+	}
+	want := []string{
+		"ratio ours 1 100", "ratio limit 1 100", "ratio limit 2 100", "ratio ours 2 100", "ratio ours 3 100", "ratio limit 3 100",
+		"ratio ours 1 1000", "ratio limit 1 1000", "ratio limit 2 1000", "ratio ours 2 1000", "ratio ours 3 1000", "ratio limit 3 1000",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sessions %q, want %q", got, want)
+	}
+}
+
+func TestRatioMarkdown(t *testing.T) {
+	ours := &controller{Name: ourName}
+	run := func(c *controller, pair, foos int, seconds float64, converged bool) runResult {
+		return runResult{Driver: ratioSide{Ours: c, Pair: pair}, Foos: foos, ColdStart: &coldStartResult{Foos: foos, Converged: converged, Seconds: seconds}}
+	}
+	res := &results{Runs: []runResult{
+		run(ours, 1, 1000, 6, true), run(nil, 1, 1000, 4, true),
+		run(nil, 2, 1000, 5, true), run(ours, 2, 1000, 5.5, true),
+		run(ours, 3, 1000, 8, true), run(nil, 3, 1000, 4, true),
+		run(ours, 4, 1000, 1, false), run(nil, 4, 1000, 4, true), // not converged: no pair
+	}}
+	want := `| cold start, Foos | pair | ours (s) | limit with events (s) | ours ÷ limit |
+| --: | --: | --: | --: | --: |
+| 1000 | 1 | 6.00 | 4.00 | 1.50 |
+| 1000 | 2 | 5.50 | 5.00 | 1.10 |
+| 1000 | 3 | 8.00 | 4.00 | 2.00 |
+| 1000 | median of the pairs (range) |  |  | 1.50 (1.10-2.00) |
+`
+	if got := ratioMarkdown(res); got != want {
+		t.Errorf("ratioMarkdown =\n%s\nwant\n%s", got, want)
+	}
+	if table := buildTable(res); len(table.columns) != 0 {
+		t.Errorf("the ratio runs also went into the main table: %q", table.columns)
+	}
+}
