@@ -55,9 +55,14 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	if err := s.driver.start(ctx, s); err != nil {
 		return err
 	}
+	profiled := func() {}
+	if s.cfg.profile {
+		profiled = startProfiles(ctx, s, "coldstart", s.cfg.coldStartProfile)
+	}
 	if err := s.waitUntil(ctx, s.cfg.coldStartTimeout, conv.isDone, conv.progress); err != nil {
 		return err
 	}
+	profiled()
 	r := conv.result(time.Since(start))
 	s.converged = r.Converged
 	if r.Converged {

@@ -25,6 +25,8 @@ import (
 // records no event, so the reaction case writes none.
 type limit struct {
 	Events bool `json:"events"`
+	// Inflight is how many requests it has in flight; 0 means --workers.
+	Inflight int `json:"inflight,omitempty"`
 }
 
 func (l limit) column() string {
@@ -43,7 +45,11 @@ func (l limit) start(ctx context.Context, s *session) error {
 	if l.Events {
 		writes = "a Deployment, an Event and a status"
 	}
-	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, s.cfg.workers)
+	inflight := l.Inflight
+	if inflight == 0 {
+		inflight = s.cfg.workers
+	}
+	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, inflight)
 	ctx, cancel := context.WithCancel(ctx)
 	run := &limitRun{
 		s:           s,
@@ -54,7 +60,7 @@ func (l limit) start(ctx context.Context, s *session) error {
 	}
 	s.limit = run
 	run.wg.Go(func() {
-		err := parallel(ctx, len(s.foos), s.cfg.workers, func(ctx context.Context, i int) error { return run.create(ctx, i, l.Events) })
+		err := parallel(ctx, len(s.foos), inflight, func(ctx context.Context, i int) error { return run.create(ctx, i, l.Events) })
 		if err != nil && ctx.Err() == nil {
 			s.fail(err)
 		}

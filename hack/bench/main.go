@@ -34,11 +34,12 @@ type config struct {
 	reactionDuration, reactionDeadline  time.Duration
 	reactionInflight                    int
 	profile                             bool
+	coldStartProfile                    time.Duration
 	shardedFoos, shardSlots             int
 	shardedReplicas                     []int
 	tenureFoos, tenurePairs, tenureRate int
 	ratioFoos                           []int
-	ratioPairs                          int
+	ratioPairs, ratioInflight           int
 	ourBinary, controllerBinary         string
 	controllerName, controllerArgs      string
 	outDir                              string
@@ -84,7 +85,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.shardedFoos, "sharded-foos", 10000, "sharded case: number of Foos, spread over 40 namespaces and, in other sessions, half in one")
 	shardedReplicas := fs.String("sharded-replicas", "1,2,4", "sharded case: numbers of sharded replicas, comma-separated; one unsharded replica runs too, to compare with")
 	fs.IntVar(&cfg.shardSlots, "shard-slots", 16, "sharded case: the replicas' --shard-slots (artifacts/deploy/components/sharded's)")
-	fs.BoolVar(&cfg.profile, "profile", false, "reaction case: write CPU profiles of the apiserver and of our controller (started with --profiling) over each rate's changes, for go tool pprof")
+	fs.BoolVar(&cfg.profile, "profile", false, "write CPU profiles of the apiserver and of our controller (started with --profiling) over the first --cold-start-profile of each cold start and each rate's changes of the reaction case, for go tool pprof")
+	fs.DurationVar(&cfg.coldStartProfile, "cold-start-profile", 5*time.Second, "with --profile: how long the profiles of each cold start cover, from the driver's start")
 	fs.StringVar(&cfg.ourBinary, "our-binary", "", "use this build of our controller instead of building it from the repository root")
 	fs.StringVar(&cfg.controllerBinary, "controller-binary", "", "also run every case against this controller, e.g. _output/bin/sample-controller-classic from hack/build-classic.sh")
 	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
@@ -97,6 +99,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.tenureRate, "tenure-rate", 100, "tenure case: spec changes per second of its reaction case")
 	ratioFoos := fs.String("ratio-foos", "1000,10000", "ratio case: sizes, numbers of Foos, comma-separated")
 	fs.IntVar(&cfg.ratioPairs, "ratio-pairs", 3, "ratio case: pairs of runs, ours and the limit with events, in alternating order")
+	fs.IntVar(&cfg.ratioInflight, "ratio-inflight", 32, "ratio case: requests the limit has in flight, as many as this apiserver takes with profit")
 	cases := fs.String("cases", strings.Join(defaultCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -125,7 +128,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.cases[c] = true
 	}
-	for name, v := range map[string]int{"--tenure-foos": cfg.tenureFoos, "--tenure-pairs": cfg.tenurePairs, "--tenure-rate": cfg.tenureRate, "--ratio-pairs": cfg.ratioPairs, "--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
+	for name, v := range map[string]int{"--tenure-foos": cfg.tenureFoos, "--tenure-pairs": cfg.tenurePairs, "--tenure-rate": cfg.tenureRate, "--ratio-pairs": cfg.ratioPairs, "--ratio-inflight": cfg.ratioInflight, "--sharded-foos": cfg.shardedFoos, "--shard-slots": cfg.shardSlots, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--parallelism": cfg.parallelism, "--reaction-inflight": cfg.reactionInflight} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
@@ -336,7 +339,7 @@ func run(ctx context.Context, cfg config) error {
 	if tenure := tenureMarkdown(res); tenure != "" {
 		tables = append(tables, tenure)
 	}
-	if ratio := ratioMarkdown(res); ratio != "" {
+	if ratio := ratioMarkdown(res, cfg.ratioInflight); ratio != "" {
 		tables = append(tables, ratio)
 	}
 	fmt.Print(strings.Join(tables, "\n"))

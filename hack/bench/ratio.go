@@ -32,7 +32,7 @@ func (r ratioSide) rule() statusRule { return ruleReady }
 
 func (r ratioSide) start(ctx context.Context, s *session) error {
 	if r.Ours == nil {
-		return limit{Events: true}.start(ctx, s)
+		return limit{Events: true, Inflight: s.cfg.ratioInflight}.start(ctx, s)
 	}
 	c := *r.Ours
 	c.Args = append(slices.Clone(c.Args), "--namespace="+s.namespace)
@@ -65,7 +65,7 @@ func ratioPlan(ours controller, sizes []int, pairs int) []sessionPlan {
 
 // ratioMarkdown is the ratio case's table: for every size, each pair's cold starts
 // and their ratio, then the median and range of the ratios.
-func ratioMarkdown(res *results) string {
+func ratioMarkdown(res *results, inflight int) string {
 	type key struct{ foos, pair int }
 	seconds := map[key]map[bool]float64{} // ours?
 	var keys []key
@@ -86,7 +86,7 @@ func ratioMarkdown(res *results) string {
 	}
 	var b strings.Builder
 	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
-	writeLine("cold start, Foos", "pair", "ours (s)", "limit with events (s)", "ours ÷ limit")
+	writeLine("cold start, Foos", "pair", "ours (s)", fmt.Sprintf("limit with events, %d in flight (s)", inflight), "ours ÷ limit")
 	writeLine(slices.Repeat([]string{"--:"}, 5)...)
 	ratios := map[int][]float64{}
 	var sizes []int

@@ -47,14 +47,14 @@ func TestRatioMarkdown(t *testing.T) {
 		run(ours, 3, 1000, 8, true), run(nil, 3, 1000, 4, true),
 		run(ours, 4, 1000, 1, false), run(nil, 4, 1000, 4, true), // not converged: no pair
 	}}
-	want := `| cold start, Foos | pair | ours (s) | limit with events (s) | ours ÷ limit |
+	want := `| cold start, Foos | pair | ours (s) | limit with events, 32 in flight (s) | ours ÷ limit |
 | --: | --: | --: | --: | --: |
 | 1000 | 1 | 6.00 | 4.00 | 1.50 |
 | 1000 | 2 | 5.50 | 5.00 | 1.10 |
 | 1000 | 3 | 8.00 | 4.00 | 2.00 |
 | 1000 | median of the pairs (range) |  |  | 1.50 (1.10-2.00) |
 `
-	if got := ratioMarkdown(res); got != want {
+	if got := ratioMarkdown(res, 32); got != want {
 		t.Errorf("ratioMarkdown =\n%s\nwant\n%s", got, want)
 	}
 	if table := buildTable(res); len(table.columns) != 0 {
