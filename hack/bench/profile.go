@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -40,7 +42,18 @@ func startProfiles(ctx context.Context, s *session, what string, d time.Duration
 	switch {
 	case s.ctrl != nil:
 		url := strings.TrimSuffix(s.ctrl.MetricsURL, "/metrics") + "/debug/pprof/profile?seconds=" + seconds
-		profile("controller", func() ([]byte, error) { return getBody(ctx, url) })
+		profile("controller", func() ([]byte, error) {
+			// A controller that has just started may not serve yet.
+			for {
+				data, err := getBody(ctx, url)
+				if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+					return data, err
+				}
+				if err := sleep(ctx, 20*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+		})
 	case s.limit == nil:
 		progressf("%s: the controller serves no metrics, so no profile of it", s.name)
 	}
