@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/util/annotations"
+)
+
+// evaluationInterval is how often Prometheus evaluates a rule group unless it says
+// otherwise, as this one does not; the series of the cases are sampled as often.
+const evaluationInterval = time.Minute
+
+// firingAt evaluates rule on the series of load with Prometheus's engine, every
+// evaluationInterval from 0 to at, the way Prometheus evaluates an alerting rule: an
+// alert, one per output series, is pending from the first evaluation that returns its
+// series and fires once it has been returned for the rule's `for` without a gap. It
+// returns the firing alerts at at, each as "namespace/pod" (the labels this
+// repository's alerts are grouped by).
+func firingAt(t *testing.T, rule rulefmt.Rule, load string, at time.Duration) []string {
+	t.Helper()
+	series := loadSeries(t, load)
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
+	activeSince := map[string]time.Duration{}
+	for ts := time.Duration(0); ts <= at; ts += evaluationInterval {
+		q, err := engine.NewInstantQuery(context.Background(), series, nil, rule.Expr, time.Unix(0, 0).Add(ts))
+		if err != nil {
+			t.Fatalf("%s: %v", rule.Alert, err)
+		}
+		res := q.Exec(context.Background())
+		if res.Err != nil {
+			t.Fatalf("%s at %v: %v", rule.Alert, ts, res.Err)
+		}
+		vector, err := res.Vector()
+		if err != nil {
+			t.Fatalf("%s at %v: %v", rule.Alert, ts, err)
+		}
+		returned := map[string]bool{}
+		for _, sample := range vector {
+			key := sample.Metric.Get("namespace") + "/" + sample.Metric.Get("pod")
+			returned[key] = true
+			if _, ok := activeSince[key]; !ok {
+				activeSince[key] = ts
+			}
+		}
+		for key := range activeSince {
+			if !returned[key] {
+				delete(activeSince, key)
+			}
+		}
+		q.Close()
+	}
+	var firing []string
+	for key, since := range activeSince {
+		if at-since >= time.Duration(rule.For) {
+			firing = append(firing, key)
+		}
+	}
+	slices.Sort(firing)
+	return firing
+}
+
+// loadSeries parses series in the notation of promtool's test files, one a line
+// (`metric{label="value"} 0+10x60`, a sample every evaluationInterval from 0), into
+// series held in memory for the engine. A line "load <interval>" is allowed for
+// readers who know the notation, and must name evaluationInterval.
+func loadSeries(t *testing.T, load string) memSeries {
+	t.Helper()
+	var out memSeries
+	for _, line := range strings.Split(load, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if interval, ok := strings.CutPrefix(line, "load "); ok {
+			if d, err := time.ParseDuration(interval); err != nil || d != evaluationInterval {
+				t.Fatalf("%q: the series are sampled every %v", line, evaluationInterval)
+			}
+			continue
+		}
+		lset, values, err := promQL.ParseSeriesDesc(line)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		var samples []chunks.Sample
+		for i, v := range values {
+			if !v.Omitted {
+				samples = append(samples, floatSample{t: int64(i) * evaluationInterval.Milliseconds(), f: v.Value})
+			}
+		}
+		out = append(out, storage.NewListSeries(lset, samples))
+	}
+	return out
+}
+
+// memSeries is a storage.Queryable of series held in memory.
+type memSeries []*storage.SeriesEntry
+
+func (m memSeries) Querier(int64, int64) (storage.Querier, error) { return m, nil }
+
+func (m memSeries) Select(_ context.Context, sortSeries bool, _ *storage.SelectHints, matchers ...*labels.Matcher) storage.SeriesSet {
+	var selected []storage.Series
+	for _, s := range m {
+		if slices.ContainsFunc(matchers, func(matcher *labels.Matcher) bool { return !matcher.Matches(s.Labels().Get(matcher.Name)) }) {
+			continue
+		}
+		selected = append(selected, s)
+	}
+	if sortSeries {
+		slices.SortFunc(selected, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
+	}
+	return &seriesSet{series: selected, i: -1}
+}
+
+func (memSeries) LabelValues(context.Context, string, *storage.LabelHints, ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return nil, nil, fmt.Errorf("not implemented")
+}
+
+func (memSeries) LabelNames(context.Context, *storage.LabelHints, ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	return nil, nil, fmt.Errorf("not implemented")
+}
+
+func (memSeries) Close() error { return nil }
+
+type seriesSet struct {
+	series []storage.Series
+	i      int
+}
+
+func (s *seriesSet) Next() bool                      { s.i++; return s.i < len(s.series) }
+func (s *seriesSet) At() storage.Series              { return s.series[s.i] }
+func (*seriesSet) Err() error                        { return nil }
+func (*seriesSet) Warnings() annotations.Annotations { return nil }
+
+// floatSample is a float sample at t, in milliseconds.
+type floatSample struct {
+	t int64
+	f float64
+}
+
+func (s floatSample) T() int64                    { return s.t }
+func (floatSample) ST() int64                     { return 0 }
+func (s floatSample) F() float64                  { return s.f }
+func (floatSample) H() *histogram.Histogram       { return nil }
+func (floatSample) FH() *histogram.FloatHistogram { return nil }
+func (floatSample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
+func (s floatSample) Copy() chunks.Sample         { return s }
+
+// alertCase is series that must fire an alert, or leave it silent (no firing), at a
+// time.
+type alertCase struct {
+	name   string
+	load   string
+	at     time.Duration
+	firing []string
+}
+
+// alertCases holds, for every alert of the controller's PrometheusRule, the series
+// that must fire it and those that must not. Every series carries the namespace and
+// pod labels the Prometheus Operator adds to what it scrapes.
+var alertCases = map[string][]alertCase{
+	"SampleControllerSyncErrors": {{
+		name: "fires after 15 minutes of 9% failed syncs",
+		load: `load 1m
+			sample_controller_syncs_total{namespace="sc", pod="a", result="success"} 0+100x60
+			sample_controller_syncs_total{namespace="sc", pod="a", result="error"} 0+10x60`,
+		at:     40 * time.Minute,
+		firing: []string{"sc/"},
+	}, {
+		name: "pending, not firing, 10 minutes in",
+		load: `load 1m
+			sample_controller_syncs_total{namespace="sc", pod="a", result="success"} 0+100x60
+			sample_controller_syncs_total{namespace="sc", pod="a", result="error"} 0+10x60`,
+		at: 10 * time.Minute,
+	}, {
+		name: "silent at 1% failed",
+		load: `load 1m
+			sample_controller_syncs_total{namespace="sc", pod="a", result="success"} 0+100x60
+			sample_controller_syncs_total{namespace="sc", pod="a", result="error"} 0+1x60`,
+		at: 40 * time.Minute,
+	}},
+	"SampleControllerSyncsRejected": {{
+		name: "fires while a Foo is refused on every try",
+		load: `load 1m
+			sample_controller_syncs_total{namespace="sc", pod="a", result="rejected"} 0+1x60`,
+		at:     40 * time.Minute,
+		firing: []string{"sc/"},
+	}, {
+		name: "silent once the refusals stopped",
+		load: `load 1m
+			sample_controller_syncs_total{namespace="sc", pod="a", result="rejected"} 0 1 2 3 4 5 5x50`,
+		at: 40 * time.Minute,
+	}},
+	"SampleControllerWorkQueueBacklog": {{
+		name: "fires on the leader's deep queue",
+		load: `load 1m
+			workqueue_depth{namespace="sc", pod="a", name="foos"} 500x40
+			leader_election_master_status{namespace="sc", pod="a", name="sample-controller"} 1x40
+			workqueue_depth{namespace="sc", pod="b", name="foos"} 500x40
+			leader_election_master_status{namespace="sc", pod="b", name="sample-controller"} 0x40`,
+		at:     30 * time.Minute,
+		firing: []string{"sc/a"},
+	}, {
+		name: "silent on a standby's queue, which no worker drains",
+		load: `load 1m
+			workqueue_depth{namespace="sc", pod="a", name="foos"} 0x40
+			leader_election_master_status{namespace="sc", pod="a", name="sample-controller"} 1x40
+			workqueue_depth{namespace="sc", pod="b", name="foos"} 500x40
+			leader_election_master_status{namespace="sc", pod="b", name="sample-controller"} 0x40`,
+		at: 30 * time.Minute,
+	}, {
+		name: "fires on a sharded replica's slot queues together",
+		load: `load 1m
+			workqueue_depth{namespace="sc", pod="c", name="foos-slot-1"} 60x40
+			workqueue_depth{namespace="sc", pod="c", name="foos-slot-5"} 60x40`,
+		at:     30 * time.Minute,
+		firing: []string{"sc/c"},
+	}, {
+		name: "silent on shallow slot queues",
+		load: `load 1m
+			workqueue_depth{namespace="sc", pod="c", name="foos-slot-1"} 40x40
+			workqueue_depth{namespace="sc", pod="c", name="foos-slot-5"} 40x40`,
+		at: 30 * time.Minute,
+	}},
+	"SampleControllerFoosNotReady": {{
+		name: "fires after 30 minutes of Foos not Ready, counted once over two replicas",
+		load: `load 1m
+			sample_controller_foos{namespace="sc", pod="a", ready="False"} 3x60
+			sample_controller_foos{namespace="sc", pod="b", ready="False"} 3x60`,
+		at:     40 * time.Minute,
+		firing: []string{"sc/"},
+	}, {
+		name: "pending, not firing, 20 minutes in",
+		load: `load 1m
+			sample_controller_foos{namespace="sc", pod="a", ready="False"} 3x60`,
+		at: 20 * time.Minute,
+	}, {
+		name: "silent when every Foo is Ready",
+		load: `load 1m
+			sample_controller_foos{namespace="sc", pod="a", ready="False"} 0x60
+			sample_controller_foos{namespace="sc", pod="a", ready="True"} 9x60`,
+		at: 40 * time.Minute,
+	}},
+	"SampleControllerNoLeader": {{
+		name: "fires when no replica leads",
+		load: `load 1m
+			leader_election_master_status{namespace="sc", pod="a", name="sample-controller"} 0x20
+			leader_election_master_status{namespace="sc", pod="b", name="sample-controller"} 0x20`,
+		at:     10 * time.Minute,
+		firing: []string{"sc/"},
+	}, {
+		name: "silent through a hand-over",
+		load: `load 1m
+			leader_election_master_status{namespace="sc", pod="a", name="sample-controller"} 1 1 1 1 1 0 0x14
+			leader_election_master_status{namespace="sc", pod="b", name="sample-controller"} 0 0 0 0 0 0 1x14`,
+		at: 15 * time.Minute,
+	}},
+	"SampleControllerSlotsUnheld": {{
+		name: "fires when replicas hold fewer slots than there are",
+		load: `load 1m
+			sample_controller_slots{namespace="sc", pod="a"} 8x20
+			sample_controller_slots{namespace="sc", pod="b"} 8x20
+			sample_controller_slots_held{namespace="sc", pod="a"} 3x20
+			sample_controller_slots_held{namespace="sc", pod="b"} 3x20`,
+		at:     10 * time.Minute,
+		firing: []string{"sc/"},
+	}, {
+		name: "silent when every slot is held",
+		load: `load 1m
+			sample_controller_slots{namespace="sc", pod="a"} 8x20
+			sample_controller_slots{namespace="sc", pod="b"} 8x20
+			sample_controller_slots_held{namespace="sc", pod="a"} 4x20
+			sample_controller_slots_held{namespace="sc", pod="b"} 4x20`,
+		at: 10 * time.Minute,
+	}, {
+		name: "silent in single-leader mode, where both gauges are 0",
+		load: `load 1m
+			sample_controller_slots{namespace="sc", pod="a"} 0x20
+			sample_controller_slots_held{namespace="sc", pod="a"} 0x20`,
+		at: 10 * time.Minute,
+	}},
+	"SampleControllerDown": {{
+		name: "fires when no replica is scraped",
+		load: `load 1m
+			up{namespace="other", pod="x"} 1x20`,
+		at:     15 * time.Minute,
+		firing: []string{"/"},
+	}, {
+		name: "silent while a replica serves its build info",
+		load: `load 1m
+			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x20`,
+		at: 15 * time.Minute,
+	}},
+}
+
+// TestAlertsFire runs every alert of artifacts/deploy/components/prometheus through
+// series that must fire it and series that must not, and fails for an alert with no
+// case of either kind.
+func TestAlertsFire(t *testing.T) {
+	manifests, err := os.ReadFile(filepath.Join("..", "..", "artifacts", "deploy", "components", "prometheus", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := prometheusRules(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, g := range groups {
+		for _, rule := range g.rules {
+			if rule.Alert == "" {
+				continue
+			}
+			seen[rule.Alert] = true
+			cases := alertCases[rule.Alert]
+			fires := slices.ContainsFunc(cases, func(c alertCase) bool { return len(c.firing) > 0 })
+			silent := slices.ContainsFunc(cases, func(c alertCase) bool { return len(c.firing) == 0 })
+			if !fires || !silent {
+				t.Errorf("%s: want a case that fires it and one that leaves it silent, have %d cases", rule.Alert, len(cases))
+			}
+			for _, c := range cases {
+				t.Run(rule.Alert+"/"+c.name, func(t *testing.T) {
+					if got := firingAt(t, rule, c.load, c.at); !slices.Equal(got, c.firing) {
+						t.Errorf("firing at %v: %q, want %q", c.at, got, c.firing)
+					}
+				})
+			}
+		}
+	}
+	for alert := range alertCases {
+		if !seen[alert] {
+			t.Errorf("cases for %s, which the PrometheusRule does not have", alert)
+		}
+	}
+}
