@@ -61,7 +61,8 @@ type Hold struct {
 // New returns a Hold for the API server of cfg, which it probes with cfg's own
 // credentials: call it before cfg.Wrap(hold.Wrap). Probing stops when ctx ends, and
 // requests waiting then are let go. changed, if not nil, is called with true when the
-// server is found unreachable and with false when it answers again.
+// server is found unreachable and with false when it answers again, never two calls
+// at once.
 func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed func(down bool)) (*Hold, error) {
 	if interval <= 0 {
 		interval = DefaultInterval
@@ -172,13 +173,15 @@ func (h *Hold) waitBack(back chan struct{}) {
 			break
 		}
 	}
+	// Told before the hold opens: the next outage, which only an open hold can
+	// begin, is told after this one's end.
+	if h.changed != nil && h.ctx.Err() == nil {
+		h.changed(false)
+	}
 	h.mu.Lock()
 	h.back = nil
 	h.mu.Unlock()
 	close(back)
-	if h.changed != nil && h.ctx.Err() == nil {
-		h.changed(false)
-	}
 }
 
 // answers reports whether the server answered /readyz with less than 500: ready
