@@ -49,13 +49,14 @@ func replaceBlock(page []byte, args, block string) []byte {
 	return slices.Concat(page[:i], []byte(block), page[j:])
 }
 
-// writeDocs writes the run's tables into the page at path.
-func writeDocs(path, args, tables string, finished time.Time, root string) error {
+// writeDocs writes the run's tables into the page at path; commit is the repository's
+// when the run began, the one its controller was built from.
+func writeDocs(path, args, tables string, finished time.Time, commit string) error {
 	page, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	block := docsBlock(args, tables, finished, machine(), commit(root))
+	block := docsBlock(args, tables, finished, machine(), commit)
 	if err := os.WriteFile(path, replaceBlock(page, args, block), 0o644); err != nil {
 		return err
 	}

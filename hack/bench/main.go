@@ -301,6 +301,8 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 
+	// Read before the build: the tree may change while the bench runs.
+	builtFrom := commit(root)
 	ours, err := ourController(ctx, cfg, root)
 	if err != nil {
 		return err
@@ -344,7 +346,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	fmt.Print(strings.Join(tables, "\n"))
 	if cfg.docs != "" && runErr == nil && len(tables) > 0 {
-		if err := writeDocs(cfg.docs, strings.Join(cfg.args, " "), strings.Join(tables, "\n"), res.Finished, root); err != nil {
+		if err := writeDocs(cfg.docs, strings.Join(cfg.args, " "), strings.Join(tables, "\n"), res.Finished, builtFrom); err != nil {
 			runErr = err
 		}
 	}
