@@ -346,3 +346,82 @@ func TestAlertsFire(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboard reads the component's Grafana dashboard as the dashboard sidecar gets
+// it and checks that every query parses as PromQL, Grafana's interval variables
+// replaced. Whether each selects served series is the e2e test's (it has a scrape).
+func TestDashboard(t *testing.T) {
+	model, err := os.ReadFile(filepath.Join("..", "..", "artifacts", "deploy", "components", "prometheus", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := dashboardQueries("dashboard.json", model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queries) < 10 {
+		t.Errorf("%d queries, want at least one per panel", len(queries))
+	}
+	for _, q := range queries {
+		if _, err := promQL.ParseExpr(q.expr); err != nil {
+			t.Errorf("%s: %q: %v", q.where, q.expr, err)
+		}
+		if strings.Contains(q.expr, "$__") {
+			t.Errorf("%s: %q keeps a Grafana interval variable", q.where, q.expr)
+		}
+	}
+}
+
+func TestGrafanaDashboards(t *testing.T) {
+	manifests := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: dash
+  namespace: ns
+  labels:
+    grafana_dashboard: "1"
+data:
+  d.json: |
+    {"title": "d", "panels": [
+      {"title": "rate", "targets": [{"expr": "sum(rate(sample_controller_syncs_total{result=\"error\", namespace=\"$namespace\"}[$__rate_interval]))"}]},
+      {"title": "row", "panels": [{"title": "nested", "targets": [{"expr": "workqueue_depth{name=\"nope\"}"}]}]}],
+     "templating": {"list": [{"name": "namespace", "type": "query", "query": {"query": "label_values(sample_controller_build_info, namespace)"}}]}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other
+data:
+  d.json: "not a dashboard, and not labelled as one"
+`
+	queries, err := grafanaDashboards([]byte(manifests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exprs []string
+	for _, q := range queries {
+		exprs = append(exprs, q.expr)
+	}
+	want := []string{
+		`sum(rate(sample_controller_syncs_total{result="error", namespace="$namespace"}[5m]))`,
+		`workqueue_depth{name="nope"}`,
+		`sample_controller_build_info`,
+	}
+	if !slices.Equal(exprs, want) {
+		t.Fatalf("queries %q, want %q", exprs, want)
+	}
+	scrape, err := parseScrape(strings.NewReader("sample_controller_syncs_total{result=\"error\"} 1\nsample_controller_build_info{version=\"v\"} 1\nworkqueue_depth{name=\"foos\"} 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{"namespace": true, "pod": true}
+	var failed []string
+	for _, q := range queries {
+		if problems := checkDashboardQuery(q, scrape, targets); len(problems) > 0 {
+			failed = append(failed, q.expr)
+		}
+	}
+	if want := []string{`workqueue_depth{name="nope"}`}; !slices.Equal(failed, want) {
+		t.Errorf("failed %q, want only %q", failed, want)
+	}
+}

@@ -2,7 +2,8 @@
 // scrape of the process they watch: every rule must pass Prometheus's own validation
 // (the rulefmt and PromQL parser that promtool uses), carry what an on-call reader needs
 // (for, a severity, a summary and a description), and every metric name and label value
-// its expression selects must be in the scrape.
+// its expression selects must be in the scrape. The queries of the Grafana dashboards
+// in ConfigMaps labelled grafana_dashboard are checked the same way.
 //
 //	alertcheck --rules manifests.yaml --metrics scrape.txt
 //
@@ -91,6 +92,22 @@ func run(rulesPath string, metricsPaths []string, targetLabels []string, out io.
 			}
 			problems += len(found)
 		}
+	}
+	queries, err := grafanaDashboards(manifests)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", rulesPath, err)
+	}
+	for _, q := range queries {
+		found := checkDashboardQuery(q, series, targets)
+		status := "ok  "
+		if len(found) > 0 {
+			status = "FAIL"
+		}
+		fmt.Fprintf(out, "%s %s: %s\n", status, q.where, q.expr)
+		for _, p := range found {
+			fmt.Fprintf(out, "       %s\n", p)
+		}
+		problems += len(found)
 	}
 	return problems, nil
 }

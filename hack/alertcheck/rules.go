@@ -27,32 +27,10 @@ var promQL = parser.NewParser(parser.Options{})
 // manifests (documents, or a List of items), and validates their rule groups the way
 // Prometheus loads a rules file.
 func prometheusRules(manifests []byte) ([]ruleGroup, error) {
-	var objects []map[string]any
-	dec := yaml.NewDecoder(bytes.NewReader(manifests))
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if doc == nil {
-			continue
-		}
-		if doc["kind"] == "List" {
-			items, _ := doc["items"].([]any)
-			for _, item := range items {
-				if obj, ok := item.(map[string]any); ok {
-					objects = append(objects, obj)
-				}
-			}
-			continue
-		}
-		objects = append(objects, doc)
+	objects, err := manifestObjects(manifests)
+	if err != nil {
+		return nil, err
 	}
-
 	var groups []ruleGroup
 	for _, obj := range objects {
 		if obj["kind"] != "PrometheusRule" {
@@ -199,4 +177,35 @@ func checkLabelsExist(clause string, names []string, node parser.Node, all []ser
 		}
 	}
 	return problems
+}
+
+// manifestObjects returns the objects of a YAML stream, as kubectl prints manifests:
+// documents, or a List of items.
+func manifestObjects(manifests []byte) ([]map[string]any, error) {
+	var objects []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(manifests))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if doc == nil {
+			continue
+		}
+		if doc["kind"] == "List" {
+			items, _ := doc["items"].([]any)
+			for _, item := range items {
+				if obj, ok := item.(map[string]any); ok {
+					objects = append(objects, obj)
+				}
+			}
+			continue
+		}
+		objects = append(objects, doc)
+	}
+	return objects, nil
 }

@@ -52,7 +52,7 @@ func TestDeployComponents(t *testing.T) {
 		t.Fatalf("make deploy COMPONENTS=%q (dry run): %v\n%s", strings.Join(components, " "), err, out)
 	}
 	for _, object := range append(slices.Collect(maps.Values(want)), "prometheusrule.monitoring.coreos.com/sample-controller",
-		"poddisruptionbudget.policy/sample-controller", "deployment.apps/sample-controller") {
+		"poddisruptionbudget.policy/sample-controller", "deployment.apps/sample-controller", "configmap/sample-controller-dashboard") {
 		if !strings.Contains(out, object) {
 			t.Errorf("make deploy COMPONENTS=%q would not apply %s:\n%s", strings.Join(components, " "), object, out)
 		}
@@ -82,9 +82,9 @@ func TestDeployComponents(t *testing.T) {
 	}
 }
 
-// TestAlertsMatchMetrics checks each alert of the prometheus component against a
-// scrape of a controller that has synced a Foo and leads, and one of a sharded replica
-// that holds its slots, with hack/alertcheck: every
+// TestAlertsMatchMetrics checks each alert of the prometheus component, and each query
+// of its Grafana dashboard, against a scrape of a controller that has synced a Foo and
+// leads, and one of a sharded replica that holds its slots, with hack/alertcheck: every
 // expression parses as Prometheus parses it, and every metric name and label value it
 // selects is one the binary serves. Series that appear only after some event (a given
 // HTTP code, say) could not be checked this way; the controller creates every series
@@ -161,14 +161,21 @@ subjects:
 	if err != nil {
 		t.Errorf("hack/alertcheck: %v; the alerts select series the controller does not serve", err)
 	}
-	passed := 0
+	passed, dashboardQueries := 0, 0
 	for line := range strings.Lines(string(out)) {
 		if strings.HasPrefix(line, "ok ") {
 			passed++
+			if strings.Contains(line, "sample-controller-dashboard") {
+				dashboardQueries++
+			}
 		}
 	}
-	if passed < 5 {
-		t.Errorf("hack/alertcheck passed %d alerts, want at least 5", passed)
+	if passed-dashboardQueries < 5 {
+		t.Errorf("hack/alertcheck passed %d alerts, want at least 5", passed-dashboardQueries)
+	}
+	// The Grafana dashboard's queries, from its ConfigMap, against the same scrapes.
+	if dashboardQueries < 10 {
+		t.Errorf("hack/alertcheck passed %d queries of the Grafana dashboard, want at least 10", dashboardQueries)
 	}
 
 	// The check bites on this very scrape: one label value misspelled fails it.
