@@ -115,7 +115,7 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		client:     fake.NewClientset(sampleObjects...),
 		recorder:   events.NewFakeRecorder(100),
 	}
-	kubeFactory, sampleFactory := newInformerFactories(f.kubeclient, f.client, "", 0, nil)
+	kubeFactory, sampleFactory, _ := newInformerFactories(f.kubeclient, f.client, "", 0, nil, "")
 	c, err := NewController(ctx, Config{
 		KubeClient: f.kubeclient, SampleClient: f.client,
 		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),

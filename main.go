@@ -245,7 +245,8 @@ func run(ctx context.Context, opts options) error {
 	// before the process exits (as a leader, before it releases the Lease).
 	defer eventRecording.Shutdown(ctx, eventrecording.FlushTimeout)
 
-	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil)
+	kubeFactory, sampleFactory, releaseNames := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, nil, controllerAgentName)
+	defer releaseNames()
 	fooInformer := sampleFactory.Samplecontroller().V1alpha1().Foos()
 	controller, err := NewController(ctx, Config{
 		KubeClient: kubeClient, SampleClient: sampleClient,
@@ -295,8 +296,19 @@ func run(ctx context.Context, opts options) error {
 // controller's label, so its memory does not grow with the other Deployments in the
 // cluster. Both drop managedFields from cached objects: the controller never reads
 // them, and they are often the largest part of an object.
-func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientset.Interface, namespace string, resync time.Duration, scope *informerScope) (kubeinformers.SharedInformerFactory, sampleinformers.SharedInformerFactory) {
+//
+// name, unless empty, names the informers in client-go's informer metrics
+// (informer_queued_items, informer_store_resource_version: how far behind each cache
+// is), as name-deployments and name-foos; release gives the names back once the
+// factories have shut down, for a slot that comes back.
+func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientset.Interface, namespace string, resync time.Duration, scope *informerScope, name string) (_ kubeinformers.SharedInformerFactory, _ sampleinformers.SharedInformerFactory, release func()) {
+	kubeName, sampleName := reserveInformerName(name, "deployments"), reserveInformerName(name, "foos")
+	release = func() {
+		kubeName.Release()
+		sampleName.Release()
+	}
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, resync,
+		kubeinformers.WithInformerName(kubeName),
 		kubeinformers.WithNamespace(namespace),
 		kubeinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
 			options.LabelSelector = reconcile.FooUIDLabel
@@ -307,6 +319,7 @@ func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientse
 		kubeinformers.WithTransform(dropManagedFields),
 	)
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
+		sampleinformers.WithInformerName(sampleName),
 		sampleinformers.WithNamespace(namespace),
 		sampleinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
 			if scope != nil {
@@ -318,10 +331,24 @@ func newInformerFactories(kubeClient kubernetes.Interface, sampleClient clientse
 	if scope != nil && scope.keep != nil {
 		// Registered before anyone asks for the Foo informer, so that it is the one.
 		sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return newScopedFooInformer(client, namespace, resync, scope)
+			return newScopedFooInformer(client, namespace, resync, scope, sampleName)
 		})
 	}
-	return kubeFactory, sampleFactory
+	return kubeFactory, sampleFactory, release
+}
+
+// reserveInformerName reserves name-resource for an informer factory's metrics, or
+// returns nil, which names nothing: for an empty name, or one already taken (a second
+// factory of the same name in one process, which only tests build).
+func reserveInformerName(name, resource string) *cache.InformerName {
+	if name == "" {
+		return nil
+	}
+	reserved, err := cache.NewInformerName(name + "-" + resource)
+	if err != nil {
+		return nil
+	}
+	return reserved
 }
 
 // dropManagedFields is an informer transform that clears metadata.managedFields.

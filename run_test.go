@@ -126,7 +126,7 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 // main does, and runs it until ctx is cancelled. Run's result arrives on the channel.
 func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int) (*Controller, <-chan error) {
 	t.Helper()
-	kubeFactory, sampleFactory := newInformerFactories(kubeclient, client, "", 0, nil)
+	kubeFactory, sampleFactory, _ := newInformerFactories(kubeclient, client, "", 0, nil, "")
 	c, err := NewController(ctx, Config{
 		KubeClient: kubeclient, SampleClient: client,
 		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),

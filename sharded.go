@@ -133,11 +133,14 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	}
 	scope := &slotScope{space: space, slot: slot, value: strconv.Itoa(slot)}
 	logger := klog.FromContext(ctx)
-	kubeFactory, sampleFactory := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, &informerScope{
+	kubeFactory, sampleFactory, releaseNames := newInformerFactories(kubeClient, sampleClient, opts.namespace, opts.resyncPeriod, &informerScope{
 		deploymentLabels: SlotLabel + "=" + scope.value,
 		shardSelector:    shardSelector,
 		keep:             func(foo *samplev1alpha1.Foo) bool { return scope.owns(logger, foo) },
-	})
+	}, fmt.Sprintf("slot-%d", slot))
+	// Runs after the factories' shutdown below: the names are free for the slot's
+	// return.
+	defer releaseNames()
 	held := tenure.FromContext(ctx)
 	if held == nil {
 		return fmt.Errorf("slot %d runs without a tenure", slot)
@@ -211,7 +214,7 @@ type informerScope struct {
 
 // newScopedFooInformer is the Foo informer of the generated factory, with the shard
 // selector, whose lists and watches drop the Foos scope.keep refuses.
-func newScopedFooInformer(client clientset.Interface, namespace string, resync time.Duration, scope *informerScope) cache.SharedIndexInformer {
+func newScopedFooInformer(client clientset.Interface, namespace string, resync time.Duration, scope *informerScope, name *cache.InformerName) cache.SharedIndexInformer {
 	foos := client.SamplecontrollerV1alpha1().Foos(namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
@@ -240,6 +243,7 @@ func newScopedFooInformer(client clientset.Interface, namespace string, resync t
 		cache.SharedIndexInformerOptions{
 			ResyncPeriod: resync,
 			Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			Identifier:   name.WithResource(samplev1alpha1.SchemeGroupVersion.WithResource("foos")),
 		})
 }
 

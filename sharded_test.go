@@ -97,11 +97,11 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	}
 	sampleClient := fake.NewClientset(objects...)
 	opened := fakeapiserver.WatchesOpened(sampleClient, "foos")
-	_, sampleFactory := newInformerFactories(k8sfake.NewClientset(), sampleClient, "", 0, &informerScope{
+	_, sampleFactory, _ := newInformerFactories(k8sfake.NewClientset(), sampleClient, "", 0, &informerScope{
 		deploymentLabels: SlotLabel + "=1",
 		shardSelector:    selector,
 		keep:             func(foo *samplev1alpha1.Foo) bool { return scope.owns(klog.FromContext(ctx), foo) },
-	})
+	}, "")
 	informer := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
 	sampleFactory.Start(ctx.Done())
 	defer sampleFactory.Shutdown()

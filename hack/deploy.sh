@@ -8,7 +8,8 @@
 #                           Deployments stay
 #
 # COMPONENTS adds kustomize components of artifacts/deploy/components, by directory
-# name, separated by spaces: COMPONENTS="prometheus networkpolicy".
+# name, separated by spaces: COMPONENTS="prometheus networkpolicy"; cert-manager goes
+# last, whatever the order given.
 #
 # KUBECTL names the kubectl binary (default kubectl); KUBECONFIG and the rest of
 # kubectl's environment apply as usual. Extra arguments go to kubectl, e.g.
@@ -66,8 +67,12 @@ done
   echo "- ${up}artifacts/deploy"
   if [[ -n "${COMPONENTS// /}" ]]; then
     echo "components:"
+    # cert-manager last: it patches what the others add (the ServiceMonitor).
     for component in ${COMPONENTS}; do
-      echo "- ${up}artifacts/deploy/components/${component}"
+      [[ "${component}" == cert-manager ]] || echo "- ${up}artifacts/deploy/components/${component}"
+    done
+    for component in ${COMPONENTS}; do
+      [[ "${component}" != cert-manager ]] || echo "- ${up}artifacts/deploy/components/${component}"
     done
   fi
   echo "images:"

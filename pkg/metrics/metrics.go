@@ -1,5 +1,6 @@
 // Package metrics collects the Prometheus metrics that client-go can report, its work
-// queues' and its REST clients', into a registry that a controller serves on /metrics.
+// queues', its REST clients' and its informers', for a controller to serve on
+// /metrics.
 //
 // Other programs may import it; its API follows this repository's versions, with no
 // promise beyond them.
@@ -8,21 +9,47 @@ package metrics
 import (
 	"context"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/metrics/legacyregistry"
+	// Client-go's informer metrics provider, set in its init: informer_queued_items,
+	// informer_processing_latency_seconds, informer_store_resource_version.
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/fifo"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
-// Registry holds every metric the process serves: the Go runtime's and the process's,
-// client-go's once RegisterClientGo has run, and any the controller adds.
+// Registry holds the metrics the process serves but the informers': the Go runtime's
+// and the process's, client-go's once RegisterClientGo has run, and any the controller
+// adds.
 var Registry = prometheus.NewRegistry()
+
+// Gatherer is what the process serves on /metrics: Registry, and the informer_* series
+// of the informers that have a name, which component-base keeps in its legacy
+// registry (its package clientgo/fifo is client-go's informer metrics provider). Only
+// those are taken from there: that registry has Go and process collectors of its own,
+// which Registry has too.
+var Gatherer prometheus.Gatherer = prometheus.Gatherers{Registry, prefixGatherer{legacyregistry.DefaultGatherer, "informer_"}}
+
+// prefixGatherer gathers the families of Gatherer whose name has prefix.
+type prefixGatherer struct {
+	prometheus.Gatherer
+	prefix string
+}
+
+func (g prefixGatherer) Gather() ([]*dto.MetricFamily, error) {
+	families, err := g.Gatherer.Gather()
+	return slices.DeleteFunc(families, func(f *dto.MetricFamily) bool { return !strings.HasPrefix(f.GetName(), g.prefix) }), err
+}
 
 func init() {
 	Registry.MustRegister(

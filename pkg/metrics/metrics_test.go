@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
@@ -192,4 +196,66 @@ func hasSeries(t *testing.T, metric, label, value string) bool {
 		}
 	}
 	return false
+}
+
+// An informer with a name reports its store's resourceVersion and its queue through
+// Gatherer, beside Registry's series and without a second copy of the Go and process
+// collectors.
+func TestInformerMetrics(t *testing.T) {
+	name, err := cache.NewInformerName(fmt.Sprintf("metrics-test-%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer name.Release()
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", ResourceVersion: "42"}})
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			list, err := client.CoreV1().ConfigMaps("ns").List(ctx, options)
+			if err == nil {
+				list.ResourceVersion = "42"
+			}
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().ConfigMaps("ns").Watch(ctx, options)
+		},
+	}
+	// The fake clientset says it does not stream lists, so the reflector lists.
+	informer := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.ConfigMap{}, cache.SharedIndexInformerOptions{
+		Identifier: name.WithResource(corev1.SchemeGroupVersion.WithResource("configmaps")),
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the informer did not sync")
+	}
+
+	families, err := Gatherer.Gather()
+	if err != nil {
+		t.Fatalf("gathering: %v", err)
+	}
+	var rv float64 = -1
+	found := map[string]int{}
+	for _, f := range families {
+		found[f.GetName()]++
+		if f.GetName() != "informer_store_resource_version" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "name" && l.GetValue() == name.Name() {
+					rv = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if rv != 42 {
+		t.Errorf("informer_store_resource_version{name=%q} = %v, want 42", name.Name(), rv)
+	}
+	for _, family := range []string{"informer_queued_items", "go_goroutines", "process_cpu_seconds_total"} {
+		if found[family] != 1 {
+			t.Errorf("%s gathered %d times, want once", family, found[family])
+		}
+	}
 }

@@ -45,11 +45,11 @@ func ProbesHandler(synced func() bool, healthz func(*http.Request) error) http.H
 	return mux
 }
 
-// MetricsHandler serves /metrics from metrics.Registry, and with profiling Go's
+// MetricsHandler serves /metrics from metrics.Gatherer, and with profiling Go's
 // profiles under /debug/pprof/.
 func MetricsHandler(profiling bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer, promhttp.HandlerOpts{}))
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

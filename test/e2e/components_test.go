@@ -37,6 +37,7 @@ func TestDeployComponents(t *testing.T) {
 		components = append(components, e.Name())
 	}
 	want := map[string]string{
+		"cert-manager":  "certificate.cert-manager.io/sample-controller-metrics",
 		"networkpolicy": "networkpolicy.networking.k8s.io/sample-controller",
 		"prometheus":    "servicemonitor.monitoring.coreos.com/sample-controller",
 	}
@@ -57,6 +58,8 @@ func TestDeployComponents(t *testing.T) {
 			t.Errorf("make deploy COMPONENTS=%q would not apply %s:\n%s", strings.Join(components, " "), object, out)
 		}
 	}
+
+	checkVerifiedScrape(t, env.Kubectl(t, "kustomize", dir))
 
 	out, err = env.DeployComponents(t.Context(), dir, []string{"prometheus", "grafana"}, "apply", "--dry-run=server")
 	if err == nil || !strings.Contains(out, "no component grafana") {
@@ -199,7 +202,7 @@ var (
 )
 
 // installMonitoringCRDs installs, once for the suite, stand-ins for the Prometheus
-// Operator's CRDs (testdata/monitoring-crds.yaml).
+// Operator's and cert-manager's CRDs (testdata/monitoring-crds.yaml).
 func installMonitoringCRDs(t *testing.T) {
 	t.Helper()
 	monitoringCRDsOnce.Do(func() {
@@ -211,7 +214,8 @@ func installMonitoringCRDs(t *testing.T) {
 			return
 		}
 		monitoringCRDsErr = localcluster.WaitCRDsEstablished(ctx, env.Cluster.RESTConfig(),
-			"servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
+			"servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com",
+			"issuers.cert-manager.io", "certificates.cert-manager.io")
 	})
 	if monitoringCRDsErr != nil {
 		t.Fatal(monitoringCRDsErr)

@@ -345,6 +345,10 @@ func TestMetrics(t *testing.T) {
 		{"workqueue_queue_duration_seconds", map[string]string{"name": "foos"}},
 		{"rest_client_requests_total", map[string]string{"code": "201", "method": "POST"}},
 		{"rest_client_request_duration_seconds", map[string]string{"verb": "POST"}},
+		// How far each cache has got: client-go's informer metrics.
+		{"informer_store_resource_version", map[string]string{"name": "sample-controller-foos", "resource": "foos"}},
+		{"informer_store_resource_version", map[string]string{"name": "sample-controller-deployments", "resource": "deployments"}},
+		{"informer_processing_latency_seconds", map[string]string{"name": "sample-controller-foos"}},
 	} {
 		// Histograms sum their sample counts, the _count series.
 		if v := m.Sum(c.name, c.labels); v <= 0 {
