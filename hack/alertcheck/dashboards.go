@@ -17,7 +17,7 @@ type dashboardQuery struct {
 // grafanaIntervals are the interval variables Grafana replaces with a duration.
 var grafanaIntervals = regexp.MustCompile(`\$\{?__(rate_interval|interval|range)\}?`)
 
-// labelValues matches a variable query label_values(selector, label).
+// labelValuesQuery matches a variable query label_values(selector, label).
 var labelValuesQuery = regexp.MustCompile(`^\s*label_values\((.*),\s*[a-zA-Z_][a-zA-Z0-9_]*\s*\)\s*$`)
 
 // grafanaDashboards finds the Grafana dashboards in a YAML stream's ConfigMaps labelled

@@ -219,20 +219,51 @@ func TestScrapeWithIssuedCertificate(t *testing.T) {
 // newTestCA returns a self-signed CA certificate and its key.
 func newTestCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
+	return signTestCert(t, &x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}, nil, nil)
+}
+
+// issueTestCert returns a serving certificate for dnsName issued by ca, and its key,
+// PEM-encoded; the certificate is followed by the CA's, as cert-manager writes tls.crt.
+func issueTestCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, dnsName string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	cert, key := signTestCert(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: dnsName},
+		DNSNames:    []string{dnsName},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, caKey)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chain bytes.Buffer
+	for _, d := range [][]byte{cert.Raw, ca.Raw} {
+		if err := pem.Encode(&chain, &pem.Block{Type: "CERTIFICATE", Bytes: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return chain.Bytes(), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// signTestCert gives tmpl a new key, a serial and an hour's validity, and signs it
+// with parent's key, or with its own when parent is nil.
+func signTestCert(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,38 +272,4 @@ func newTestCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey)
 		t.Fatal(err)
 	}
 	return cert, key
-}
-
-// issueTestCert returns a serving certificate for dnsName issued by ca, and its key,
-// PEM-encoded; the certificate is followed by the CA's, as cert-manager writes tls.crt.
-func issueTestCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, dnsName string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: dnsName},
-		DNSNames:     []string{dnsName},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var chain bytes.Buffer
-	for _, d := range [][]byte{der, ca.Raw} {
-		if err := pem.Encode(&chain, &pem.Block{Type: "CERTIFICATE", Bytes: d}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return chain.Bytes(), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
