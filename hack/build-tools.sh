@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kubelet, kwok) from the Go modules pinned under hack/tools into
-# _output/bin (or $LOCALCLUSTER_BIN_DIR). A binary is rebuilt only when it is missing or
-# when the pins (go.mod/go.sum) or this script changed since it was built.
+# kube-scheduler, kubectl, kubelet, kwok) and helm from the Go modules pinned under
+# hack/tools into _output/bin (or $LOCALCLUSTER_BIN_DIR). A binary is rebuilt only when
+# it is missing or when the pins (go.mod/go.sum) or this script changed since it was
+# built.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -144,6 +145,18 @@ if needs_build kwok "${kwok_stamp}" "${kwok_want}" || [[ ! -f "${BIN_DIR}/${KWOK
   mv -f "${stages_tmp}" "${BIN_DIR}/${KWOK_STAGES_FILE}"
   log "wrote ${BIN_DIR}/${KWOK_STAGES_FILE} (stages: ${KWOK_STAGES[*]})"
   echo "${kwok_want}" >"${kwok_stamp}"
+fi
+
+# helm, from its own module, for the chart's checks and the helm e2e suite.
+HELM_DIR="${TOOLS_DIR}/helm"
+helm_stamp="${BIN_DIR}/.helm.stamp"
+helm_want="$(fingerprint "${HELM_DIR}")"
+if needs_build helm "${helm_stamp}" "${helm_want}"; then
+  announce_once
+  helm_version="$(cd "${HELM_DIR}" && go list -m -f '{{.Version}}' helm.sh/helm/v4)"
+  build "${HELM_DIR}" "-s -w -X helm.sh/helm/v4/internal/version.version=${helm_version}" \
+    "helm helm.sh/helm/v4/cmd/helm"
+  echo "${helm_want}" >"${helm_stamp}"
 fi
 
 if [[ ${#built[@]} -eq 0 ]]; then

@@ -64,7 +64,7 @@ check_module_versions() {
   local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
   product="$(go list -deps -test -f "${format}" ./... | sort -u)" || return 1
   [[ -n "${product}" ]] || { echo "go list found nothing the product builds" >&2; return 1; }
-  for dir in test hack/bench hack/tools hack/tools/kwok hack/tools/codegen; do
+  for dir in test hack/bench hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/codegen; do
     patterns=./...
     [[ ${dir} == hack/tools* ]] && patterns=tool
     if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
@@ -121,6 +121,11 @@ image_tests() {
 
 alertcheck_tests() {
   (cd hack/alertcheck && go vet ./... && go test -vet=off -count=1 ./...)
+}
+
+# The chart against kustomize, with helm from hack/tools/helm (built by then).
+release_tool_tests() {
+  (cd hack/release && go vet ./... && HELM="${REPO_ROOT}/_output/bin/helm" go test -vet=off -count=1 ./...)
 }
 
 bench_tool_tests() {
@@ -216,6 +221,7 @@ stage "build the local control plane" hack/build-tools.sh
 stage "build the image" build_image
 stage "image tool tests" as_released image_tests
 stage "bench tool tests" as_released bench_tool_tests
+stage "release tool tests" as_released release_tool_tests
 stage "alert check tool tests" as_released alertcheck_tests
 stage "unit tests (-race)" unit_tests
 stage "harness tests (-race)" harness_tests

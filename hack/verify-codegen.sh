@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails, showing a diff, when anything hack/update-codegen.sh generates is stale:
-# deepcopy functions, pkg/generated, or the CRD. It regenerates into a temporary
+# deepcopy functions, pkg/generated, the CRD, or the Helm chart. It regenerates into a temporary
 # copy of the tree, so the working tree is never modified.
 set -o errexit -o nounset -o pipefail
 
@@ -16,7 +16,7 @@ tar -C "${REPO_ROOT}" --exclude=./.git --exclude=./_output/bin --exclude=./_outp
 "${tmp}/hack/update-codegen.sh" >/dev/null
 
 status=0
-for path in pkg/apis pkg/generated artifacts/examples/crd.yaml; do
+for path in pkg/apis pkg/generated artifacts/examples/crd.yaml artifacts/chart; do
   if ! diff -Naupr "${REPO_ROOT}/${path}" "${tmp}/${path}"; then
     status=1
   fi
