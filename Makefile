@@ -31,6 +31,10 @@ build: ## Build the controller binary into _output/bin (hack/build.sh: static, s
 image: ## Build the container image as an OCI archive in _output/image, without Docker.
 	hack/build-image.sh
 
+.PHONY: release
+release: ## Write a release into _output/release: the image (amd64, arm64), install.yaml and the Helm chart, both naming the image by digest, and SHA256SUMS. IMAGE=REPOSITORY:TAG names it.
+	hack/release.sh
+
 .PHONY: tools
 tools: ## Build the local control plane (etcd, kube-apiserver, ..., kwok) into _output/bin.
 	hack/build-tools.sh

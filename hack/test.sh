@@ -154,13 +154,15 @@ container_runtime() {
 
 e2e_tests() {
   local status=0
-  # Every e2e test runs the controller binary taken out of the image built above, and
-  # the container suite the image itself. One suite at a time: each has its own cluster.
+  # Every e2e test runs the controller binary taken out of the image built above, the
+  # container suite the image itself, and the helm suite the release's install.yaml and
+  # chart. One suite at a time: each has its own cluster.
   (cd test && E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
-    go test -vet=off -tags e2e -count=1 -timeout 30m -p 1 -v ./e2e/ ./container/) >_output/e2e.log 2>&1 || status=$?
-  grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:)|_test\.go:[0-9]+' _output/e2e.log || true
+    E2E_RELEASE_DIR="${REPO_ROOT}/_output/release" \
+    go test -vet=off -tags e2e -count=1 -timeout 30m -p 1 -v ./e2e/ ./helm/ ./container/) >_output/e2e.log 2>&1 || status=$?
+  grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:|helm:)|_test\.go:[0-9]+' _output/e2e.log || true
   if [[ ${status} -ne 0 ]]; then
-    echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/ and _output/container/):"
+    echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/, _output/helm/ and _output/container/):"
     tail -n 150 _output/e2e.log
   fi
   return "${status}"
@@ -180,10 +182,10 @@ fault_tests() {
   return "${status}"
 }
 
-# The tests run the image built for this machine only; `make image` builds every
-# architecture.
-build_image() {
-  ARCHS="$(go env GOARCH)" hack/build-image.sh
+# The tests run the release of `make release` (the image, install.yaml, the chart),
+# built for this machine only; `make release` builds every architecture.
+build_release() {
+  ARCHS="$(go env GOARCH)" hack/release.sh
 }
 
 # `hack/test.sh e2e` and `hack/test.sh faults` (make e2e, make test-faults) run one
@@ -195,7 +197,7 @@ case "${1:-all}" in
     ;;
   e2e | faults)
     stage "build the local control plane" hack/build-tools.sh
-    stage "build the image" build_image
+    stage "build the release" as_released build_release
     if [[ "$1" == e2e ]]; then
       stage "container runtime" container_runtime
       stage "e2e tests" as_released e2e_tests
@@ -218,7 +220,7 @@ stage "go vet" as_released go vet ./...
 stage "module versions" check_module_versions
 stage "go vet (harness and suites)" as_released harness_vet
 stage "build the local control plane" hack/build-tools.sh
-stage "build the image" build_image
+stage "build the release" as_released build_release
 stage "image tool tests" as_released image_tests
 stage "bench tool tests" as_released bench_tool_tests
 stage "release tool tests" as_released release_tool_tests

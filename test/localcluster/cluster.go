@@ -105,6 +105,13 @@ type Options struct {
 	// older one does.
 	DisableShardedListAndWatch bool
 
+	// EmulatedVersion, "MAJOR.MINOR", makes the apiserver, controller manager and
+	// scheduler behave as that older release (--emulated-version; a release emulates
+	// the three before it): its APIs, feature gates and CEL libraries. The
+	// ShardedListAndWatch feature is then left at that release's default (absent
+	// before 1.36). Empty means the binaries' own release.
+	EmulatedVersion string
+
 	// ExtraArgs are appended to the command line of the named component (one of the
 	// component constants), for example an audit policy for the apiserver.
 	ExtraArgs map[string][]string
@@ -482,10 +489,16 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 
 	// componentFlags are what kube-controller-manager and kube-scheduler share: their
-	// kubeconfig, and a loopback HTTPS port with the cluster's serving certificate for
-	// their health probe. One instance each, so no leader election.
+	// kubeconfig, a loopback HTTPS port with the cluster's serving certificate for
+	// their health probe, and the emulated release. One instance each, so no leader
+	// election.
+	// The release all three emulate, when an older one is asked for.
+	var emulation []string
+	if opts.EmulatedVersion != "" {
+		emulation = []string{"--emulated-version=" + opts.EmulatedVersion}
+	}
 	componentFlags := func(name string, port int) []string {
-		return []string{
+		return append([]string{
 			"--kubeconfig=" + l.kubeconfigs[name],
 			"--bind-address=127.0.0.1",
 			"--secure-port=" + strconv.Itoa(port),
@@ -494,7 +507,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			"--tls-private-key-file=" + creds.servingKey,
 			"--leader-elect=false",
 			"--profiling=false",
-		}
+		}, emulation...)
 	}
 
 	etcdClientURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
@@ -514,7 +527,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	err = run(ComponentAPIServer, []string{
+	apiserverArgs := append([]string{
 		"--etcd-servers=" + etcdClientURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -536,11 +549,14 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		"--service-account-signing-key-file=" + creds.saKey,
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--profiling=false",
-		"--feature-gates=ShardedListAndWatch=" + strconv.FormatBool(!opts.DisableShardedListAndWatch),
 		// Without it, on SIGTERM the apiserver waits for its clients to end their
 		// watches, which they never do: it would be killed after apiserverStopGrace.
 		"--shutdown-watch-termination-grace-period=2s",
-	}, nil, probes.apiserver(c.restConfig))
+	}, emulation...)
+	if opts.EmulatedVersion == "" {
+		apiserverArgs = append(apiserverArgs, "--feature-gates=ShardedListAndWatch="+strconv.FormatBool(!opts.DisableShardedListAndWatch))
+	}
+	err = run(ComponentAPIServer, apiserverArgs, nil, probes.apiserver(c.restConfig))
 	if err != nil {
 		return err
 	}

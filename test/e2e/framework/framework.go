@@ -78,6 +78,9 @@ type Env struct {
 
 	// controllers counts the controllers started, to name their logs.
 	controllers atomic.Int64
+	// installed is false for a suite that installs the controller its own way
+	// (WithoutInstall).
+	installed bool
 }
 
 // Setup gets the controller binary, starts the cluster and installs artifacts/deploy
@@ -87,7 +90,7 @@ func Setup(ctx context.Context, suite string, opts ...SuiteOption) (*Env, error)
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{RepoRoot: root, Suite: suite, OutDir: filepath.Join(root, "_output", suite)}
+	e := &Env{RepoRoot: root, Suite: suite, OutDir: filepath.Join(root, "_output", suite), installed: true}
 	if err := os.RemoveAll(e.OutDir); err != nil {
 		return nil, err
 	}
@@ -142,6 +145,24 @@ func WithRealNode() SuiteOption {
 	}
 }
 
+// WithoutInstall leaves artifacts/deploy and the CRD out of the suite's cluster, for a
+// suite that installs them itself; ControllerKubeconfig is then empty.
+func WithoutInstall() SuiteOption {
+	return func(e *Env, _ *localcluster.Options) error {
+		e.installed = false
+		return nil
+	}
+}
+
+// WithEmulatedVersion makes the suite's control plane behave as the older Kubernetes
+// release version, "MAJOR.MINOR" (localcluster.Options.EmulatedVersion).
+func WithEmulatedVersion(version string) SuiteOption {
+	return func(_ *Env, opts *localcluster.Options) error {
+		opts.EmulatedVersion = version
+		return nil
+	}
+}
+
 // install makes the clients, applies artifacts/deploy exactly as a user does, and
 // writes the kubeconfig of its ServiceAccount.
 func (e *Env) install(ctx context.Context) error {
@@ -153,6 +174,9 @@ func (e *Env) install(ctx context.Context) error {
 	}
 	if e.Sample, err = clientset.NewForConfig(cfg); err != nil {
 		return err
+	}
+	if !e.installed {
+		return nil
 	}
 	if out, err := e.Deploy(ctx, "apply", ""); err != nil {
 		return fmt.Errorf("installing with hack/deploy.sh: %w\n%s", err, out)

@@ -1,0 +1,311 @@
+//go:build e2e
+
+package helm
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
+)
+
+const (
+	crdName = "foos.samplecontroller.k8s.io"
+	// The chart's release: its name and namespace.
+	release          = "sample-controller"
+	releaseNamespace = "sc-helm"
+)
+
+// TestClusterEmulatesTheMinimum checks that the suite's cluster is the claimed oldest
+// release, as far as what it serves goes.
+func TestClusterEmulatesTheMinimum(t *testing.T) {
+	v, err := env.Kube.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.EmulationMajor + "." + v.EmulationMinor; got != minimum {
+		t.Fatalf("the apiserver emulates %q (binary %s), want %s", got, v.GitVersion, minimum)
+	}
+	t.Logf("helm: the apiserver %s emulates Kubernetes %s, the chart's kubeVersion", v.GitVersion, minimum)
+
+	// And it serves that release's APIs: MutatingAdmissionPolicy, GA after 1.34 and
+	// served by these binaries at their own release, is not there.
+	resources, err := env.Kube.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resources.APIResources {
+		if r.Name == "mutatingadmissionpolicies" {
+			t.Errorf("the cluster serves admissionregistration.k8s.io/v1 %s, which Kubernetes %s did not", r.Name, minimum)
+		}
+	}
+}
+
+// TestReleaseBundle checks the files of `make release` against each other: the
+// checksums, and the image both installs name is the archive's, by digest.
+func TestReleaseBundle(t *testing.T) {
+	dir := releaseDir(t)
+	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for line := range strings.Lines(string(sums)) {
+		want, name, ok := strings.Cut(strings.TrimSpace(line), "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS: line %q", line)
+		}
+		listed = append(listed, name)
+		if got := fileSHA256(t, filepath.Join(dir, name)); got != want {
+			t.Errorf("%s: sha256 %s, SHA256SUMS says %s", name, got, want)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "SHA256SUMS" && !slices.Contains(listed, e.Name()) {
+			t.Errorf("%s is in the release but not in SHA256SUMS", e.Name())
+		}
+	}
+
+	digest := archiveDigest(t, filepath.Join(dir, "sample-controller.oci.tar"))
+	install, err := os.ReadFile(filepath.Join(dir, "install.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := regexp.MustCompile(`(?m)^\s+image: (\S+)$`).FindAllStringSubmatch(string(install), -1)
+	if len(images) != 1 || !strings.HasSuffix(images[0][1], "@"+digest) {
+		t.Errorf("install.yaml runs %q, want the archive's image, @%s", images, digest)
+	}
+	values := helm(t, "show", "values", chartArchive(t))
+	if !strings.Contains(values, fmt.Sprintf("digest: %q", digest)) {
+		t.Errorf("the chart's values do not name the archive's image, %s:\n%s", digest, values)
+	}
+}
+
+// TestInstallYAML applies install.yaml as its users do, runs the controller as the
+// Deployment it installs would (its flags, its ServiceAccount), converges a Foo, and
+// deletes it all again, so that the chart installs on an empty cluster.
+func TestInstallYAML(t *testing.T) {
+	ctx := t.Context()
+	install := filepath.Join(releaseDir(t), "install.yaml")
+	env.Kubectl(t, "apply", "--server-side", "-f", install)
+	if err := localcluster.WaitCRDsEstablished(ctx, env.Cluster.RESTConfig(), crdName); err != nil {
+		t.Fatal(err)
+	}
+	c := startDeployed(t, framework.DeployNamespace)
+
+	ns := env.NewNamespace(t)
+	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
+	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
+
+	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
+		t.Error(err)
+	}
+	env.Kubectl(t, "delete", "--wait", "-f", install)
+}
+
+// TestHelmChart installs the release's chart with helm, runs the controller as its
+// Deployment would, has a namespace user with the built-in edit role work with Foos,
+// upgrades the release to sharded mode, and uninstalls it: the Foos and their
+// Deployments stay, and so does the CRD.
+func TestHelmChart(t *testing.T) {
+	ctx := t.Context()
+	chart := chartArchive(t)
+	out := helm(t, "install", release, chart, "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
+	t.Logf("helm install:\n%s", out)
+	c := startDeployed(t, releaseNamespace)
+
+	ns := env.NewNamespace(t)
+	editor := env.NewServiceAccount(t, ns, "editor-")
+	env.Kubectl(t, "create", "rolebinding", "editor", "-n", ns, "--clusterrole=edit", "--serviceaccount="+ns+":"+editor)
+	as := "--as=system:serviceaccount:" + ns + ":" + editor
+	framework.Eventually(t, framework.Timeout, "the edit role to allow creating Foos (aggregated from the chart's roles)", func(ctx context.Context) (bool, string) {
+		out, _ := env.KubectlRun(ctx, "", "auth", "can-i", "create", "foos.samplecontroller.k8s.io", "-n", ns, as)
+		return strings.TrimSpace(out) == "yes", out
+	})
+	env.Kubectl(t, "apply", "-n", ns, as, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
+	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
+
+	// The upgrade changes the Deployment's flags and replicas and the Role (sharded
+	// replicas list and watch each other's Leases): a controller with the new flags
+	// works with the new RBAC.
+	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
+	t.Logf("helm upgrade:\n%s", out)
+	d := deployment(t, releaseNamespace)
+	if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
+		t.Fatalf("after the upgrade to sharded mode the Deployment has %d replicas and flags %q", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Args)
+	}
+	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
+		t.Error(err)
+	}
+	c = startDeployed(t, releaseNamespace)
+	env.Kubectl(t, "scale", "-n", ns, as, "foo/example-foo", "--replicas=2")
+	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 2)
+	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
+		t.Error(err)
+	}
+
+	out = helm(t, "uninstall", release, "--namespace", releaseNamespace, "--wait", "--timeout", "3m")
+	t.Logf("helm uninstall:\n%s", out)
+	if _, err := env.Kube.AppsV1().Deployments(releaseNamespace).Get(ctx, "sample-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the controller's Deployment after helm uninstall: %v, want it gone", err)
+	}
+	if _, err := env.Kube.RbacV1().ClusterRoles().Get(ctx, "sample-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the controller's ClusterRole after helm uninstall: %v, want it gone", err)
+	}
+	foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "example-foo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Foo after helm uninstall: %v", err)
+	}
+	if _, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, foo.Spec.DeploymentName, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Foo's Deployment after helm uninstall: %v", err)
+	}
+}
+
+// startDeployed runs the controller as the Deployment in namespace would run it: with
+// its flags (but the harness's serving addresses) and as its ServiceAccount. The
+// Pods on the simulated nodes run nothing.
+func startDeployed(t *testing.T, namespace string) *localcluster.Controller {
+	t.Helper()
+	d := deployment(t, namespace)
+	spec := d.Spec.Template.Spec
+	var args []string
+	for _, a := range spec.Containers[0].Args {
+		name, _, _ := strings.Cut(a, "=")
+		if !slices.Contains([]string{"--metrics-bind-address", "--health-probe-bind-address", "--metrics-secure"}, name) {
+			args = append(args, a)
+		}
+	}
+	kubeconfig := filepath.Join(env.OutDir, namespace+"-"+spec.ServiceAccountName+".kubeconfig")
+	if err := env.WriteServiceAccountKubeconfig(t.Context(), namespace, spec.ServiceAccountName, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	c := env.StartControllerWith(t, localcluster.ControllerOptions{Kubeconfig: kubeconfig, Args: args})
+	ctx, cancel := context.WithTimeout(t.Context(), framework.Timeout)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func deployment(t *testing.T, namespace string) *appsv1.Deployment {
+	t.Helper()
+	d, err := env.Kube.AppsV1().Deployments(namespace).Get(t.Context(), "sample-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// helm runs the helm of hack/tools/helm against the suite's cluster, with
+// directories of its own for its cache and configuration.
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	bin, err := localcluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(env.OutDir, "helm-home")
+	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "helm"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig,
+		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func releaseDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(ReleaseDirEnv)
+	if dir == "" {
+		dir = filepath.Join(env.RepoRoot, "_output", "release")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "SHA256SUMS")); err != nil {
+		t.Fatalf("no release in %s (make release, or set %s): %v", dir, ReleaseDirEnv, err)
+	}
+	return dir
+}
+
+func chartArchive(t *testing.T) string {
+	t.Helper()
+	charts, err := filepath.Glob(filepath.Join(releaseDir(t), "sample-controller-*.tgz"))
+	if err != nil || len(charts) != 1 {
+		t.Fatalf("want one chart archive in the release, found %q (%v)", charts, err)
+	}
+	return charts[0]
+}
+
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, bufio.NewReader(f)); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// archiveDigest is the digest of the image an OCI archive holds: the one manifest (or
+// index) its index.json lists.
+func archiveDigest(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := tar.NewReader(f)
+	for {
+		h, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("%s has no index.json", path)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimPrefix(h.Name, "./") != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Digest string `json:"digest"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(r).Decode(&index); err != nil {
+			t.Fatalf("%s: index.json: %v", path, err)
+		}
+		if len(index.Manifests) != 1 {
+			t.Fatalf("%s: index.json lists %d images, want 1", path, len(index.Manifests))
+		}
+		return index.Manifests[0].Digest
+	}
+}
