@@ -11,10 +11,12 @@
 #
 # IMAGE is where the image will be pushed, REPOSITORY:TAG (default
 # sample-controller:v0.1.0, artifacts/deploy's); its tag is the version the binary
-# reports. The digest is the archive's, and stays the image's when it is pushed as it
-# is: skopeo copy --all oci-archive:_output/release/sample-controller.oci.tar
+# reports and the chart's appVersion (and, without its "v", the chart's version). The
+# digest is the archive's, and stays the image's when it is pushed as it is:
+# skopeo copy --all --preserve-digests oci-archive:_output/release/sample-controller.oci.tar
 # docker://REPOSITORY:TAG. Then `kubectl apply --server-side -f install.yaml`, or
-# `helm install sample-controller sample-controller-VERSION.tgz -n NAMESPACE`.
+# `helm install sample-controller sample-controller-VERSION.tgz -n NAMESPACE
+# --create-namespace`. RELEASE_DIR is emptied first; it must be empty or a release.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -32,11 +34,16 @@ if [[ "${IMAGE##*/}" != *:* || "${IMAGE}" == *@* ]]; then
   exit 2
 fi
 repository="${IMAGE%:*}"
+tag="${IMAGE##*:}"
 if [[ ! -x "${HELM}" ]]; then
   log "no helm at ${HELM}: building the tools (make tools)"
   "${REPO_ROOT}/hack/build-tools.sh"
 fi
 
+if [[ -d "${RELEASE_DIR}" && -n "$(ls -A "${RELEASE_DIR}")" && ! -f "${RELEASE_DIR}/SHA256SUMS" ]]; then
+  echo "release: RELEASE_DIR=${RELEASE_DIR} holds something other than a release; not emptying it" >&2
+  exit 2
+fi
 rm -rf "${RELEASE_DIR}"
 mkdir -p "${RELEASE_DIR}"
 work="$(mktemp -d)"
@@ -56,7 +63,8 @@ release() {
 release install --image "${repository}@${digest}" >"${RELEASE_DIR}/install.yaml"
 release chart --image "${repository}@${digest}" --out "${work}/chart/sample-controller"
 HELM_CACHE_HOME="${work}/helm" HELM_CONFIG_HOME="${work}/helm" HELM_DATA_HOME="${work}/helm" \
-  "${HELM}" package "${work}/chart/sample-controller" --destination "${RELEASE_DIR}" >/dev/null
+  "${HELM}" package "${work}/chart/sample-controller" --version "${tag#v}" --app-version "${tag}" \
+  --destination "${RELEASE_DIR}" >/dev/null
 
 (cd "${RELEASE_DIR}" && sha256sum -- * >"${work}/SHA256SUMS" && mv "${work}/SHA256SUMS" . && sha256sum --quiet -c SHA256SUMS)
 log "${IMAGE} as ${repository}@${digest}, in ${RELEASE_DIR#"${REPO_ROOT}/"}:"

@@ -89,7 +89,8 @@ kubeVersion: ">= %s.0-0"
 
 Foos (kubectl get foos -A) are its API. helm installs the CRD from the chart's crds/
 only when it is missing, and never upgrades or deletes it: before upgrading to a
-release whose API changed, apply that release's CRD (artifacts/examples/crd.yaml).
+chart whose API changed, apply its CRD first:
+  helm show crds CHART | kubectl apply --server-side -f -
 helm uninstall removes the controller and leaves the CRD, every Foo and their
 Deployments.
 `
@@ -113,7 +114,8 @@ Deployments.
 		}
 	}
 
-	// The controller: every object of every combination of components.
+	// The controller: every object of every combination of components, but the
+	// namespace.
 	renderings := make([]*rendering, 1<<len(components))
 	for set := range renderings {
 		if renderings[set], err = a.render(uint(set)); err != nil {
@@ -130,6 +132,12 @@ Deployments.
 	}
 	images := 0
 	for _, id := range ids {
+		if id.kind == "Namespace" && id.name == a.namespace {
+			// The release's namespace is helm's (--create-namespace), not the chart's:
+			// a chart that owned it would delete it, and everything in it, with the
+			// release.
+			continue
+		}
 		t, err := a.template(id, renderings, uint(len(renderings)-1))
 		if err != nil {
 			return nil, err
@@ -233,9 +241,6 @@ func (a *artifacts) template(id objectID, renderings []*rendering, full uint) (s
 	}
 
 	var conds []string
-	if id.kind == "Namespace" {
-		conds = append(conds, ".Values.namespace.create")
-	}
 	for c, comp := range components {
 		if needs&(1<<c) != 0 {
 			conds = append(conds, enabled(comp))
@@ -243,13 +248,23 @@ func (a *artifacts) template(id objectID, renderings []*rendering, full uint) (s
 	}
 
 	var out []string
+	// control adds a template action on a line of its own. Its "{{-" trims the
+	// whitespace before it, the newline that ends the line before and with it any
+	// blank lines or trailing spaces there, which the text must not have.
+	var trimmed []string
+	control := func(action string) {
+		if n := len(out); n > 0 && strings.TrimRight(out[n-1], " \t") != out[n-1] || n > 1 && out[n-1] == "" {
+			trimmed = append(trimmed, out[n-1])
+		}
+		out = append(out, action)
+	}
 	out = append(out, "{{- /* "+generatedBy+" */}}")
 	switch len(conds) {
 	case 0:
 	case 1:
-		out = append(out, "{{- if "+conds[0]+" }}")
+		control("{{- if " + conds[0] + " }}")
 	default:
-		out = append(out, "{{- if and "+strings.Join(conds, " ")+" }}")
+		control("{{- if and " + strings.Join(conds, " ") + " }}")
 	}
 	emit := func(ls []string) {
 		for _, l := range ls {
@@ -261,22 +276,25 @@ func (a *artifacts) template(id objectID, renderings []*rendering, full uint) (s
 		emit(base[i:ch.start])
 		value := enabled(components[ch.component])
 		if len(ch.lines) == 0 {
-			out = append(out, "{{- if not "+value+" }}")
+			control("{{- if not " + value + " }}")
 			emit(base[ch.start:ch.end])
 		} else {
-			out = append(out, "{{- if "+value+" }}")
+			control("{{- if " + value + " }}")
 			emit(ch.lines)
 			if ch.end > ch.start {
-				out = append(out, "{{- else }}")
+				control("{{- else }}")
 				emit(base[ch.start:ch.end])
 			}
 		}
-		out = append(out, "{{- end }}")
+		control("{{- end }}")
 		i = ch.end
 	}
 	emit(base[i:])
 	if len(conds) > 0 {
-		out = append(out, "{{- end }}")
+		control("{{- end }}")
+	}
+	if len(trimmed) > 0 {
+		return "", fmt.Errorf("%s: a template action would trim the whitespace that ends the lines %q", id, trimmed)
 	}
 	return strings.Join(out, "\n") + "\n", nil
 }
@@ -319,11 +337,10 @@ image:
   tag: ""
   digest: %q
 
-# Create the release's namespace, with artifacts/deploy's Pod Security labels (enforce:
-# restricted). Leave it off when the namespace exists; helm's --create-namespace makes
-# one without those labels.
-namespace:
-  create: false
+# The release's namespace is not the chart's: create it with helm's --create-namespace,
+# or beforehand with the Pod Security labels artifacts/deploy gives it:
+#   kubectl create namespace NAMESPACE
+#   kubectl label namespace NAMESPACE pod-security.kubernetes.io/enforce=restricted
 `, generatedBy, repository, digest)
 	for _, c := range components {
 		fmt.Fprintf(&b, "\n# %s\n%s:\n  enabled: false\n", c.doc, c.value)
@@ -341,11 +358,12 @@ func valuesSchema() (string, error) {
 	flag := object(map[string]any{"enabled": map[string]any{"type": "boolean"}})
 	props := map[string]any{
 		"image": object(map[string]any{
-			"repository": str,
+			"repository": map[string]any{"type": "string", "minLength": 1},
 			"tag":        str,
 			"digest":     map[string]any{"type": "string", "pattern": "^(sha256:[0-9a-f]{64})?$"},
 		}),
-		"namespace": object(map[string]any{"create": map[string]any{"type": "boolean"}}),
+		// What helm gives a chart that is another's dependency.
+		"global": map[string]any{"type": "object"},
 	}
 	for _, c := range components {
 		props[c.value] = flag

@@ -74,7 +74,7 @@ func chartDir(t *testing.T) string {
 }
 
 func TestChartLints(t *testing.T) {
-	all := []string{"--set", "namespace.create=true"}
+	var all []string
 	for _, c := range components {
 		all = append(all, "--set", c.value+".enabled=true")
 	}
@@ -87,8 +87,8 @@ func TestChartLints(t *testing.T) {
 
 // TestChartIsKustomize renders the chart with every combination of its components, as
 // helm template does, and checks that it gives the objects kustomize gives for
-// artifacts/examples and artifacts/deploy with the same components: the chart cannot
-// install anything that hack/deploy.sh would not.
+// artifacts/examples and artifacts/deploy with the same components, but the namespace:
+// the chart cannot install anything that hack/deploy.sh would not.
 func TestChartIsKustomize(t *testing.T) {
 	a, err := loadArtifacts(repoRoot(t))
 	if err != nil {
@@ -100,7 +100,7 @@ func TestChartIsKustomize(t *testing.T) {
 	}
 	for set := range uint(1 << len(components)) {
 		var names []string
-		args := []string{"template", "rel", chartDir(t), "--include-crds", "--namespace", a.namespace, "--set", "namespace.create=true"}
+		args := []string{"template", "rel", chartDir(t), "--include-crds", "--namespace", a.namespace}
 		for i, c := range components {
 			on := set&(1<<i) != 0
 			args = append(args, "--set", fmt.Sprintf("%s.enabled=%t", c.value, on))
@@ -121,7 +121,10 @@ func TestChartIsKustomize(t *testing.T) {
 			want := map[string]map[string]any{}
 			for _, r := range []*rendering{examples, deploy} {
 				for id, y := range r.objects {
-					want[id.String()] = parseObject(t, y)
+					// The release's namespace is helm's to create, not the chart's.
+					if id.kind != "Namespace" || id.name != a.namespace {
+						want[id.String()] = parseObject(t, y)
+					}
 				}
 			}
 			for id, w := range want {
@@ -159,6 +162,8 @@ func TestChartValues(t *testing.T) {
 		{"a digest wins over the tag", []string{"image.repository=registry.example/sc", "image.tag=v9", "image.digest=" + digest}, "image: registry.example/sc@" + digest + "\n"},
 		{"a misspelt component", []string{"promethues.enabled=true"}, ""},
 		{"a digest that is not one", []string{"image.digest=latest"}, ""},
+		{"no repository", []string{"image.repository="}, ""},
+		{"the namespace is not the chart's", []string{"namespace.create=true"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "rel", chartDir(t), "--namespace", "ns"}
@@ -209,4 +214,30 @@ func parseObject(t *testing.T, doc string) map[string]any {
 		t.Fatalf("%v:\n%s", err, doc)
 	}
 	return o
+}
+
+// TestTemplateRefusesTrimmedWhitespace: a template action's "{{-" would eat a blank
+// line, or trailing spaces, before it, so the generator refuses such a text rather
+// than write a chart that drops them.
+func TestTemplateRefusesTrimmedWhitespace(t *testing.T) {
+	id := objectID{kind: "ConfigMap", name: "c"}
+	for _, tc := range []struct {
+		name, without, with string
+		refused             bool
+	}{
+		{"a change after a line", "a: 1\nb: 1\n", "a: 1\nb: 2\n", false},
+		{"a change after a blank line", "a: |\n  x\n\nb: 1\n", "a: |\n  x\n\nb: 2\n", true},
+		{"a change after trailing spaces", "a: x  \nb: 1\n", "a: x  \nb: 2\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			renderings := []*rendering{
+				{order: []objectID{id}, objects: map[objectID]string{id: tc.without}},
+				{order: []objectID{id}, objects: map[objectID]string{id: tc.with}},
+			}
+			_, err := (&artifacts{}).template(id, renderings, 1)
+			if (err != nil) != tc.refused {
+				t.Errorf("template: %v, want refused: %v", err, tc.refused)
+			}
+		})
+	}
 }

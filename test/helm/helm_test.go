@@ -111,6 +111,12 @@ func TestInstallYAML(t *testing.T) {
 	ctx := t.Context()
 	install := filepath.Join(releaseDir(t), "install.yaml")
 	env.Kubectl(t, "apply", "--server-side", "-f", install)
+	// Deleted whatever happens, so that the chart's test finds an empty cluster.
+	t.Cleanup(func() {
+		if out, err := env.KubectlRun(context.Background(), "", "delete", "--wait", "--timeout=2m", "--ignore-not-found", "-f", install); err != nil {
+			t.Errorf("deleting what install.yaml installed: %v\n%s", err, out)
+		}
+	})
 	if err := localcluster.WaitCRDsEstablished(ctx, env.Cluster.RESTConfig(), crdName); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +129,6 @@ func TestInstallYAML(t *testing.T) {
 	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
 		t.Error(err)
 	}
-	env.Kubectl(t, "delete", "--wait", "-f", install)
 }
 
 // TestHelmChart installs the release's chart with helm, runs the controller as its
@@ -135,6 +140,10 @@ func TestHelmChart(t *testing.T) {
 	chart := chartArchive(t)
 	out := helm(t, "install", release, chart, "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 	t.Logf("helm install:\n%s", out)
+	digest := archiveDigest(t, filepath.Join(releaseDir(t), "sample-controller.oci.tar"))
+	if image := deployment(t, releaseNamespace).Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, "@"+digest) {
+		t.Errorf("the chart's Deployment runs %s, want the release's image, @%s", image, digest)
+	}
 	c := startDeployed(t, releaseNamespace)
 
 	ns := env.NewNamespace(t)
@@ -148,17 +157,20 @@ func TestHelmChart(t *testing.T) {
 	env.Kubectl(t, "apply", "-n", ns, as, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
 	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
 
-	// The upgrade changes the Deployment's flags and replicas and the Role (sharded
-	// replicas list and watch each other's Leases): a controller with the new flags
-	// works with the new RBAC.
-	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
+	// To sharded mode as docs/operations.md says: single-leader and sharded replicas
+	// do not fence each other, so the old ones are gone (scaled to zero; here, the
+	// controller stopped) before the upgrade starts new ones. The upgrade changes the
+	// Deployment's flags and replicas and the Role (sharded replicas list and watch
+	// each other's Leases): a controller with the new flags works with the new RBAC.
+	env.Kubectl(t, "scale", "-n", releaseNamespace, "deployment/sample-controller", "--replicas=0")
+	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
+		t.Error(err)
+	}
+	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reset-then-reuse-values", "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
 	t.Logf("helm upgrade:\n%s", out)
 	d := deployment(t, releaseNamespace)
 	if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
 		t.Fatalf("after the upgrade to sharded mode the Deployment has %d replicas and flags %q", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Args)
-	}
-	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
-		t.Error(err)
 	}
 	c = startDeployed(t, releaseNamespace)
 	env.Kubectl(t, "scale", "-n", ns, as, "foo/example-foo", "--replicas=2")

@@ -495,6 +495,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	// The release all three emulate, when an older one is asked for.
 	var emulation []string
 	if opts.EmulatedVersion != "" {
+		if opts.DisableShardedListAndWatch {
+			return errors.New("EmulatedVersion leaves ShardedListAndWatch at the emulated release's default; DisableShardedListAndWatch cannot be set with it")
+		}
 		emulation = []string{"--emulated-version=" + opts.EmulatedVersion}
 	}
 	componentFlags := func(name string, port int) []string {
