@@ -70,19 +70,21 @@ func FuzzSyncHandler(f *testing.F) {
 		_ = fx.sync(foo) // errors are expected; panics and wrong writes are not
 
 		for _, a := range fx.kubeclient.Actions() {
-			switch a := a.(type) {
-			case core.CreateAction:
-				if created, ok := a.GetObject().(*appsv1.Deployment); ok &&
+			// By verb: the action interfaces overlap (every UpdateAction is also a
+			// CreateAction), so a type switch would check updates as creates.
+			switch a.GetVerb() {
+			case "create":
+				if created, ok := a.(core.CreateAction).GetObject().(*appsv1.Deployment); ok &&
 					(created.Name != foo.Spec.DeploymentName || !metav1.IsControlledBy(created, foo)) {
 					t.Errorf("created Deployment %s controlled by %v, want only the Foo's own", created.Name, created.OwnerReferences)
 				}
-			case core.UpdateAction:
-				if updated, ok := a.GetObject().(*appsv1.Deployment); ok && !metav1.IsControlledBy(d, foo) {
+			case "update":
+				if updated, ok := a.(core.UpdateAction).GetObject().(*appsv1.Deployment); ok && !metav1.IsControlledBy(d, foo) {
 					t.Errorf("updated Deployment %s, which the Foo does not control (owners %v)", updated.Name, d.OwnerReferences)
 				}
-			case core.DeleteAction:
+			case "delete":
 				if a.GetResource().Resource == "deployments" && !metav1.IsControlledBy(d, foo) {
-					t.Errorf("deleted Deployment %s, which the Foo does not control", a.GetName())
+					t.Errorf("deleted Deployment %s, which the Foo does not control", a.(core.DeleteAction).GetName())
 				}
 			}
 		}

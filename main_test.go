@@ -236,7 +236,9 @@ func TestWritesThatWaitedForTheAPIServerCarryWhatIsLeftOfTheirTenure(t *testing.
 			timeouts <- r.URL.Query().Get("timeout")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
-			w.Write([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"}}`))
+			if _, err := w.Write([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"}}`)); err != nil {
+				t.Errorf("answering the create: %v", err)
+			}
 		default:
 			w.WriteHeader(http.StatusNotFound)
 		}

@@ -252,7 +252,7 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := client.SamplecontrollerV1alpha1().Foos("default").Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, err
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, samplev1alpha1.ConditionReady)
 		return c != nil && c.Reason == samplev1alpha1.ReasonDeploymentRejected, nil

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kubelet, kwok) and helm from the Go modules pinned under
-# hack/tools into _output/bin (or $LOCALCLUSTER_BIN_DIR). A binary is rebuilt only when
-# it is missing or when the pins (go.mod/go.sum) or this script changed since it was
-# built.
+# kube-scheduler, kubectl, kubelet, kwok), helm and golangci-lint from the Go modules
+# pinned under hack/tools into _output/bin (or $LOCALCLUSTER_BIN_DIR). A binary is
+# rebuilt only when it is missing or when the pins (go.mod/go.sum) or this script
+# changed since it was built.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -157,6 +157,18 @@ if needs_build helm "${helm_stamp}" "${helm_want}"; then
   build "${HELM_DIR}" "-s -w -X helm.sh/helm/v4/internal/version.version=${helm_version}" \
     "helm helm.sh/helm/v4/cmd/helm"
   echo "${helm_want}" >"${helm_stamp}"
+fi
+
+# golangci-lint, from its own module, for make test's lint stage.
+LINT_DIR="${TOOLS_DIR}/lint"
+lint_stamp="${BIN_DIR}/.golangci-lint.stamp"
+lint_want="$(fingerprint "${LINT_DIR}")"
+if needs_build golangci-lint "${lint_stamp}" "${lint_want}"; then
+  announce_once
+  lint_version="$(cd "${LINT_DIR}" && go list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2)"
+  build "${LINT_DIR}" "-s -w -X main.version=${lint_version#v}" \
+    "golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
+  echo "${lint_want}" >"${lint_stamp}"
 fi
 
 if [[ ${#built[@]} -eq 0 ]]; then

@@ -64,7 +64,7 @@ check_module_versions() {
   local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
   product="$(go list -deps -test -f "${format}" ./... | sort -u)" || return 1
   [[ -n "${product}" ]] || { echo "go list found nothing the product builds" >&2; return 1; }
-  for dir in test hack/bench hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/codegen; do
+  for dir in test hack/bench hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/lint hack/tools/codegen; do
     patterns=./...
     [[ ${dir} == hack/tools* ]] && patterns=tool
     if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
@@ -78,6 +78,17 @@ check_module_versions() {
     echo "set those modules to the product's versions (go get MODULE@VERSION in that module)" >&2
     return 1
   fi
+}
+
+# golangci-lint (hack/tools/lint, built by then) on every module of ours, with the
+# suites' build tags: the linters of .golangci.yml, which find bugs, not style.
+lint() {
+  local dir
+  for dir in . test hack/bench hack/release hack/image hack/alertcheck; do
+    echo "golangci-lint: ${dir}"
+    (cd "${dir}" && "${REPO_ROOT}/_output/bin/golangci-lint" run --config "${REPO_ROOT}/.golangci.yml" \
+      --build-tags e2e,faults ./...) || return 1
+  done
 }
 
 unit_tests() {
@@ -220,6 +231,7 @@ stage "go vet" as_released go vet ./...
 stage "module versions" check_module_versions
 stage "go vet (harness and suites)" as_released harness_vet
 stage "build the local control plane" hack/build-tools.sh
+stage "golangci-lint" as_released lint
 stage "build the release" as_released build_release
 stage "image tool tests" as_released image_tests
 stage "bench tool tests" as_released bench_tool_tests

@@ -302,7 +302,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	// Read before the build: the tree may change while the bench runs.
-	builtFrom := commit(root)
+	builtFrom := commit(ctx, root)
 	ours, err := ourController(ctx, cfg, root)
 	if err != nil {
 		return err

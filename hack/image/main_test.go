@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
@@ -36,11 +37,13 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if helloBinary, err = buildHello(dir, "amd64"); err != nil {
+	// The builds come before any test, so no test's context bounds them.
+	ctx := context.Background()
+	if helloBinary, err = buildHello(ctx, dir, "amd64"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if helloARM64, err = buildHello(dir, "arm64"); err != nil {
+	if helloARM64, err = buildHello(ctx, dir, "arm64"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -49,7 +52,7 @@ func testMain(m *testing.M) int {
 
 // buildHello compiles a tiny program the way hack/build-image.sh compiles the controller,
 // which is much faster than building the controller itself.
-func buildHello(dir, arch string) (string, error) {
+func buildHello(ctx context.Context, dir, arch string) (string, error) {
 	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"" + helloOutput + "\") }\n"
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n"), 0o644); err != nil {
 		return "", err
@@ -58,7 +61,7 @@ func buildHello(dir, arch string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "hello-"+arch)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOWORK=off", "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -196,7 +199,7 @@ func TestBuildThenInspect(t *testing.T) {
 		if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 			t.Skipf("a linux/amd64 binary does not run on %s/%s", runtime.GOOS, runtime.GOARCH)
 		}
-		out, err := exec.Command(extracted).Output()
+		out, err := exec.CommandContext(t.Context(), extracted).Output()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +330,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 		t.Errorf("default platform %q, want linux/%s", host.Platform, runtime.GOARCH)
 	}
 	if runtime.GOARCH == "amd64" {
-		out, err := exec.Command(extracted).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), extracted).CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != helloOutput {
 			t.Errorf("the extracted binary printed %q (%v), want %q", out, err, helloOutput)
 		}

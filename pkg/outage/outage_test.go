@@ -86,12 +86,19 @@ func newHold(t *testing.T, ctx context.Context, s *server) (*Hold, chan bool) {
 	return h, changes
 }
 
-func get(ctx context.Context, rt http.RoundTripper, path string) (*http.Response, error) {
+// get sends a GET through rt and returns the answer's status code.
+func get(ctx context.Context, rt http.RoundTripper, path string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://apiserver.example/prefix"+path, nil)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return rt.RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
 }
 
 func TestHold(t *testing.T) {
@@ -143,12 +150,17 @@ func TestHold(t *testing.T) {
 		s := newServer(t, false, 0)
 		h, changes := newHold(t, t.Context(), s)
 		rt := h.Wrap(s)
-		get(t.Context(), rt, "/api/v1/pods")
+		if _, err := get(t.Context(), rt, "/api/v1/pods"); err == nil {
+			t.Fatal("the first request reached a server that was down")
+		}
 		<-changes
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://apiserver.example/prefix/api/v1/pods", strings.NewReader("{}"))
-		_, err := rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
 		if !errors.Is(err, ErrDown) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("got %v, want ErrDown and the context's deadline", err)
 		}
@@ -169,7 +181,9 @@ func TestHold(t *testing.T) {
 		cancel()
 		// The stand-in refuses whatever the context; a real transport fails a
 		// cancelled request with its context's error.
-		get(ctx, rt, "/api/v1/pods")
+		if _, err := get(ctx, rt, "/api/v1/pods"); err == nil {
+			t.Fatal("a cancelled request to a server that is down succeeded")
+		}
 		if h.Down() {
 			t.Error("a cancelled request marked the server down")
 		}
@@ -179,9 +193,9 @@ func TestHold(t *testing.T) {
 		s := newServer(t, true, http.StatusUnauthorized)
 		h, changes := newHold(t, t.Context(), s)
 		gateway := roundTripFunc(func(req *http.Request) (*http.Response, error) { return respond(req, http.StatusBadGateway), nil })
-		resp, err := get(t.Context(), h.Wrap(gateway), "/api/v1/pods")
-		if err != nil || resp.StatusCode != http.StatusBadGateway {
-			t.Fatalf("got %v, %v; want the proxy's 502 passed on", resp, err)
+		code, err := get(t.Context(), h.Wrap(gateway), "/api/v1/pods")
+		if err != nil || code != http.StatusBadGateway {
+			t.Fatalf("got %d, %v; want the proxy's 502 passed on", code, err)
 		}
 		if !<-changes || <-changes {
 			t.Error("want down, then back")
@@ -192,7 +206,9 @@ func TestHold(t *testing.T) {
 		for _, code := range []int{http.StatusOK, http.StatusNotFound, http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
 			h, _ := newHold(t, t.Context(), newServer(t, true, http.StatusOK))
 			answer := roundTripFunc(func(req *http.Request) (*http.Response, error) { return respond(req, code), nil })
-			get(t.Context(), h.Wrap(answer), "/api/v1/pods")
+			if got, err := get(t.Context(), h.Wrap(answer), "/api/v1/pods"); err != nil || got != code {
+				t.Errorf("got %d, %v; want the server's %d passed on", got, err, code)
+			}
 			if h.Down() {
 				t.Errorf("%d marked the server down", code)
 			}
@@ -204,7 +220,9 @@ func TestHold(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		h, _ := newHold(t, ctx, s)
 		rt := h.Wrap(s)
-		get(t.Context(), rt, "/api/v1/pods")
+		if _, err := get(t.Context(), rt, "/api/v1/pods"); err == nil {
+			t.Fatal("the first request reached a server that was down")
+		}
 		done := make(chan error)
 		go func() {
 			_, err := get(t.Context(), rt, "/api/v1/pods")

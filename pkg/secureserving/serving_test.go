@@ -89,7 +89,7 @@ func TestHandler(t *testing.T) {
 			served := false
 			handler := s.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served = true }))
 
-			req := httptest.NewRequest(tt.method, tt.path, nil)
+			req := httptest.NewRequestWithContext(t.Context(), tt.method, tt.path, nil)
 			if tt.token != "" {
 				req.Header.Set("Authorization", "Bearer "+tt.token)
 			}
@@ -111,7 +111,7 @@ func TestHandler(t *testing.T) {
 func TestForbiddenSaysWhoAndWhat(t *testing.T) {
 	alwaysAllow, _ := path.NewAuthorizer(nil)
 	s := &Serving{alwaysAllow: alwaysAllow, authenticator: fakeAuthenticator, authorizer: authorizer.AuthorizerFunc((&recordingAuthorizer{}).Authorize), logger: klog.Background()}
-	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil)
 	req.Header.Set("Authorization", "Bearer other-token")
 	rec := httptest.NewRecorder()
 	s.Handler(http.NotFoundHandler()).ServeHTTP(rec, req)

@@ -63,7 +63,7 @@ func MetricsHandler(profiling bool) http.Handler {
 // Serve listens on addr, so that a taken port fails at once, and serves handler in the
 // background: over HTTPS with tlsConfig, else over plain HTTP. name is for the logs.
 func Serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config) (*http.Server, error) {
-	listener, err := net.Listen("tcp", addr)
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for %s on %s: %w", name, addr, err)
 	}

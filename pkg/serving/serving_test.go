@@ -24,7 +24,7 @@ func TestMetricsHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			MetricsHandler(tt.profiling).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+			MetricsHandler(tt.profiling).ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, tt.path, nil))
 			if rec.Code != tt.want {
 				t.Errorf("GET %s: status %d, want %d", tt.path, rec.Code, tt.want)
 			}
@@ -53,7 +53,7 @@ func TestProbesHandler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			handler := ProbesHandler(func() bool { return tt.synced }, tt.healthz)
-			handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+			handler.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, tt.path, nil))
 			if rec.Code != tt.want {
 				t.Errorf("GET %s: status %d, want %d (body %q)", tt.path, rec.Code, tt.want, rec.Body.String())
 			}

@@ -180,7 +180,7 @@ func startPod(t *testing.T, network *localcluster.PodNetwork, d *appsv1.Deployme
 	t.Helper()
 	ctx := t.Context()
 	podSpec := &d.Spec.Template.Spec
-	sandbox, err := network.AddPod(name)
+	sandbox, err := network.AddPod(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,7 +65,7 @@ func newProxied(t *testing.T, ns string, args ...string) *proxiedController {
 func newProxiedOn(t *testing.T, cluster *localcluster.Cluster, kubeconfig, ns string, args ...string) *proxiedController {
 	t.Helper()
 	name := fmt.Sprintf("proxy-%d-%s", proxies.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
-	proxy, err := cluster.StartAPIProxy(name)
+	proxy, err := cluster.StartAPIProxy(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,18 +310,4 @@ func readEndState(ctx context.Context, ns string) (endState, error) {
 		s.Deployments = append(s.Deployments, deploymentEnd{Name: d.Name, Owner: owner, Replicas: ptr.Deref(d.Spec.Replicas, 1), Images: containerImages(d)})
 	}
 	return s, nil
-}
-
-// getDeployment reads a Deployment, failing the test on error but for NotFound, when
-// it returns nil.
-func getDeployment(ctx context.Context, t *testing.T, ns, name string) *appsv1.Deployment {
-	t.Helper()
-	d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
 }

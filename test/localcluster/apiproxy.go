@@ -103,8 +103,9 @@ type APIProxyOptions struct {
 	Certificate tls.Certificate
 }
 
-// StartAPIProxy starts a proxy on a free port of 127.0.0.1.
-func StartAPIProxy(opts APIProxyOptions) (*APIProxy, error) {
+// StartAPIProxy starts a proxy on a free port of 127.0.0.1. It serves until Close;
+// ctx bounds only the start.
+func StartAPIProxy(ctx context.Context, opts APIProxyOptions) (*APIProxy, error) {
 	upstream, err := url.Parse(opts.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("apiserver URL %q: %w", opts.Upstream, err)
@@ -113,7 +114,7 @@ func StartAPIProxy(opts APIProxyOptions) (*APIProxy, error) {
 	if !roots.AppendCertsFromPEM(opts.UpstreamCA) {
 		return nil, errors.New("no certificate in the apiserver's CA data")
 	}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("starting the API proxy %s: %w", opts.Name, err)
 	}
@@ -150,13 +151,14 @@ func StartAPIProxy(opts APIProxyOptions) (*APIProxy, error) {
 
 // StartAPIProxy starts a proxy in front of the cluster's apiserver. It serves with the
 // cluster's serving certificate, so a kubeconfig of this cluster verifies it as is.
-func (c *Cluster) StartAPIProxy(name string) (*APIProxy, error) {
+// It serves until Close; ctx bounds only the start.
+func (c *Cluster) StartAPIProxy(ctx context.Context, name string) (*APIProxy, error) {
 	pki := newLayout(c.dir).pkiDir
 	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "serving.crt"), filepath.Join(pki, "serving.key"))
 	if err != nil {
 		return nil, fmt.Errorf("loading the serving certificate for the API proxy: %w", err)
 	}
-	return StartAPIProxy(APIProxyOptions{
+	return StartAPIProxy(ctx, APIProxyOptions{
 		Name:        name,
 		Upstream:    c.restConfig.Host,
 		UpstreamCA:  c.restConfig.CAData,

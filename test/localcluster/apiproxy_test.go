@@ -52,6 +52,8 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, r.Method+" "+r.URL.Path)
 	f.tokens = append(f.tokens, r.Header.Get("Authorization"))
 	f.mu.Unlock()
+	// The write errors are ignored: they mean that the client went away (a watch that
+	// was cut, a client that gave up), which is what these tests do.
 	switch {
 	case r.URL.Query().Get("watch") == "true":
 		// As the apiserver does, the headers go out before the first event.
@@ -59,16 +61,16 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
 		for line := range f.nextEvent {
-			io.WriteString(w, line+"\n")
+			_, _ = io.WriteString(w, line+"\n")
 			w.(http.Flusher).Flush()
 		}
 	case r.Method == http.MethodPost:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		io.Copy(w, r.Body)
+		_, _ = io.Copy(w, r.Body)
 	default:
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{}`)
+		_, _ = io.WriteString(w, `{}`)
 	}
 }
 
@@ -95,7 +97,7 @@ func startTestProxy(t *testing.T, upstream *httptest.Server) (*APIProxy, *http.C
 		t.Fatal(err)
 	}
 	upstreamCA := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw})
-	p, err := StartAPIProxy(APIProxyOptions{Name: "test", Upstream: upstream.URL, UpstreamCA: upstreamCA, Certificate: cert})
+	p, err := StartAPIProxy(t.Context(), APIProxyOptions{Name: "test", Upstream: upstream.URL, UpstreamCA: upstreamCA, Certificate: cert})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -448,7 +448,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	c.logDir = l.logDir
 	c.adminKubeconfig = l.kubeconfigs["admin"]
 
-	ports, err := FreePorts(6)
+	ports, err := FreePorts(ctx, 6)
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,7 @@ const controllerCertPair = "sample-controller"
 // as flags, and returns once it has started, before it serves anything.
 func StartController(ctx context.Context, opts ControllerOptions) (*Controller, error) {
 	if opts.MetricsAddress == "" || opts.ProbeAddress == "" {
-		ports, err := FreePorts(2)
+		ports, err := FreePorts(ctx, 2)
 		if err != nil {
 			return nil, err
 		}

@@ -85,7 +85,8 @@ func fakeController(args []string) int {
 	})
 	errs := make(chan error, 2)
 	for addr, handler := range map[string]http.Handler{*metricsAddr: metrics, *probeAddr: probes} {
-		l, err := net.Listen("tcp", addr)
+		// The fake is a program of its own here, with no context but the root one.
+		l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 		if err != nil {
 			fmt.Println(err)
 			return 1

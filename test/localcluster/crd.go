@@ -105,7 +105,7 @@ func waitCRDs(ctx context.Context, client dynamic.Interface, names []string) err
 			return last == nil, nil
 		})
 		if err != nil {
-			return fmt.Errorf("waiting for CRD %s: %w (last check: %v)", name, err, last)
+			return fmt.Errorf("waiting for CRD %s: %w (last check: %w)", name, err, last)
 		}
 	}
 	return nil

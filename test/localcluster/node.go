@@ -82,7 +82,7 @@ func (c *Cluster) startRealNode(ctx context.Context, l layout, creds credentials
 		}
 	}
 	nl := newNodeLayout(c.dir)
-	cleanUpNode(nl)
+	cleanUpNode(ctx, nl)
 	if err := os.RemoveAll(nl.dir); err != nil {
 		return fmt.Errorf("removing the state of an earlier node: %w", err)
 	}
@@ -122,7 +122,7 @@ func (c *Cluster) startRealNode(ctx context.Context, l layout, creds credentials
 			return err
 		},
 		grace:     stopGrace,
-		afterStop: func() error { cleanUpNode(nl); return nil },
+		afterStop: func() error { cleanUpNode(context.Background(), nl); return nil },
 	}
 	if err := c.runComponent(ctx, containerd); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (c *Cluster) startRealNode(ctx context.Context, l layout, creds credentials
 		}
 	}
 
-	ports, err := FreePorts(2)
+	ports, err := FreePorts(ctx, 2)
 	if err != nil {
 		return err
 	}
@@ -341,28 +341,48 @@ func (c *Cluster) drainRealNode(ctr func(context.Context, ...string) (string, er
 			}
 		}
 	}
-	// The kubelet removes a Pod from the API once its containers have stopped and its
-	// sandbox (with its network) is torn down; dead containers stay in containerd until
-	// the kubelet's next garbage collection, which Stop does not wait for.
+	// Until the drain's deadline, a check that fails (a list, ctr) is retried like one
+	// that finds something left; the last check says what was.
+	var last error
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", RealNodeName).String(),
-		})
-		if err != nil || len(pods.Items) > 0 {
-			return false, nil
-		}
-		tasks, err := ctr(ctx, "tasks", "list")
-		return err == nil && !strings.Contains(tasks, "RUNNING"), nil
+		last = client.realNodeStopped(ctx, ctr)
+		return last == nil, nil
 	})
 	if err != nil {
-		logger.Error(err, "The real node's containers did not all stop; they are killed")
+		logger.Error(err, "The real node's containers did not all stop; they are killed", "lastCheck", last)
 	}
+}
+
+// realNodeStopped checks that the real node has no Pod left in the API and no
+// container running in its containerd. The kubelet removes a Pod from the API once its
+// containers have stopped and its sandbox (with its network) is torn down; dead
+// containers stay in containerd until the kubelet's next garbage collection, which Stop
+// does not wait for.
+func (c *client) realNodeStopped(ctx context.Context, ctr func(context.Context, ...string) (string, error)) error {
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", RealNodeName).String(),
+	})
+	if err != nil {
+		return fmt.Errorf("listing the node's Pods: %w", err)
+	}
+	if n := len(pods.Items); n > 0 {
+		return fmt.Errorf("%d Pods left on the node", n)
+	}
+	tasks, err := ctr(ctx, "tasks", "list")
+	if err != nil {
+		return fmt.Errorf("listing the node's containers: %w", err)
+	}
+	if strings.Contains(tasks, "RUNNING") {
+		return errors.New("containers still running")
+	}
+	return nil
 }
 
 // cleanUpNode ends what a node leaves behind when it was not drained (a killed test, a
 // failed start): containerd's shims and their containers, mounts under the node's
-// directory, and the CNI bridge.
-func cleanUpNode(nl nodeLayout) {
+// directory, and the CNI bridge. After a stop, which has no context, ctx is
+// context.Background().
+func cleanUpNode(ctx context.Context, nl nodeLayout) {
 	// The shims outlive containerd by design, each in a session of its own; their
 	// command line names the socket of the containerd that started them.
 	if entries, err := os.ReadDir("/proc"); err == nil {
@@ -382,7 +402,7 @@ func cleanUpNode(nl nodeLayout) {
 		}
 	}
 	unmountUnder(nl.dir)
-	_ = exec.Command("ip", "link", "delete", nodeBridge).Run()
+	_ = exec.CommandContext(ctx, "ip", "link", "delete", nodeBridge).Run()
 }
 
 // killShim kills a shim and the containers it runs (its children).

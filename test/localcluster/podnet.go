@@ -55,7 +55,7 @@ type PodSandbox struct {
 func (c *Cluster) StartPodNetwork(ctx context.Context) (_ *PodNetwork, err error) {
 	_, subnet, _ := net.ParseCIDR(podSubnet)
 	n := &PodNetwork{gateway: nthAddress(subnet, 1)}
-	removeStalePodNetwork()
+	removeStalePodNetwork(ctx)
 	if n.ServiceRelay, err = c.ServiceRelay(ctx); err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (c *Cluster) StartPodNetwork(ctx context.Context) (_ *PodNetwork, err error
 		{"addr", "add", n.gateway.String() + "/" + strconv.Itoa(ones), "dev", podBridge},
 		{"link", "set", podBridge, "up"},
 	} {
-		if err := ipCommand(args...); err != nil {
+		if err := ipCommand(ctx, args...); err != nil {
 			return nil, err
 		}
 	}
@@ -79,7 +79,7 @@ func (c *Cluster) StartPodNetwork(ctx context.Context) (_ *PodNetwork, err error
 
 // AddPod makes a network namespace for the Pod named name, joined to the bridge with
 // the next free address and a default route through the bridge.
-func (n *PodNetwork) AddPod(name string) (*PodSandbox, error) {
+func (n *PodNetwork) AddPod(ctx context.Context, name string) (*PodSandbox, error) {
 	n.mu.Lock()
 	index := len(n.pods)
 	_, subnet, _ := net.ParseCIDR(podSubnet)
@@ -103,7 +103,7 @@ func (n *PodNetwork) AddPod(name string) (*PodSandbox, error) {
 		{"-n", p.netns, "link", "set", "lo", "up"},
 		{"-n", p.netns, "route", "add", "default", "via", n.gateway.String()},
 	} {
-		if err := ipCommand(args...); err != nil {
+		if err := ipCommand(ctx, args...); err != nil {
 			return nil, fmt.Errorf("the network of Pod %s: %w", name, err)
 		}
 	}
@@ -112,27 +112,30 @@ func (n *PodNetwork) AddPod(name string) (*PodSandbox, error) {
 
 // Close removes the Pods' namespaces and the bridge; the relay is the cluster's.
 func (n *PodNetwork) Close() error {
+	// A cleanup, also of a start that failed because its context ended: it runs to its
+	// end.
+	ctx := context.Background()
 	var errs []error
 	n.mu.Lock()
 	pods := n.pods
 	n.mu.Unlock()
 	for _, p := range pods {
-		errs = append(errs, ipCommand("netns", "delete", p.netns))
+		errs = append(errs, ipCommand(ctx, "netns", "delete", p.netns))
 	}
-	errs = append(errs, ipCommand("link", "delete", podBridge))
+	errs = append(errs, ipCommand(ctx, "link", "delete", podBridge))
 	return errors.Join(errs...)
 }
 
 // removeStalePodNetwork deletes the bridge and Pod namespaces a previous run left.
-func removeStalePodNetwork() {
-	_ = exec.Command("ip", "link", "delete", podBridge).Run()
-	out, err := exec.Command("ip", "netns", "list").Output()
+func removeStalePodNetwork(ctx context.Context) {
+	_ = exec.CommandContext(ctx, "ip", "link", "delete", podBridge).Run()
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
 	if err != nil {
 		return
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, podNetNSName) {
-			_ = exec.Command("ip", "netns", "delete", name).Run()
+			_ = exec.CommandContext(ctx, "ip", "netns", "delete", name).Run()
 		}
 	}
 }

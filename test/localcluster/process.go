@@ -70,7 +70,9 @@ func StartProcess(opts ProcessOptions) (*Process, error) {
 		out = io.MultiWriter(logFile, opts.Stdout)
 	}
 
-	cmd := exec.Command(opts.Bin, opts.Args...)
+	// No context ends the process: it lives until Stop or Kill, which signal its whole
+	// group, with a grace period first for Stop.
+	cmd := exec.CommandContext(context.Background(), opts.Bin, opts.Args...)
 	cmd.Env = append(os.Environ(), opts.Env...)
 	cmd.Dir = opts.Dir
 	cmd.Stdout, cmd.Stderr = out, out
@@ -124,7 +126,11 @@ func (p *Process) hasExited() bool {
 
 // ExitError describes an unexpected exit with the end of the log, which usually says why.
 func (p *Process) ExitError() error {
-	return fmt.Errorf("%s exited: %v; last lines of %s:\n%s", p.Name(), p.Err(), p.logPath, tailFile(p.logPath, 20))
+	if err := p.Err(); err != nil {
+		return fmt.Errorf("%s exited: %w; last lines of %s:\n%s", p.Name(), err, p.logPath, tailFile(p.logPath, 20))
+	}
+	// Wait reports a clean exit as nil: there is no error to wrap.
+	return fmt.Errorf("%s exited: exit status 0; last lines of %s:\n%s", p.Name(), p.logPath, tailFile(p.logPath, 20))
 }
 
 // Signal sends sig to the process group, so that whatever the process started gets it too.
@@ -270,7 +276,7 @@ var handedOut = struct {
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago, for
 // passing to a child as flags. Another program may still take one before the child
 // binds it; within this program no port is handed out twice.
-func FreePorts(n int) ([]int, error) {
+func FreePorts(ctx context.Context, n int) ([]int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	ports := make([]int, 0, n)
@@ -283,7 +289,7 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}

@@ -43,7 +43,7 @@ func TestStopLeavesNoProcessOrGroup(t *testing.T) {
 	if !processGone(p.Pid()) {
 		t.Errorf("pid %d or its process group is still there after Stop", p.Pid())
 	}
-	if again := p.Stop(time.Second); again != err {
+	if again := p.Stop(time.Second); !errors.Is(again, err) {
 		t.Errorf("second Stop = %v, want the first result %v", again, err)
 	}
 	select {
@@ -186,7 +186,7 @@ func TestReadBytes(t *testing.T) {
 func TestFreePortsAreDistinct(t *testing.T) {
 	seen := map[int]bool{}
 	for range 3 {
-		ports, err := FreePorts(5)
+		ports, err := FreePorts(t.Context(), 5)
 		if err != nil {
 			t.Fatal(err)
 		}

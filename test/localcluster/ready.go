@@ -35,7 +35,7 @@ func waitFor(ctx context.Context, p *Process, what string, check func(context.Co
 	case p.hasExited():
 		return fmt.Errorf("waiting for %s: %w", what, p.ExitError())
 	case last != nil:
-		return fmt.Errorf("waiting for %s: %w (last check: %v); see %s", what, err, last, p.LogPath())
+		return fmt.Errorf("waiting for %s: %w (last check: %w); see %s", what, err, last, p.LogPath())
 	default:
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}

@@ -28,6 +28,9 @@ type ServiceRelay struct {
 	target   string // the apiserver's host:port
 	listener net.Listener
 
+	// stop ends the relay's context, which its dials to the apiserver take.
+	stop context.CancelFunc
+
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	// accepted counts connections by source address.
@@ -74,18 +77,21 @@ func (c *Cluster) startServiceRelay(ctx context.Context) (_ *ServiceRelay, err e
 	if err != nil {
 		return nil, fmt.Errorf("the apiserver's URL %q: %w", c.restConfig.Host, err)
 	}
-	r := &ServiceRelay{service: svc, target: apiserver.Host, conns: map[net.Conn]struct{}{}, accepted: map[string]int{}}
+	// The relay outlives ctx, which bounds only its start; close ends relayCtx.
+	relayCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r := &ServiceRelay{service: svc, target: apiserver.Host, stop: stop, conns: map[net.Conn]struct{}{}, accepted: map[string]int{}}
 	// A relay that died without Close left the address behind; it is ours either way.
-	_ = exec.Command("ip", "addr", "delete", svc.Spec.ClusterIP+"/32", "dev", "lo").Run()
-	if err := ipCommand("addr", "add", svc.Spec.ClusterIP+"/32", "dev", "lo"); err != nil {
+	_ = exec.CommandContext(ctx, "ip", "addr", "delete", svc.Spec.ClusterIP+"/32", "dev", "lo").Run()
+	if err := ipCommand(ctx, "addr", "add", svc.Spec.ClusterIP+"/32", "dev", "lo"); err != nil {
+		stop()
 		return nil, err
 	}
 	port := strconv.Itoa(int(svc.Spec.Ports[0].Port))
-	if r.listener, err = net.Listen("tcp", net.JoinHostPort(svc.Spec.ClusterIP, port)); err != nil {
+	if r.listener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", net.JoinHostPort(svc.Spec.ClusterIP, port)); err != nil {
 		return nil, errors.Join(fmt.Errorf("listening at the kubernetes Service's address: %w", err), r.close())
 	}
 	r.wg.Add(1)
-	go r.accept()
+	go r.accept(relayCtx)
 	return r, nil
 }
 
@@ -124,6 +130,7 @@ func (r *ServiceRelay) RelayedConnections(ip net.IP) int {
 
 // close stops the relay, cutting its connections, and removes the address.
 func (r *ServiceRelay) close() error {
+	r.stop()
 	r.mu.Lock()
 	r.closed = true
 	for c := range r.conns {
@@ -134,10 +141,11 @@ func (r *ServiceRelay) close() error {
 		r.listener.Close()
 	}
 	r.wg.Wait()
-	return ipCommand("addr", "delete", r.service.Spec.ClusterIP+"/32", "dev", "lo")
+	// A cleanup, with no context to end it: it runs to its end.
+	return ipCommand(context.Background(), "addr", "delete", r.service.Spec.ClusterIP+"/32", "dev", "lo")
 }
 
-func (r *ServiceRelay) accept() {
+func (r *ServiceRelay) accept(ctx context.Context) {
 	defer r.wg.Done()
 	for {
 		in, err := r.listener.Accept()
@@ -147,15 +155,15 @@ func (r *ServiceRelay) accept() {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			r.forward(in)
+			r.forward(ctx, in)
 		}()
 	}
 }
 
 // forward copies one connection both ways between a client and the apiserver; the TLS
 // inside is theirs, so the apiserver authenticates the client's own token.
-func (r *ServiceRelay) forward(in net.Conn) {
-	out, err := net.Dial("tcp", r.target)
+func (r *ServiceRelay) forward(ctx context.Context, in net.Conn) {
+	out, err := (&net.Dialer{}).DialContext(ctx, "tcp", r.target)
 	if err != nil {
 		in.Close()
 		return
@@ -193,8 +201,8 @@ func (r *ServiceRelay) forward(in net.Conn) {
 	r.mu.Unlock()
 }
 
-func ipCommand(args ...string) error {
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+func ipCommand(ctx context.Context, args ...string) error {
+	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
