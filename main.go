@@ -85,7 +85,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. When empty, $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration are tried, as kubectl does.")
 	fs.StringVar(&o.master, "master", "", "Address of the Kubernetes API server. Overrides the server in the kubeconfig.")
 	fs.StringVar(&o.namespace, "namespace", "", "Only watch Foos and Deployments in this namespace. Empty watches all namespaces.")
-	fs.IntVar(&o.workers, "workers", 8, "Number of Foos synced in parallel.")
+	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("Number of Foos synced in parallel: by the replica, or in sharded mode by each slot it holds. 0 means %d, or %d per slot in sharded mode.", defaultWorkers, defaultSlotWorkers))
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 0, "Client-side limit of requests per second to the API server. 0 or less turns client-side throttling off and leaves flow control to the API server's priority and fairness.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "Client-side burst of requests to the API server, with --kube-api-qps above 0. 0 means twice --kube-api-qps.")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Hour, "How often the informers replay their caches. Replays of unchanged objects are dropped, so this only costs CPU. 0 turns it off.")
@@ -133,12 +133,35 @@ func main() {
 	klog.Flush()
 }
 
+// The default concurrency. With one active replica, 32 syncs keep the API server
+// busy through a cold start (at 1000 Foos, 8 left it idle part of the time: see
+// docs/performance.md); in sharded mode each slot held has its own queue and workers,
+// so a replica of 16 slots with 32 each would send up to 512 requests at once.
+const (
+	defaultWorkers     = 32
+	defaultSlotWorkers = 8
+)
+
+// workers is the number of workers per queue: the --workers given, or the default
+// for the mode.
+func workers(flag, shardSlots int) int {
+	switch {
+	case flag > 0:
+		return flag
+	case shardSlots > 0:
+		return defaultSlotWorkers
+	default:
+		return defaultWorkers
+	}
+}
+
 // run connects to the cluster and runs the controller until ctx is cancelled.
 func run(ctx context.Context, opts options) error {
 	logger := klog.FromContext(ctx)
-	if opts.workers < 1 {
-		return fmt.Errorf("--workers must be at least 1, got %d", opts.workers)
+	if opts.workers < 0 {
+		return fmt.Errorf("--workers must be 0 (the default) or more, got %d", opts.workers)
 	}
+	opts.workers = workers(opts.workers, opts.shardSlots)
 	if opts.shardSlots < 0 || opts.shardSlots > slots.MaxSlots {
 		return fmt.Errorf("--shard-slots must be between 0 (off) and %d, got %d", slots.MaxSlots, opts.shardSlots)
 	}

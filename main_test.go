@@ -93,6 +93,31 @@ func TestMetricsFlags(t *testing.T) {
 	}
 }
 
+func TestWorkersFlag(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"one active replica by default", nil, defaultWorkers},
+		{"per slot in sharded mode by default", []string{"--shard-slots=16"}, defaultSlotWorkers},
+		{"as given", []string{"--workers=3"}, 3},
+		{"as given, per slot", []string{"--workers=3", "--shard-slots=16"}, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var opts options
+			fs := flag.NewFlagSet("sample-controller", flag.ContinueOnError)
+			opts.addFlags(fs)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			if got := workers(opts.workers, opts.shardSlots); got != c.want {
+				t.Errorf("%d workers, want %d", got, c.want)
+			}
+		})
+	}
+}
+
 // leaderWait bounds every wait of these tests; a term takes about a second.
 const leaderWait = 10 * time.Second
 

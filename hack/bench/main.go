@@ -77,7 +77,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.reactionDeadline, "reaction-deadline", 2*time.Minute, "reaction case: how long after the last change the bench waits for the Deployments")
 	fs.DurationVar(&cfg.steadyWindow, "steady-window", 65*time.Second, "steady-state case: how long requests are counted")
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after convergence before counting requests or reading memory")
-	fs.IntVar(&cfg.workers, "workers", 8, "parallel requests of the limit case (the controller's default --workers)")
+	fs.IntVar(&cfg.workers, "workers", 32, "parallel requests of the limit case (the controller's default --workers with one active replica)")
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start (or its limit) after this long and report how far it got")
 	fs.DurationVar(&cfg.memoryTimeout, "memory-timeout", 5*time.Minute, "give up on creating the unrelated Deployments after this long")
 	fs.IntVar(&cfg.parallelism, "parallelism", 32, "parallel requests when the bench creates Foos and unrelated Deployments")
