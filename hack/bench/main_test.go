@@ -16,7 +16,7 @@ func TestParseFlags(t *testing.T) {
 	if !slices.Equal(cfg.foos, []int{100, 1000, 5000}) || !slices.Equal(cfg.rates, []int{25, 100, 1000}) {
 		t.Errorf("foos %v, rates %v", cfg.foos, cfg.rates)
 	}
-	if cfg.steadyFoos != 1000 || cfg.unrelated != 10000 || cfg.workers != 8 || cfg.steadyWindow != 65*time.Second {
+	if cfg.steadyFoos != 1000 || cfg.unrelated != 10000 || cfg.workers != 32 || cfg.steadyWindow != 65*time.Second {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for _, c := range allCases {
