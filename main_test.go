@@ -66,6 +66,18 @@ func TestRestConfigRateLimits(t *testing.T) {
 	}
 }
 
+// parseOptions parses args as the command line does.
+func parseOptions(t *testing.T, args []string) options {
+	t.Helper()
+	var opts options
+	fs := flag.NewFlagSet("sample-controller", flag.ContinueOnError)
+	opts.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return opts
+}
+
 func TestMetricsFlags(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -79,12 +91,7 @@ func TestMetricsFlags(t *testing.T) {
 		{"secure serving's flags on the same command line", []string{"-kubeconfig=/k", "--authentication-kubeconfig=/a"}, true, ":8443", "/a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var opts options
-			fs := flag.NewFlagSet("sample-controller", flag.ContinueOnError)
-			opts.addFlags(fs)
-			if err := fs.Parse(c.args); err != nil {
-				t.Fatal(err)
-			}
+			opts := parseOptions(t, c.args)
 			if opts.metricsSecure != c.wantSecure || opts.metricsBindAddress != c.wantAddress || opts.secureServing.AuthenticationKubeconfig != c.wantAuthn {
 				t.Errorf("--metrics-secure=%v on %q, --authentication-kubeconfig=%q; want %v on %q, %q",
 					opts.metricsSecure, opts.metricsBindAddress, opts.secureServing.AuthenticationKubeconfig, c.wantSecure, c.wantAddress, c.wantAuthn)
@@ -105,12 +112,7 @@ func TestWorkersFlag(t *testing.T) {
 		{"as given, per slot", []string{"--workers=3", "--shard-slots=16"}, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var opts options
-			fs := flag.NewFlagSet("sample-controller", flag.ContinueOnError)
-			opts.addFlags(fs)
-			if err := fs.Parse(c.args); err != nil {
-				t.Fatal(err)
-			}
+			opts := parseOptions(t, c.args)
 			if got := workers(opts.workers, opts.shardSlots); got != c.want {
 				t.Errorf("%d workers, want %d", got, c.want)
 			}
