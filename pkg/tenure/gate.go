@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -14,12 +15,21 @@ const (
 	ReasonExpired = "expired"
 	// ReasonNone: the write carries no tenure, where every write must.
 	ReasonNone = "none"
+	// ReasonStalled: the tenure was valid when the write was let through and had
+	// ended when its body was to be sent: the process stalled in between (a GC pause,
+	// SIGSTOP, a starved CPU, a slow dial).
+	ReasonStalled = "stalled"
 )
 
 // Gate holds the writes (POST, PUT, PATCH, DELETE) that pass through it to their
 // tenures. A write whose context carries a Tenure is sent only while it is valid, with
 // a deadline at its end, also on the API server (the request's timeout parameter), so
 // that neither the client nor the server works on it after the tenure. Reads pass.
+//
+// The tenure is checked again each time the transport reads the write's body, as it
+// puts it on the wire: a process frozen after the first check wakes with its timers
+// not yet fired, and its transport would send the write before the deadline cancels
+// it. The API server acts on no write whose body did not arrive whole.
 type Gate struct {
 	// Required holds back a write that carries no Tenure: set it where every write
 	// must happen inside one (leader election, sharded mode), so that a write that
@@ -64,6 +74,21 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), left)
 	gated := req.Clone(ctx)
+	check := &bodyCheck{tenure: tenure}
+	if gated.Body != nil && gated.Body != http.NoBody {
+		gated.Body = &checkedBody{ReadCloser: gated.Body, check: check}
+	}
+	if getBody := gated.GetBody; getBody != nil {
+		// A transport that sends the write again (a connection lost before the
+		// answer) reads a new body: it is checked too.
+		gated.GetBody = func() (io.ReadCloser, error) {
+			body, err := getBody()
+			if err != nil || body == nil || body == http.NoBody {
+				return body, err
+			}
+			return &checkedBody{ReadCloser: body, check: check}, nil
+		}
+	}
 	// The server stops working on the request at the same moment: a write that waits
 	// in its queues past the tenure fails instead of landing late. Whole milliseconds,
 	// rounded down.
@@ -77,6 +102,10 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(gated)
 	if err != nil {
 		cancel()
+		if check.failed() {
+			// Transports wrap a body's error their own way, some without Unwrap.
+			return nil, t.heldBack(req, ReasonStalled, fmt.Errorf("%w: %s %s: the tenure ended before the body was sent: %w", ErrNotHeld, req.Method, req.URL.Path, err))
+		}
 		return nil, err
 	}
 	// The deadline must outlive the response until its body is read.
@@ -85,7 +114,7 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *gatedTransport) heldBack(req *http.Request, reason string, err error) error {
-	if req.Body != nil {
+	if req.Body != nil && reason != ReasonStalled {
 		_ = req.Body.Close()
 	}
 	if t.gate.HeldBack != nil {
@@ -104,4 +133,42 @@ func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel()
 	return err
+}
+
+// bodyCheck checks a write's tenure as the transport reads its body, and remembers
+// whether a read found it over.
+type bodyCheck struct {
+	tenure *Tenure
+
+	mu    sync.Mutex
+	ended bool
+}
+
+func (c *bodyCheck) valid() bool {
+	_, ok := c.tenure.Left()
+	if !ok {
+		c.mu.Lock()
+		c.ended = true
+		c.mu.Unlock()
+	}
+	return ok
+}
+
+func (c *bodyCheck) failed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+// checkedBody is a write's body that yields nothing once the write's tenure is over.
+type checkedBody struct {
+	io.ReadCloser
+	check *bodyCheck
+}
+
+func (b *checkedBody) Read(data []byte) (int, error) {
+	if !b.check.valid() {
+		return 0, ErrNotHeld
+	}
+	return b.ReadCloser.Read(data)
 }

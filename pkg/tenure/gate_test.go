@@ -2,9 +2,12 @@ package tenure
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // apiServer answers every request with a Deployment and remembers what it received.
@@ -173,4 +177,113 @@ func TestGate(t *testing.T) {
 			t.Errorf("the write took %v, past its tenure", took)
 		}
 	})
+}
+
+// stallBefore is a transport that runs stall, then sends the request on: a process
+// frozen after the gate let a write through and before its transport sent it.
+type stallBefore struct {
+	stall func()
+	next  http.RoundTripper
+}
+
+func (s stallBefore) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.stall()
+	return s.next.RoundTrip(req)
+}
+
+// TestGateStalledWrite freezes the process between the gate's check and the write's
+// departure, by a fake clock that the stall moves past the tenure's end while the
+// real one, which the write's deadline runs on, barely moves: as after a SIGSTOP, when
+// the transport runs again before the deadline's timer has fired. The write must not
+// reach the server whole, over HTTP/1.1 and over HTTP/2, whose transport sends the
+// headers before it reads the body.
+func TestGateStalledWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		proto int
+	}{
+		{"HTTP/1.1", 1},
+		{"HTTP/2", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var whole, cut []int // by protocol
+			server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, err := io.ReadAll(r.Body)
+				mu.Lock()
+				if err != nil {
+					cut = append(cut, r.ProtoMajor)
+				} else {
+					whole = append(whole, r.ProtoMajor)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d","namespace":"ns"}}`))
+			}))
+			server.EnableHTTP2 = tc.proto == 2
+			server.StartTLS()
+			t.Cleanup(server.Close)
+
+			clk := testingclock.NewFakePassiveClock(time.Now())
+			tenure := New(clk)
+			tenure.Extend(clk.Now(), 4*time.Second)
+			stall := func() {}
+			var reasons []string
+			gate := &Gate{Required: true, HeldBack: func(reason string) { reasons = append(reasons, reason) }}
+			cfg := &rest.Config{
+				Host:            server.URL,
+				TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw})},
+			}
+			cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+				return stallBefore{stall: func() { stall() }, next: next}
+			})
+			cfg.Wrap(gate.Wrap)
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deployments := client.AppsV1().Deployments("ns")
+			ctx := NewContext(t.Context(), tenure)
+			deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
+
+			// One write without a stall, on the protocol under test.
+			if _, err := deployments.Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			if len(whole) != 1 || whole[0] != tc.proto {
+				t.Fatalf("the server received %v whole, want one write over HTTP/%d", whole, tc.proto)
+			}
+			mu.Unlock()
+
+			// Each write is let through by a tenure renewed just before it.
+			stall = func() { clk.SetTime(clk.Now().Add(5 * time.Second)) }
+			renewed := func() context.Context {
+				tenure.Extend(clk.Now(), 4*time.Second)
+				return ctx
+			}
+			errs := map[string]error{}
+			_, errs["create"] = deployments.Create(renewed(), deployment, metav1.CreateOptions{})
+			_, errs["update"] = deployments.Update(renewed(), deployment, metav1.UpdateOptions{})
+			_, errs["patch"] = deployments.Patch(renewed(), "d", "application/merge-patch+json", []byte(`{}`), metav1.PatchOptions{})
+			errs["delete"] = deployments.Delete(renewed(), "d", metav1.DeleteOptions{})
+			for verb, err := range errs {
+				if !errors.Is(err, ErrNotHeld) {
+					t.Errorf("%s: err = %v, want ErrNotHeld", verb, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(whole) != 1 {
+				t.Errorf("the server received %d more writes whole, want none", len(whole)-1)
+			}
+			t.Logf("writes whose headers came without their body: %d", len(cut))
+			if len(reasons) != len(errs) || slices.ContainsFunc(reasons, func(r string) bool { return r != ReasonStalled }) {
+				t.Errorf("held back for %v, want %d times %q", reasons, len(errs), ReasonStalled)
+			}
+		})
+	}
 }
