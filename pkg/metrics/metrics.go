@@ -1,29 +1,36 @@
 // Package metrics collects the Prometheus metrics that client-go can report, its work
-// queues', its REST clients' and its informers', for a controller to serve on
-// /metrics.
+// queues', its REST clients', its leader elections' and its informers', for a
+// controller to serve on /metrics.
+//
+// The REST client and informer series are component-base's, as kube-controller-manager
+// serves them. The work queue and leader election series keep component-base's names
+// but are this package's own: a sharded replica's slot queues come and go, and a queue
+// that was shut down must drop its gauges (ForgetQueue); and a replica that released
+// its Lease must say 0 (LeaderElectionEnded), which client-go's elector does not report.
+// component-base keeps its vectors unexported, so neither can be done through them.
 //
 // Other programs may import it; its API follows this repository's versions, with no
 // promise beyond them.
 package metrics
 
 import (
-	"context"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/tools/leaderelection"
-	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-base/metrics/legacyregistry"
 	// Client-go's informer metrics provider, set in its init: informer_queued_items,
 	// informer_processing_latency_seconds, informer_store_resource_version.
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/fifo"
+	// Client-go's REST client metrics, set in its init: rest_client_requests_total,
+	// rest_client_request_duration_seconds, rest_client_rate_limiter_duration_seconds,
+	// the requests' and answers' sizes, retries, and the transport cache's series.
+	_ "k8s.io/component-base/metrics/prometheus/restclient"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
@@ -33,22 +40,24 @@ import (
 // adds.
 var Registry = prometheus.NewRegistry()
 
-// Gatherer is what the process serves on /metrics: Registry, and the informer_* series
-// of the informers that have a name, which component-base keeps in its legacy
-// registry (its package clientgo/fifo is client-go's informer metrics provider). Only
-// those are taken from there: that registry has Go and process collectors of its own,
-// which Registry has too.
-var Gatherer prometheus.Gatherer = prometheus.Gatherers{Registry, prefixGatherer{legacyregistry.DefaultGatherer, "informer_"}}
+// Gatherer is what the process serves on /metrics: Registry, and from component-base's
+// legacy registry the informer_* series of the informers that have a name and the
+// rest_client_* series (its packages clientgo/fifo and restclient are client-go's
+// providers for them). Only those are taken from there: that registry has Go and
+// process collectors of its own, which Registry has too.
+var Gatherer prometheus.Gatherer = prometheus.Gatherers{Registry, prefixGatherer{legacyregistry.DefaultGatherer, []string{"informer_", "rest_client_"}}}
 
-// prefixGatherer gathers the families of Gatherer whose name has prefix.
+// prefixGatherer gathers the families of Gatherer whose name has one of prefixes.
 type prefixGatherer struct {
 	prometheus.Gatherer
-	prefix string
+	prefixes []string
 }
 
 func (g prefixGatherer) Gather() ([]*dto.MetricFamily, error) {
 	families, err := g.Gatherer.Gather()
-	return slices.DeleteFunc(families, func(f *dto.MetricFamily) bool { return !strings.HasPrefix(f.GetName(), g.prefix) }), err
+	return slices.DeleteFunc(families, func(f *dto.MetricFamily) bool {
+		return !slices.ContainsFunc(g.prefixes, func(prefix string) bool { return strings.HasPrefix(f.GetName(), prefix) })
+	}), err
 }
 
 func init() {
@@ -61,26 +70,19 @@ func init() {
 var (
 	registerOnce sync.Once
 	queues       = newQueueMetrics()
-	requests     = newRequestMetrics()
 	leaders      = newLeaderMetrics()
 )
 
-// RegisterClientGo makes client-go report its work queue and REST client metrics to
-// Registry. Call it before creating clients and queues: client-go reads the providers
-// when they are built. Calls after the first do nothing.
+// RegisterClientGo makes client-go report its work queue and leader election metrics
+// to Registry. Call it before creating queues and electors: client-go reads the
+// providers when they are built. Calls after the first do nothing. (The REST client's
+// and informers' providers are component-base's, set when this package is loaded.)
 func RegisterClientGo() {
 	registerOnce.Do(func() {
 		q := queues
 		Registry.MustRegister(q.depth, q.adds, q.latency, q.workDuration, q.unfinished, q.longestRunning, q.retries)
 		workqueue.SetProvider(q)
 
-		r := requests
-		Registry.MustRegister(r.latency, r.results, r.rateLimiterLatency)
-		clientmetrics.Register(clientmetrics.RegisterOpts{
-			RequestLatency:     latencyObserver{r.latency},
-			RateLimiterLatency: latencyObserver{r.rateLimiterLatency},
-			RequestResult:      resultCounter{r.results},
-		})
 		l := leaders
 		Registry.MustRegister(l.status, l.slowpath)
 		leaderelection.SetProvider(l)
@@ -198,39 +200,4 @@ func (q *queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) work
 }
 func (q *queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return q.retries.WithLabelValues(name)
-}
-
-// requestMetrics are the REST client's: what it asked the API server, how long it
-// took, and what came back.
-type requestMetrics struct {
-	latency            *prometheus.HistogramVec
-	rateLimiterLatency *prometheus.HistogramVec
-	results            *prometheus.CounterVec
-}
-
-// requestBuckets span 1 ms to about 16 s.
-var requestBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
-
-func newRequestMetrics() *requestMetrics {
-	const subsystem = "rest_client"
-	return &requestMetrics{
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: "request_duration_seconds",
-			Help: "Latency of requests to the API server, by verb and host.", Buckets: requestBuckets}, []string{"verb", "host"}),
-		rateLimiterLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: "rate_limiter_duration_seconds",
-			Help: "Time requests spent waiting for the client-side rate limiter, by verb and host.", Buckets: requestBuckets}, []string{"verb", "host"}),
-		results: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: "requests_total",
-			Help: "Requests to the API server, by HTTP status code, method and host."}, []string{"code", "method", "host"}),
-	}
-}
-
-type latencyObserver struct{ vec *prometheus.HistogramVec }
-
-func (o latencyObserver) Observe(_ context.Context, verb string, u url.URL, latency time.Duration) {
-	o.vec.WithLabelValues(verb, u.Host).Observe(latency.Seconds())
-}
-
-type resultCounter struct{ vec *prometheus.CounterVec }
-
-func (c resultCounter) Increment(_ context.Context, code, method, host string) {
-	c.vec.WithLabelValues(code, method, host).Inc()
 }

@@ -3,6 +3,9 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/seed-e6610ed6/sample-controller/pkg/version"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
@@ -254,6 +259,75 @@ func TestInformerMetrics(t *testing.T) {
 		t.Errorf("informer_store_resource_version{name=%q} = %v, want 42", name.Name(), rv)
 	}
 	for _, family := range []string{"informer_queued_items", "go_goroutines", "process_cpu_seconds_total"} {
+		if found[family] != 1 {
+			t.Errorf("%s gathered %d times, want once", family, found[family])
+		}
+	}
+}
+
+// A REST client's requests show in Gatherer under kube-controller-manager's names, by
+// code, method and host, each family once.
+func TestRESTClientMetrics(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method != http.MethodGet {
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"ns"}}`))
+	}))
+	defer server.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: server.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := client.CoreV1().ConfigMaps("ns")
+	for range 2 {
+		if _, err := configMaps.Get(t.Context(), "c", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := configMaps.Delete(t.Context(), "c", metav1.DeleteOptions{}); err == nil {
+		t.Fatal("the delete succeeded, want it refused")
+	}
+
+	host := strings.TrimPrefix(server.URL, "http://")
+	families, err := Gatherer.Gather()
+	if err != nil {
+		t.Fatalf("gathering: %v", err)
+	}
+	found := map[string]int{}
+	got := map[string]float64{}
+	for _, f := range families {
+		found[f.GetName()]++
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["host"] != host {
+				continue
+			}
+			switch f.GetName() {
+			case "rest_client_requests_total":
+				got[f.GetName()+" "+labels["method"]+" "+labels["code"]] += m.GetCounter().GetValue()
+			case "rest_client_request_duration_seconds":
+				got[f.GetName()+" "+labels["verb"]] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for series, want := range map[string]float64{
+		"rest_client_requests_total GET 200":          2,
+		"rest_client_requests_total DELETE 403":       1,
+		"rest_client_request_duration_seconds GET":    2,
+		"rest_client_request_duration_seconds DELETE": 1,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
+		}
+	}
+	for _, family := range []string{"rest_client_requests_total", "rest_client_request_duration_seconds", "rest_client_rate_limiter_duration_seconds", "rest_client_response_size_bytes", "go_goroutines"} {
 		if found[family] != 1 {
 			t.Errorf("%s gathered %d times, want once", family, found[family])
 		}
