@@ -40,6 +40,7 @@ type config struct {
 	tenureFoos, tenurePairs, tenureRate int
 	ratioFoos                           []int
 	ratioPairs, ratioInflight           int
+	ratioAlso                           []string
 	ourBinary, controllerBinary         string
 	controllerName, controllerArgs      string
 	outDir                              string
@@ -99,6 +100,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.tenureRate, "tenure-rate", 100, "tenure case: spec changes per second of its reaction case")
 	ratioFoos := fs.String("ratio-foos", "1000,10000", "ratio case: sizes, numbers of Foos, comma-separated")
 	fs.IntVar(&cfg.ratioPairs, "ratio-pairs", 3, "ratio case: pairs of runs, ours and the limit with events, in alternating order")
+	ratioAlso := fs.String("ratio-also", "", "ratio case: flags, space-separated, of a third side that runs our controller with them added (e.g. --workers=8), to measure a default against its alternative")
 	fs.IntVar(&cfg.ratioInflight, "ratio-inflight", 32, "ratio case: requests the limit has in flight, as many as this apiserver takes with profit")
 	cases := fs.String("cases", strings.Join(defaultCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	if cfg.shardedReplicas, err = parseInts("--sharded-replicas", *shardedReplicas); err != nil {
 		return cfg, err
 	}
+	cfg.ratioAlso = strings.Fields(*ratioAlso)
 	if cfg.ratioFoos, err = parseInts("--ratio-foos", *ratioFoos); err != nil {
 		return cfg, err
 	}
@@ -249,7 +252,7 @@ func plan(cfg config, controllers []driver, ours controller) []sessionPlan {
 		out = append(out, tenurePlan(ours, cfg.tenurePairs, cfg.tenureFoos, cfg.tenureRate)...)
 	}
 	if cfg.cases[caseRatio] {
-		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs)...)
+		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs, cfg.ratioAlso)...)
 	}
 	return out
 }

@@ -14,17 +14,24 @@ import (
 // controller writes its Events in the background, so they count too. The runs share
 // one cluster, each on Foos created for it in a namespace of its own, and alternate,
 // AB BA AB..., so that a drift of the machine, or the objects earlier runs left on
-// the cluster, fall on both sides alike.
+// the cluster, fall on both sides alike. With --ratio-also, a third side, our
+// controller with those flags added, joins each pair (a triple then), and the order
+// rotates: ABC BCA CAB.
 type ratioSide struct {
 	Ours *controller `json:"ours,omitempty"` // nil: the limit with events
-	Pair int         `json:"pair"`
+	// Also is the flags the variant adds to ours; empty for ours as it is.
+	Also []string `json:"also,omitempty"`
+	Pair int      `json:"pair"`
 }
 
 func (r ratioSide) side() string {
-	if r.Ours != nil {
-		return ourName
+	switch {
+	case r.Ours == nil:
+		return "limit"
+	case len(r.Also) > 0:
+		return ourName + " " + strings.Join(r.Also, " ")
 	}
-	return "limit"
+	return ourName
 }
 
 func (r ratioSide) column() string   { return fmt.Sprintf("ratio %s %d", r.side(), r.Pair) }
@@ -35,24 +42,28 @@ func (r ratioSide) start(ctx context.Context, s *session) error {
 		return limit{Events: true, Inflight: s.cfg.ratioInflight}.start(ctx, s)
 	}
 	c := *r.Ours
-	c.Args = append(slices.Clone(c.Args), "--namespace="+s.namespace)
+	c.Args = append(slices.Concat(c.Args, r.Also), "--namespace="+s.namespace)
 	return c.start(ctx, s)
 }
 
 // ratioPlan is the ratio case's sessions: for every size, pairs of our controller and
-// the limit in alternating order, all on one cluster.
-func ratioPlan(ours controller, sizes []int, pairs int) []sessionPlan {
+// the limit (triples with our controller with the flags also, when there are any) in
+// rotating order, all on one cluster.
+func ratioPlan(ours controller, sizes []int, pairs int, also []string) []sessionPlan {
 	shared := &sharedCluster{}
+	sides := []ratioSide{{Ours: &ours}}
+	if len(also) > 0 {
+		sides = append(sides, ratioSide{Ours: &ours, Also: also})
+	}
+	sides = append(sides, ratioSide{})
 	var out []sessionPlan
 	for _, n := range sizes {
 		for pair := 1; pair <= pairs; pair++ {
-			order := []*controller{&ours, nil}
-			if pair%2 == 0 {
-				order = []*controller{nil, &ours}
-			}
-			for _, c := range order {
+			first := (pair - 1) % len(sides)
+			for _, side := range slices.Concat(sides[first:], sides[:first]) {
+				side.Pair = pair
 				out = append(out, sessionPlan{
-					driver: ratioSide{Ours: c, Pair: pair},
+					driver: side,
 					foos:   n,
 					cases:  []benchCase{coldStartCase{record: true, events: true}},
 					shared: shared,
@@ -64,11 +75,12 @@ func ratioPlan(ours controller, sizes []int, pairs int) []sessionPlan {
 }
 
 // ratioMarkdown is the ratio case's table: for every size, each pair's cold starts
-// and their ratio, then the median and range of the ratios.
+// and the ratio of each of our sides to the limit, then the ratios' medians and ranges.
 func ratioMarkdown(res *results, inflight int) string {
 	type key struct{ foos, pair int }
-	seconds := map[key]map[bool]float64{} // ours?
+	seconds := map[key]map[string]float64{} // by side
 	var keys []key
+	var ours []string // our sides, as they first ran
 	for _, r := range res.Runs {
 		side, ok := r.Driver.(ratioSide)
 		if !ok || r.ColdStart == nil || !r.ColdStart.Converged {
@@ -76,34 +88,59 @@ func ratioMarkdown(res *results, inflight int) string {
 		}
 		k := key{r.Foos, side.Pair}
 		if seconds[k] == nil {
-			seconds[k] = map[bool]float64{}
+			seconds[k] = map[string]float64{}
 			keys = append(keys, k)
 		}
-		seconds[k][side.Ours != nil] = r.ColdStart.Seconds
+		seconds[k][side.side()] = r.ColdStart.Seconds
+		if side.Ours != nil && !slices.Contains(ours, side.side()) {
+			ours = append(ours, side.side())
+		}
 	}
 	if len(keys) == 0 {
 		return ""
 	}
 	var b strings.Builder
 	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
-	writeLine("cold start, Foos", "pair", "ours (s)", fmt.Sprintf("limit with events, %d in flight (s)", inflight), "ours ÷ limit")
-	writeLine(slices.Repeat([]string{"--:"}, 5)...)
-	ratios := map[int][]float64{}
+	header := []string{"cold start, Foos", "pair"}
+	for _, side := range ours {
+		header = append(header, side+" (s)")
+	}
+	header = append(header, fmt.Sprintf("limit with events, %d in flight (s)", inflight))
+	for _, side := range ours {
+		header = append(header, side+" ÷ limit")
+	}
+	writeLine(header...)
+	writeLine(slices.Repeat([]string{"--:"}, len(header))...)
+	ratios := map[int]map[string][]float64{} // by size, then side
 	var sizes []int
 	for _, k := range keys {
-		ours, oursOK := seconds[k][true]
-		lim, limOK := seconds[k][false]
-		if !oursOK || !limOK {
+		lim, limOK := seconds[k]["limit"]
+		complete := limOK && !slices.ContainsFunc(ours, func(side string) bool { _, ok := seconds[k][side]; return !ok })
+		if !complete {
 			continue
 		}
 		if !slices.Contains(sizes, k.foos) {
 			sizes = append(sizes, k.foos)
+			ratios[k.foos] = map[string][]float64{}
 		}
-		ratios[k.foos] = append(ratios[k.foos], ours/lim)
-		writeLine(fmt.Sprint(k.foos), fmt.Sprint(k.pair), formatNumber(ours), formatNumber(lim), formatRatio(ours/lim))
+		line := []string{fmt.Sprint(k.foos), fmt.Sprint(k.pair)}
+		for _, side := range ours {
+			line = append(line, formatNumber(seconds[k][side]))
+		}
+		line = append(line, formatNumber(lim))
+		for _, side := range ours {
+			ratios[k.foos][side] = append(ratios[k.foos][side], seconds[k][side]/lim)
+			line = append(line, formatRatio(seconds[k][side]/lim))
+		}
+		writeLine(line...)
 	}
 	for _, n := range sizes {
-		writeLine(fmt.Sprint(n), "median of the pairs (range)", "", "", spread(ratios[n]))
+		line := []string{fmt.Sprint(n), "median of the pairs (range)"}
+		line = append(line, slices.Repeat([]string{""}, len(ours)+1)...)
+		for _, side := range ours {
+			line = append(line, spread(ratios[n][side]))
+		}
+		writeLine(line...)
 	}
 	return b.String()
 }
@@ -114,5 +151,9 @@ func spread(ratios []float64) string {
 		return "n/a"
 	}
 	sorted := slices.Sorted(slices.Values(ratios))
-	return fmt.Sprintf("%s (%s-%s)", formatRatio(percentile(sorted, 50)), formatRatio(sorted[0]), formatRatio(sorted[len(sorted)-1]))
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + median) / 2
+	}
+	return fmt.Sprintf("%s (%s-%s)", formatRatio(median), formatRatio(sorted[0]), formatRatio(sorted[len(sorted)-1]))
 }

@@ -61,3 +61,44 @@ func TestRatioMarkdown(t *testing.T) {
 		t.Errorf("the ratio runs also went into the main table: %q", table.columns)
 	}
 }
+
+// With --ratio-also, each pair is a triple whose order rotates, and the table has a
+// column and a ratio for the variant.
+func TestRatioTriples(t *testing.T) {
+	cfg, err := parseFlags([]string{"--cases=ratio", "--ratio-pairs=3", "--ratio-foos=100", "--ratio-also=--workers=8 --x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := controller{Name: ourName, Binary: "/bin/sample-controller", Ours: true}
+	var got []string
+	for _, p := range plan(cfg, []driver{ours}, ours) {
+		got = append(got, p.driver.column())
+	}
+	want := []string{
+		"ratio ours 1", "ratio ours --workers=8 --x 1", "ratio limit 1",
+		"ratio ours --workers=8 --x 2", "ratio limit 2", "ratio ours 2",
+		"ratio limit 3", "ratio ours 3", "ratio ours --workers=8 --x 3",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sessions %q, want %q", got, want)
+	}
+
+	variant := []string{"--workers=8"}
+	run := func(c *controller, also []string, pair int, seconds float64) runResult {
+		return runResult{Driver: ratioSide{Ours: c, Also: also, Pair: pair}, Foos: 1000, ColdStart: &coldStartResult{Foos: 1000, Converged: true, Seconds: seconds}}
+	}
+	res := &results{Runs: []runResult{
+		run(&ours, nil, 1, 6), run(&ours, variant, 1, 7), run(nil, nil, 1, 4),
+		run(&ours, variant, 2, 6), run(nil, nil, 2, 5), run(&ours, nil, 2, 5.5),
+		run(nil, nil, 3, 4), run(&ours, nil, 3, 8), // the variant's third run failed: no row
+	}}
+	wantTable := `| cold start, Foos | pair | ours (s) | ours --workers=8 (s) | limit with events, 32 in flight (s) | ours ÷ limit | ours --workers=8 ÷ limit |
+| --: | --: | --: | --: | --: | --: | --: |
+| 1000 | 1 | 6.00 | 7.00 | 4.00 | 1.50 | 1.75 |
+| 1000 | 2 | 5.50 | 6.00 | 5.00 | 1.10 | 1.20 |
+| 1000 | median of the pairs (range) |  |  |  | 1.30 (1.10-1.50) | 1.48 (1.20-1.75) |
+`
+	if got := ratioMarkdown(res, 32); got != wantTable {
+		t.Errorf("ratioMarkdown =\n%s\nwant\n%s", got, wantTable)
+	}
+}
