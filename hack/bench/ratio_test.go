@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -100,5 +101,19 @@ func TestRatioTriples(t *testing.T) {
 `
 	if got := ratioMarkdown(res, 32); got != wantTable {
 		t.Errorf("ratioMarkdown =\n%s\nwant\n%s", got, wantTable)
+	}
+}
+
+func TestSessionName(t *testing.T) {
+	for description, want := range map[string]string{
+		"ratio ours 1-1000":                      "ratio-ours-1-1000",
+		"ratio ours --workers=8 2-10000":         "ratio-ours-workers-8-2-10000",
+		"tenure elected 1-10000":                 "tenure-elected-1-10000",
+		"limit+events 1000":                      "limit-events-1000",
+		"Sharded 3x8 " + strings.Repeat("a", 80): "sharded-3x8-" + strings.Repeat("a", 51),
+	} {
+		if got := sessionName(description); got != want {
+			t.Errorf("sessionName(%q) = %q, want %q", description, got, want)
+		}
 	}
 }

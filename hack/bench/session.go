@@ -68,6 +68,29 @@ type session struct {
 	result    runResult // what the cases measured
 }
 
+// sessionName makes a run's description a name that serves as a namespace's and a
+// file's: lower case letters, digits and single dashes, at most 63 characters.
+func sessionName(description string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(description) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	name := b.String()
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return strings.TrimRight(name, "-")
+}
+
 // runSession runs p's cases in order on a fresh cluster and returns what they
 // measured, also when one failed. The cases after the cold start need it converged.
 func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (runResult, error) {
@@ -80,7 +103,7 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 	}
 	s := &session{
 		cfg:       cfg,
-		name:      strings.ReplaceAll(name, " ", "-"),
+		name:      sessionName(name),
 		layout:    p.layout,
 		driver:    p.driver,
 		fail:      fail,
