@@ -26,7 +26,7 @@ var (
 
 	writesHeldBack = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_writes_held_back_total",
-		Help: "Writes (Deployments, Foo status, Events) not sent because this replica's tenure of its Lease, or of the slot's, was not valid by its own clock, by reason: expired (the tenure ended or lapsed: the Lease was lost, or not renewed in time), stalled (the tenure was valid when the write was let through and over when its body was to be sent: the process stalled in between) or none (a write outside any tenure where every write needs one: a bug).",
+		Help: "Writes (Deployments, Foo status, Events) not sent because this replica's tenure of its Lease, or of the slot's, was not valid by its own clock, by reason: expired (the tenure ended or lapsed: the Lease was lost, or not renewed in time), stalled (the tenure was valid when the write was let through and over at a read of its body to send it: the process stalled in between, or the Lease was lost meanwhile; the body never arrived whole) or none (a write outside any tenure where every write needs one: a bug).",
 	}, []string{"reason"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{

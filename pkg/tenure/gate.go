@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +17,9 @@ const (
 	// ReasonNone: the write carries no tenure, where every write must.
 	ReasonNone = "none"
 	// ReasonStalled: the tenure was valid when the write was let through and had
-	// ended when its body was to be sent: the process stalled in between (a GC pause,
-	// SIGSTOP, a starved CPU, a slow dial).
+	// ended at a read of its body to send it: the process stalled in between (a GC
+	// pause, SIGSTOP, a starved CPU), or the tenure was ended meanwhile (End, a wall
+	// clock set forward). The body never arrived whole.
 	ReasonStalled = "stalled"
 )
 
@@ -26,10 +28,17 @@ const (
 // a deadline at its end, also on the API server (the request's timeout parameter), so
 // that neither the client nor the server works on it after the tenure. Reads pass.
 //
-// The tenure is checked again each time the transport reads the write's body, as it
-// puts it on the wire: a process frozen after the first check wakes with its timers
-// not yet fired, and its transport would send the write before the deadline cancels
-// it. The API server acts on no write whose body did not arrive whole.
+// The tenure is checked again each time the transport reads the write's body to send
+// it: a process frozen after the first check wakes with its timers not yet fired, and
+// its transport would send the write before the deadline cancels it. A read that finds
+// the tenure over fails, the transport abandons the request, and its body never
+// arrives whole, so the API server does not act on it; the headers may have gone
+// already. The last of the body's bytes comes with io.EOF and nothing is checked
+// after it: HTTP/1.1 reads once more when the body has been sent, and a failure then
+// would report as held back a write that landed. A write without a body (none of this
+// controller's: a delete carries its options) has only the first check. Over HTTP/1.1
+// the headers and the body now leave in two writes instead of one, since the transport
+// no longer sees an in-memory body.
 type Gate struct {
 	// Required holds back a write that carries no Tenure: set it where every write
 	// must happen inside one (leader election, sharded mode), so that a write that
@@ -76,7 +85,7 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	gated := req.Clone(ctx)
 	check := &bodyCheck{tenure: tenure}
 	if gated.Body != nil && gated.Body != http.NoBody {
-		gated.Body = &checkedBody{ReadCloser: gated.Body, check: check}
+		gated.Body = check.body(gated.Body, gated.ContentLength)
 	}
 	if getBody := gated.GetBody; getBody != nil {
 		// A transport that sends the write again (a connection lost before the
@@ -86,7 +95,7 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err != nil || body == nil || body == http.NoBody {
 				return body, err
 			}
-			return &checkedBody{ReadCloser: body, check: check}, nil
+			return check.body(body, gated.ContentLength), nil
 		}
 	}
 	// The server stops working on the request at the same moment: a write that waits
@@ -102,9 +111,14 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(gated)
 	if err != nil {
 		cancel()
-		if check.failed() {
+		switch {
+		case check.failed():
 			// Transports wrap a body's error their own way, some without Unwrap.
 			return nil, t.heldBack(req, ReasonStalled, fmt.Errorf("%w: %s %s: the tenure ended before the body was sent: %w", ErrNotHeld, req.Method, req.URL.Path, err))
+		case ctx.Err() != nil && req.Context().Err() == nil:
+			// The tenure's deadline, not the caller's, ended it: whether the server
+			// acted on it is not known.
+			return nil, fmt.Errorf("%w: %s %s: %w", ErrCutOff, req.Method, req.URL.Path, err)
 		}
 		return nil, err
 	}
@@ -160,15 +174,41 @@ func (c *bodyCheck) failed() bool {
 	return c.ended
 }
 
+// errTenureEnded is what a checked body's read returns once the tenure is over; the
+// gate reports the write as held back (ErrNotHeld) whatever the transport made of it.
+var errTenureEnded = errors.New("the tenure ended")
+
+// body is body, of length bytes (-1 or 0: unknown), checked against the tenure.
+func (c *bodyCheck) body(body io.ReadCloser, length int64) io.ReadCloser {
+	if length <= 0 {
+		length = -1
+	}
+	return &checkedBody{ReadCloser: body, check: c, left: length}
+}
+
 // checkedBody is a write's body that yields nothing once the write's tenure is over.
+// Of a body of known length, the last bytes come with io.EOF, and the reads after
+// them are not checked.
 type checkedBody struct {
 	io.ReadCloser
 	check *bodyCheck
+	// left is how many bytes are still to be read; -1 when the length is unknown.
+	left int64
 }
 
 func (b *checkedBody) Read(data []byte) (int, error) {
-	if !b.check.valid() {
-		return 0, ErrNotHeld
+	if b.left == 0 {
+		return 0, io.EOF
 	}
-	return b.ReadCloser.Read(data)
+	if !b.check.valid() {
+		return 0, errTenureEnded
+	}
+	n, err := b.ReadCloser.Read(data)
+	if b.left > 0 {
+		b.left = max(b.left-int64(n), 0)
+		if b.left == 0 && err == nil {
+			err = io.EOF
+		}
+	}
+	return n, err
 }

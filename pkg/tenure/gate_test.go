@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,8 +172,8 @@ func TestGate(t *testing.T) {
 		tenure.Extend(time.Now().Add(-3300*time.Millisecond), 4*time.Second)
 		start := time.Now()
 		_, err := client.AppsV1().Deployments("ns").Create(NewContext(t.Context(), tenure), deployment, metav1.CreateOptions{})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("err = %v, want the deadline exceeded", err)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrCutOff) {
+			t.Errorf("err = %v, want the deadline exceeded, reported as cut off", err)
 		}
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("the write took %v, past its tenure", took)
@@ -179,111 +181,154 @@ func TestGate(t *testing.T) {
 	})
 }
 
-// stallBefore is a transport that runs stall, then sends the request on: a process
-// frozen after the gate let a write through and before its transport sent it.
-type stallBefore struct {
-	stall func()
-	next  http.RoundTripper
+// stallAt is a transport that runs stall before it sends the request on, or, with
+// afterRead, once the transport has read the request's body the first time: a process
+// frozen after the gate let a write through, before its transport sent it or between
+// two reads of its body.
+type stallAt struct {
+	stall     func()
+	afterRead bool
+	next      http.RoundTripper
 }
 
-func (s stallBefore) RoundTrip(req *http.Request) (*http.Response, error) {
-	s.stall()
+func (s stallAt) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !s.afterRead {
+		s.stall()
+	} else if req.Body != nil {
+		req.Body = &stallAfterRead{ReadCloser: req.Body, stall: s.stall}
+	}
 	return s.next.RoundTrip(req)
 }
 
-// TestGateStalledWrite freezes the process between the gate's check and the write's
-// departure, by a fake clock that the stall moves past the tenure's end while the
-// real one, which the write's deadline runs on, barely moves: as after a SIGSTOP, when
-// the transport runs again before the deadline's timer has fired. The write must not
-// reach the server whole, over HTTP/1.1 and over HTTP/2, whose transport sends the
-// headers before it reads the body.
+type stallAfterRead struct {
+	io.ReadCloser
+	stall   func()
+	stalled bool
+}
+
+func (b *stallAfterRead) Read(data []byte) (int, error) {
+	n, err := b.ReadCloser.Read(data)
+	if !b.stalled {
+		b.stalled = true
+		b.stall()
+	}
+	return n, err
+}
+
+// TestGateStalledWrite freezes the process after the gate's check let a write through,
+// by a fake clock that the stall moves past the tenure's end while the real one, which
+// the write's deadline runs on, barely moves: as after a SIGSTOP, when the transport
+// runs again before the deadline's timer has fired. Over HTTP/1.1 and HTTP/2 (whose
+// transport sends the headers before it reads the body):
+//   - frozen before the transport sent anything, or between two reads of a large body,
+//     the write must not reach the server whole, and the caller learns it was held back;
+//   - frozen after the last read of the body, the write has gone: the server has it
+//     whole, and the caller must get the server's answer, not a report that it was held
+//     back.
 func TestGateStalledWrite(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		proto int
-	}{
-		{"HTTP/1.1", 1},
-		{"HTTP/2", 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var whole, cut []int // by protocol
-			server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, err := io.ReadAll(r.Body)
-				mu.Lock()
-				if err != nil {
-					cut = append(cut, r.ProtoMajor)
-				} else {
+	small := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
+	large := small.DeepCopy()
+	// Larger than one read of either transport (HTTP/2 reads up to 512 KiB at once).
+	bulk := strings.Repeat("x", 2<<20)
+	large.Annotations = map[string]string{"bulk": bulk}
+	for _, proto := range []int{1, 2} {
+		for _, tc := range []struct {
+			name       string
+			afterRead  bool
+			deployment *appsv1.Deployment
+			held       bool
+		}{
+			{"before the transport sends it", false, small, true},
+			{"between two reads of its body", true, large, true},
+			{"after the last read of its body", true, small, false},
+		} {
+			t.Run(fmt.Sprintf("HTTP/%d, %s", proto, tc.name), func(t *testing.T) {
+				var mu sync.Mutex
+				var whole []int // the protocol of each write received whole
+				server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if _, err := io.ReadAll(r.Body); err != nil {
+						return
+					}
+					mu.Lock()
 					whole = append(whole, r.ProtoMajor)
+					mu.Unlock()
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write([]byte(`{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d","namespace":"ns"}}`))
+				}))
+				server.EnableHTTP2 = proto == 2
+				server.StartTLS()
+				t.Cleanup(server.Close)
+
+				clk := testingclock.NewFakePassiveClock(time.Now())
+				tenure := New(clk)
+				stall := func() {}
+				var reasons []string
+				gate := &Gate{Required: true, HeldBack: func(reason string) { reasons = append(reasons, reason) }}
+				cfg := &rest.Config{
+					Host:            server.URL,
+					TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw})},
 				}
-				mu.Unlock()
+				cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+					return stallAt{stall: func() { stall() }, afterRead: tc.afterRead, next: next}
+				})
+				cfg.Wrap(gate.Wrap)
+				client, err := kubernetes.NewForConfig(cfg)
 				if err != nil {
+					t.Fatal(err)
+				}
+				deployments := client.AppsV1().Deployments("ns")
+				// Each write is let through by a tenure renewed just before it.
+				renewed := func() context.Context {
+					tenure.Extend(clk.Now(), 4*time.Second)
+					return NewContext(t.Context(), tenure)
+				}
+
+				// One write without a stall, on the protocol under test.
+				if _, err := deployments.Create(renewed(), tc.deployment, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				stall = func() { clk.SetTime(clk.Now().Add(5 * time.Second)) }
+				errs := map[string]error{}
+				_, errs["create"] = deployments.Create(renewed(), tc.deployment, metav1.CreateOptions{})
+				_, errs["update"] = deployments.Update(renewed(), tc.deployment, metav1.UpdateOptions{})
+				patch := []byte(`{}`)
+				if tc.deployment == large {
+					patch = []byte(`{"metadata":{"annotations":{"bulk":"` + bulk + `"}}}`)
+				} else {
+					// Its options are too small for two reads.
+					errs["delete"] = deployments.Delete(renewed(), "d", metav1.DeleteOptions{})
+				}
+				_, errs["patch"] = deployments.Patch(renewed(), "d", "application/merge-patch+json", patch, metav1.PatchOptions{})
+				// Close waits for the handlers: a write the server got whole is counted.
+				server.Close()
+				mu.Lock()
+				defer mu.Unlock()
+				if len(whole) == 0 || whole[0] != proto {
+					t.Fatalf("the server received %v whole, want the first write over HTTP/%d", whole, proto)
+				}
+				if tc.held {
+					for verb, err := range errs {
+						if !errors.Is(err, ErrNotHeld) {
+							t.Errorf("%s: err = %v, want ErrNotHeld", verb, err)
+						}
+					}
+					if len(whole) != 1 {
+						t.Errorf("the server received %d stalled writes whole, want none", len(whole)-1)
+					}
+					if len(reasons) != len(errs) || slices.ContainsFunc(reasons, func(r string) bool { return r != ReasonStalled }) {
+						t.Errorf("held back for %v, want %d times %q", reasons, len(errs), ReasonStalled)
+					}
 					return
 				}
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(`{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d","namespace":"ns"}}`))
-			}))
-			server.EnableHTTP2 = tc.proto == 2
-			server.StartTLS()
-			t.Cleanup(server.Close)
-
-			clk := testingclock.NewFakePassiveClock(time.Now())
-			tenure := New(clk)
-			tenure.Extend(clk.Now(), 4*time.Second)
-			stall := func() {}
-			var reasons []string
-			gate := &Gate{Required: true, HeldBack: func(reason string) { reasons = append(reasons, reason) }}
-			cfg := &rest.Config{
-				Host:            server.URL,
-				TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw})},
-			}
-			cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
-				return stallBefore{stall: func() { stall() }, next: next}
-			})
-			cfg.Wrap(gate.Wrap)
-			client, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			deployments := client.AppsV1().Deployments("ns")
-			ctx := NewContext(t.Context(), tenure)
-			deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
-
-			// One write without a stall, on the protocol under test.
-			if _, err := deployments.Create(ctx, deployment, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			if len(whole) != 1 || whole[0] != tc.proto {
-				t.Fatalf("the server received %v whole, want one write over HTTP/%d", whole, tc.proto)
-			}
-			mu.Unlock()
-
-			// Each write is let through by a tenure renewed just before it.
-			stall = func() { clk.SetTime(clk.Now().Add(5 * time.Second)) }
-			renewed := func() context.Context {
-				tenure.Extend(clk.Now(), 4*time.Second)
-				return ctx
-			}
-			errs := map[string]error{}
-			_, errs["create"] = deployments.Create(renewed(), deployment, metav1.CreateOptions{})
-			_, errs["update"] = deployments.Update(renewed(), deployment, metav1.UpdateOptions{})
-			_, errs["patch"] = deployments.Patch(renewed(), "d", "application/merge-patch+json", []byte(`{}`), metav1.PatchOptions{})
-			errs["delete"] = deployments.Delete(renewed(), "d", metav1.DeleteOptions{})
-			for verb, err := range errs {
-				if !errors.Is(err, ErrNotHeld) {
-					t.Errorf("%s: err = %v, want ErrNotHeld", verb, err)
+				for verb, err := range errs {
+					if err != nil {
+						t.Errorf("%s: err = %v, want the server's answer", verb, err)
+					}
 				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(whole) != 1 {
-				t.Errorf("the server received %d more writes whole, want none", len(whole)-1)
-			}
-			t.Logf("writes whose headers came without their body: %d", len(cut))
-			if len(reasons) != len(errs) || slices.ContainsFunc(reasons, func(r string) bool { return r != ReasonStalled }) {
-				t.Errorf("held back for %v, want %d times %q", reasons, len(errs), ReasonStalled)
-			}
-		})
+				if len(whole) != 1+len(errs) || len(reasons) != 0 {
+					t.Errorf("the server received %d stalled writes whole and %v were held back, want %d and none", len(whole)-1, reasons, len(errs))
+				}
+			})
+		}
 	}
 }

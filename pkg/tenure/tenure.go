@@ -35,6 +35,11 @@ import (
 // ErrNotHeld is the error of a write held back because its tenure is not valid.
 var ErrNotHeld = errors.New("write held back: this replica's tenure of the Lease is not valid now")
 
+// ErrCutOff is the error of a write cut off in flight at the end of its tenure: the
+// server may or may not have acted on it. It wraps the transport's own error (the
+// deadline exceeded).
+var ErrCutOff = errors.New("write cut off: this replica's tenure of the Lease ended while it was in flight")
+
 // Margins taken off the Lease's duration.
 const (
 	// DriftRatio is how much faster, at most, another replica's clock may run than
