@@ -29,6 +29,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // DefaultInterval is how often a Hold asks /readyz while the server is down: the
@@ -133,10 +135,11 @@ func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // unreachable reports whether an attempt says the server cannot be reached: no answer
 // at all (refused, reset, a TLS or dial timeout) when the caller did not cancel it, or
 // a 502 Bad Gateway, which the API server never sends and the proxies and load
-// balancers in front of it do when it is gone.
+// balancers in front of it do when it is gone. A write that the tenure gate behind the
+// hold held back, or cut off at its tenure's end, says nothing about the server.
 func unreachable(req *http.Request, resp *http.Response, err error) bool {
 	if err != nil {
-		return req.Context().Err() == nil
+		return req.Context().Err() == nil && !errors.Is(err, tenure.ErrNotHeld) && !errors.Is(err, tenure.ErrCutOff)
 	}
 	return resp.StatusCode == http.StatusBadGateway
 }

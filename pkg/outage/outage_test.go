@@ -3,6 +3,7 @@ package outage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // server stands in for the API server and what is in front of it: its API requests
@@ -186,6 +190,31 @@ func TestHold(t *testing.T) {
 		}
 		if h.Down() {
 			t.Error("a cancelled request marked the server down")
+		}
+	})
+
+	t.Run("a write the tenure gate held back or cut off says nothing about the server", func(t *testing.T) {
+		s := newServer(t, true, http.StatusOK)
+		h, _ := newHold(t, t.Context(), s)
+		ended := tenure.New(clock.RealClock{})
+		// The gate behind the hold holds back a write whose tenure is over.
+		rt := h.Wrap((&tenure.Gate{Required: true}).Wrap(s))
+		req, err := http.NewRequestWithContext(tenure.NewContext(t.Context(), ended), http.MethodPost, "http://apiserver.example/prefix/api/v1/namespaces/ns/configmaps", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.RoundTrip(req); !errors.Is(err, tenure.ErrNotHeld) {
+			t.Fatalf("err = %v, want the write held back", err)
+		}
+		// And one cut off at its tenure's end, as the gate reports it.
+		cutOff := roundTripFunc(func(*http.Request) (*http.Response, error) {
+			return nil, fmt.Errorf("%w: %w", tenure.ErrCutOff, context.DeadlineExceeded)
+		})
+		if _, err := get(t.Context(), h.Wrap(cutOff), "/api/v1/pods"); !errors.Is(err, tenure.ErrCutOff) {
+			t.Fatalf("err = %v, want the write cut off", err)
+		}
+		if h.Down() {
+			t.Error("a write held back or cut off by its tenure marked the server down")
 		}
 	})
 
