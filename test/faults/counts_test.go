@@ -191,6 +191,6 @@ func TestPausedHolderOfAnotherCount(t *testing.T) {
 		after = exitOf(four.process())
 	default:
 	}
-	fmt.Printf("faults: the replica of 4 slots frozen for %v (Leases of %v) after a burst of %d Foos while one of 8 took over, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw, %d succeeded; %s; %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
-		2*pauseLease, pauseLease, len(burst), heldBack(t, four), sent, landed, after, writes, outside, len(names), settled.Seconds())
+	fmt.Printf("faults: the replica of 4 slots frozen for %v (Leases of %v) after a burst of %d Foos while one of 8 took over, then thawed: it held back %d writes by its log and took the apiserver for unreachable %d times, %d reached the apiserver after the thaw, %d succeeded; %s; %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, len(burst), heldBack(t, four), outages(t, four), sent, landed, after, writes, outside, len(names), settled.Seconds())
 }

@@ -61,8 +61,8 @@ func TestPausedLeader(t *testing.T) {
 	if landed > 0 {
 		t.Errorf("the thawed leader made %d successful writes after the thaw, want none", landed)
 	}
-	fmt.Printf("faults: leader frozen for %v (Leases of %v) while Foos changed, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d Foos converged %.1fs after the load stopped\n",
-		2*pauseLease, pauseLease, heldBack(t, leader), sent, landed, exited.Seconds(), exitOf(leader.process()), len(names), settled.Seconds())
+	fmt.Printf("faults: leader frozen for %v (Leases of %v) while Foos changed, then thawed: it held back %d writes by its log and took the apiserver for unreachable %d times, %d reached the apiserver after the thaw, %d succeeded; it exited %.1fs after the thaw (%s); %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, heldBack(t, leader), outages(t, leader), sent, landed, exited.Seconds(), exitOf(leader.process()), len(names), settled.Seconds())
 }
 
 // TestPausedSlotHolder is TestPausedLeader for sharded mode: one of two replicas is
@@ -115,8 +115,8 @@ func TestPausedSlotHolder(t *testing.T) {
 		after = exitOf(frozen.process())
 	default:
 	}
-	fmt.Printf("faults: sharded replica frozen for %v (Leases of %v) after a burst of %d Foos, then thawed: it held back %d writes by its log, %d reached the apiserver after the thaw before any new tenure, %d succeeded; then %s; %d slot hand-offs, %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
-		2*pauseLease, pauseLease, len(burst), heldBack(t, frozen), sent, landed, after, handOffs, writes, outside, len(names), settled.Seconds())
+	fmt.Printf("faults: sharded replica frozen for %v (Leases of %v) after a burst of %d Foos, then thawed: it held back %d writes by its log and took the apiserver for unreachable %d times, %d reached the apiserver after the thaw before any new tenure, %d succeeded; then %s; %d slot hand-offs, %d Foo and Deployment writes, %d outside the writer's tenure; %d Foos converged %.1fs after the load stopped\n",
+		2*pauseLease, pauseLease, len(burst), heldBack(t, frozen), outages(t, frozen), sent, landed, after, handOffs, writes, outside, len(names), settled.Seconds())
 }
 
 // freezeWhileOthersWrite stops c's process, waits for takeOver to return the replica
@@ -155,12 +155,24 @@ func waitExit(t *testing.T, c *proxiedController, thawed time.Time) time.Duratio
 // heldBack counts the writes c's current process says it held back, the tenure being
 // over: what it tried, where the proxy shows what reached the apiserver.
 func heldBack(t *testing.T, c *proxiedController) int {
+	return logCount(t, c, "A write was held back")
+}
+
+// outages counts the times c's current process took the API server for unreachable
+// and held its requests: none in these cases, where the apiserver stays up, unless a
+// connection died while the process was frozen.
+func outages(t *testing.T, c *proxiedController) int {
+	return logCount(t, c, "The API server cannot be reached")
+}
+
+// logCount counts the lines of c's current process's log that hold text.
+func logCount(t *testing.T, c *proxiedController, text string) int {
 	t.Helper()
 	log, err := os.ReadFile(c.process().LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(log), "A write was held back")
+	return strings.Count(string(log), text)
 }
 
 // writesBetween counts c's writes other than of Leases that its proxy received from
