@@ -203,7 +203,11 @@ func TestHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rt.RoundTrip(req); !errors.Is(err, tenure.ErrNotHeld) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, tenure.ErrNotHeld) {
 			t.Fatalf("err = %v, want the write held back", err)
 		}
 		// And one cut off at its tenure's end, as the gate reports it.
