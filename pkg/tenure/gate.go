@@ -115,9 +115,10 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case check.failed():
 			// Transports wrap a body's error their own way, some without Unwrap.
 			return nil, t.heldBack(req, ReasonStalled, fmt.Errorf("%w: %s %s: the tenure ended before the body was sent: %w", ErrNotHeld, req.Method, req.URL.Path, err))
-		case ctx.Err() != nil && req.Context().Err() == nil:
-			// The tenure's deadline, not the caller's, ended it: whether the server
-			// acted on it is not known.
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil:
+			// The tenure's deadline, not the caller's, ended it (cancel above leaves
+			// an expired deadline's error as it was): whether the server acted on it
+			// is not known.
 			return nil, fmt.Errorf("%w: %s %s: %w", ErrCutOff, req.Method, req.URL.Path, err)
 		}
 		return nil, err

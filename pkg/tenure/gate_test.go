@@ -163,6 +163,19 @@ func TestGate(t *testing.T) {
 		}
 	})
 
+	t.Run("a write that fails otherwise in a valid tenure is neither held back nor cut off", func(t *testing.T) {
+		server := newAPIServer(t)
+		client, reasons := gatedClient(t, server, &Gate{Required: true})
+		server.Close() // refused
+		_, err := client.AppsV1().Deployments("ns").Create(NewContext(t.Context(), validTenure(15*time.Second)), deployment, metav1.CreateOptions{})
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrCutOff) {
+			t.Errorf("err = %v, want the transport's own error", err)
+		}
+		if len(*reasons) != 0 {
+			t.Errorf("held back for %v, want nothing held back", *reasons)
+		}
+	})
+
 	t.Run("a write still in flight when the tenure ends is cut off", func(t *testing.T) {
 		server := newAPIServer(t)
 		server.delay = 5 * time.Second
