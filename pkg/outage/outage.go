@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -58,6 +59,8 @@ type Hold struct {
 	// back is nil while the server is up; while it is down, a channel that is closed
 	// when it answers again.
 	back chan struct{}
+	// suspecting is set while suspect's probe runs.
+	suspecting atomic.Bool
 }
 
 // New returns a Hold for the API server of cfg, which it probes with cfg's own
@@ -126,8 +129,13 @@ func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := t.next.RoundTrip(req)
-	if unreachable(req, resp, err) {
+	switch {
+	case unreachable(req, resp, err):
 		t.hold.down()
+	case errors.Is(err, tenure.ErrCutOff) && req.Context().Err() == nil:
+		// Cut off at its tenure's end: the server did not answer in time, or this
+		// process stalled. Only a probe can tell.
+		t.hold.suspect()
 	}
 	return resp, err
 }
@@ -136,12 +144,29 @@ func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // at all (refused, reset, a TLS or dial timeout) when the caller did not cancel it, or
 // a 502 Bad Gateway, which the API server never sends and the proxies and load
 // balancers in front of it do when it is gone. A write that the tenure gate behind the
-// hold held back, or cut off at its tenure's end, says nothing about the server.
+// hold held back says nothing about the server; one it cut off at its tenure's end
+// may (see suspect).
 func unreachable(req *http.Request, resp *http.Response, err error) bool {
 	if err != nil {
 		return req.Context().Err() == nil && !errors.Is(err, tenure.ErrNotHeld) && !errors.Is(err, tenure.ErrCutOff)
 	}
 	return resp.StatusCode == http.StatusBadGateway
+}
+
+// suspect asks /readyz once, unless a probe of suspect's runs already, and marks the
+// server down if it does not answer: a write cut off at its tenure's end may mean a
+// server that hangs (a partition) or only a process that stalled, which a thawed
+// replica's first moments are full of.
+func (h *Hold) suspect() {
+	if !h.suspecting.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer h.suspecting.Store(false)
+		if h.waiting() == nil && !h.answers() {
+			h.down()
+		}
+	}()
 }
 
 // down marks the server down, once per outage, and starts the probe that ends it.

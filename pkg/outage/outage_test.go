@@ -193,9 +193,11 @@ func TestHold(t *testing.T) {
 		}
 	})
 
-	t.Run("a write the tenure gate held back or cut off says nothing about the server", func(t *testing.T) {
+	t.Run("a write the tenure gate held back says nothing about the server", func(t *testing.T) {
+		// /readyz fails: a hold wrongly put on would stay on.
 		s := newServer(t, true, http.StatusOK)
-		h, _ := newHold(t, t.Context(), s)
+		h, changes := newHold(t, t.Context(), s)
+		s.set(true, http.StatusBadGateway)
 		ended := tenure.New(clock.RealClock{})
 		// The gate behind the hold holds back a write whose tenure is over.
 		rt := h.Wrap((&tenure.Gate{Required: true}).Wrap(s))
@@ -210,15 +212,32 @@ func TestHold(t *testing.T) {
 		if !errors.Is(err, tenure.ErrNotHeld) {
 			t.Fatalf("err = %v, want the write held back", err)
 		}
-		// And one cut off at its tenure's end, as the gate reports it.
+		if h.Down() || len(changes) != 0 {
+			t.Error("a write held back by its tenure marked the server down")
+		}
+	})
+
+	t.Run("a write cut off at its tenure's end marks it down only if /readyz does not answer", func(t *testing.T) {
 		cutOff := roundTripFunc(func(*http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("%w: %w", tenure.ErrCutOff, context.DeadlineExceeded)
 		})
-		if _, err := get(t.Context(), h.Wrap(cutOff), "/api/v1/pods"); !errors.Is(err, tenure.ErrCutOff) {
-			t.Fatalf("err = %v, want the write cut off", err)
-		}
-		if h.Down() {
-			t.Error("a write held back or cut off by its tenure marked the server down")
+		for _, tc := range []struct {
+			readyz int
+			down   bool
+		}{{http.StatusOK, false}, {http.StatusBadGateway, true}} {
+			s := newServer(t, true, tc.readyz)
+			h, changes := newHold(t, t.Context(), s)
+			if _, err := get(t.Context(), h.Wrap(cutOff), "/api/v1/pods"); !errors.Is(err, tenure.ErrCutOff) {
+				t.Fatalf("err = %v, want the write cut off", err)
+			}
+			// The probe runs in the background; it is done when suspecting is clear.
+			deadline := time.Now().Add(5 * time.Second)
+			for h.suspecting.Load() && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if got := len(changes) > 0 && <-changes; got != tc.down {
+				t.Errorf("/readyz answering %d: marked down %v, want %v", tc.readyz, got, tc.down)
+			}
 		}
 	})
 
