@@ -83,7 +83,9 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), left)
 	gated := req.Clone(ctx)
-	check := &bodyCheck{tenure: tenure}
+	// The body is held to the tenure as it was let through: one ended and begun
+	// anew (the Lease lost and taken again) does not extend this write's.
+	check := &bodyCheck{tenure: tenure, until: tenure.clock.Now().Add(left)}
 	if gated.Body != nil && gated.Body != http.NoBody {
 		gated.Body = check.body(gated.Body, gated.ContentLength)
 	}
@@ -154,6 +156,9 @@ func (c *cancelOnClose) Close() error {
 // whether a read found it over.
 type bodyCheck struct {
 	tenure *Tenure
+	// until is when the tenure the write was let through in ends, by the monotonic
+	// clock.
+	until time.Time
 
 	mu    sync.Mutex
 	ended bool
@@ -161,6 +166,7 @@ type bodyCheck struct {
 
 func (c *bodyCheck) valid() bool {
 	_, ok := c.tenure.Left()
+	ok = ok && c.tenure.clock.Now().Before(c.until)
 	if !ok {
 		c.mu.Lock()
 		c.ended = true

@@ -176,6 +176,18 @@ func TestGate(t *testing.T) {
 		}
 	})
 
+	t.Run("a write whose caller's deadline comes first is not reported cut off", func(t *testing.T) {
+		server := newAPIServer(t)
+		server.delay = 5 * time.Second
+		client, _ := gatedClient(t, server, &Gate{Required: true})
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		_, err := client.AppsV1().Deployments("ns").Create(NewContext(ctx, validTenure(15*time.Second)), deployment, metav1.CreateOptions{})
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrCutOff) {
+			t.Errorf("err = %v, want the caller's deadline exceeded, not cut off", err)
+		}
+	})
+
 	t.Run("a write still in flight when the tenure ends is cut off", func(t *testing.T) {
 		server := newAPIServer(t)
 		server.delay = 5 * time.Second
@@ -250,10 +262,14 @@ func TestGateStalledWrite(t *testing.T) {
 			afterRead  bool
 			deployment *appsv1.Deployment
 			held       bool
+			// retaken: while frozen, the tenure ended and a new one began (the
+			// Lease lost and taken again), which the stalled write is not part of.
+			retaken bool
 		}{
-			{"before the transport sends it", false, small, true},
-			{"between two reads of its body", true, large, true},
-			{"after the last read of its body", true, small, false},
+			{"before the transport sends it", false, small, true, false},
+			{"between two reads of its body", true, large, true, false},
+			{"after the last read of its body", true, small, false, false},
+			{"before the transport sends it, its tenure over and another begun", false, small, true, true},
 		} {
 			t.Run(fmt.Sprintf("HTTP/%d, %s", proto, tc.name), func(t *testing.T) {
 				var mu sync.Mutex
@@ -300,7 +316,13 @@ func TestGateStalledWrite(t *testing.T) {
 				if _, err := deployments.Create(renewed(), tc.deployment, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				stall = func() { clk.SetTime(clk.Now().Add(5 * time.Second)) }
+				stall = func() {
+					clk.SetTime(clk.Now().Add(5 * time.Second))
+					if tc.retaken {
+						tenure.End()
+						tenure.Extend(clk.Now(), 4*time.Second)
+					}
+				}
 				errs := map[string]error{}
 				_, errs["create"] = deployments.Create(renewed(), tc.deployment, metav1.CreateOptions{})
 				_, errs["update"] = deployments.Update(renewed(), tc.deployment, metav1.UpdateOptions{})
