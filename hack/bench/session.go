@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,9 @@ type session struct {
 }
 
 // sessionName makes a run's description a name that serves as a namespace's and a
-// file's: lower case letters, digits and single dashes, at most 63 characters.
+// file's: lower case letters, digits and single dashes, at most 63 characters. A
+// longer one keeps its start and ends in a hash of the whole description, so that two
+// descriptions that differ only in their ends (the pair, the size) stay apart.
 func sessionName(description string) string {
 	var b strings.Builder
 	dash := false
@@ -84,11 +87,13 @@ func sessionName(description string) string {
 			dash = true
 		}
 	}
-	name := b.String()
+	name := strings.TrimRight(b.String(), "-")
 	if len(name) > 63 {
-		name = name[:63]
+		sum := fnv.New32a()
+		_, _ = sum.Write([]byte(description))
+		name = fmt.Sprintf("%s-%08x", strings.TrimRight(name[:54], "-"), sum.Sum32())
 	}
-	return strings.TrimRight(name, "-")
+	return name
 }
 
 // runSession runs p's cases in order on a fresh cluster and returns what they
