@@ -72,10 +72,13 @@ func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed 
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	probe, err := rest.HTTPClientFor(cfg)
+	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building the client that probes the API server: %w", err)
 	}
+	// A copy: for a config without TLS or credentials, client-go returns
+	// http.DefaultClient itself, which the rest of the process shares.
+	probe := *client
 	probe.Timeout = probeTimeout
 	// The server's address with its path, if any, which prefixes every API path.
 	base, _, err := rest.DefaultServerUrlFor(cfg)
@@ -85,7 +88,7 @@ func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed 
 	base.Path = strings.TrimSuffix(base.Path, "/") + "/readyz"
 	return &Hold{
 		ctx:      ctx,
-		probe:    probe,
+		probe:    &probe,
 		readyz:   base.String(),
 		interval: interval,
 		changed:  changed,
