@@ -37,8 +37,8 @@ const (
 // after it: HTTP/1.1 reads once more when the body has been sent, and a failure then
 // would report as held back a write that landed. A write without a body (none of this
 // controller's: a delete carries its options) has only the first check. Over HTTP/1.1
-// the headers and the body now leave in two writes instead of one, since the transport
-// no longer sees an in-memory body.
+// the headers and the body leave in two writes, not one: the transport does not see
+// an in-memory body behind the wrapper.
 type Gate struct {
 	// Required holds back a write that carries no Tenure: set it where every write
 	// must happen inside one (leader election, sharded mode), so that a write that
