@@ -167,10 +167,11 @@ e2e_tests() {
   local status=0
   # Every e2e test runs the controller binary taken out of the image built above, the
   # container suite the image itself, and the helm suite the release's install.yaml and
-  # chart. One suite at a time: each has its own cluster.
+  # chart. The three suites run at once, each on a cluster of its own, and so do their
+  # tests: most of their time is waiting (on Leases, rollouts, a progress deadline).
   (cd test && E2E_IMAGE_ARCHIVE="${REPO_ROOT}/_output/image/sample-controller.oci.tar" \
     E2E_RELEASE_DIR="${REPO_ROOT}/_output/release" \
-    go test -vet=off -tags e2e -count=1 -timeout 30m -p 1 -v ./e2e/ ./helm/ ./container/) >_output/e2e.log 2>&1 || status=$?
+    go test -vet=off -tags e2e -count=1 -timeout 30m -p 3 -parallel 8 -v ./e2e/ ./helm/ ./container/) >_output/e2e.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|leader election:|helm:)|_test\.go:[0-9]+' _output/e2e.log || true
   if [[ ${status} -ne 0 ]]; then
     echo "e2e tests failed; the end of _output/e2e.log (component logs are in _output/e2e/, _output/helm/ and _output/container/):"
