@@ -188,7 +188,7 @@ fault_tests() {
     go test -vet=off -tags faults -count=1 -timeout 20m -parallel 6 -v ./faults/) >_output/faults.log 2>&1 || status=$?
   grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok|faults:)|_test\.go:[0-9]+' _output/faults.log || true
   if [[ ${status} -ne 0 ]]; then
-    echo "fault tests failed; the end of _output/faults.log (component logs are in _output/faults/):"
+    echo "fault tests failed; the end of _output/faults.log (component logs are in _output/faults/ and _output/faults-restarts/):"
     tail -n 150 _output/faults.log
   fi
   return "${status}"

@@ -243,10 +243,16 @@ func containerImages(d *appsv1.Deployment) []string {
 // waited.
 func checkInvariants(t *testing.T, ns string, want []string) time.Duration {
 	t.Helper()
+	return checkInvariantsIn(t, env, ns, want)
+}
+
+// checkInvariantsIn is checkInvariants on the cluster of another suite environment.
+func checkInvariantsIn(t *testing.T, e *framework.Env, ns string, want []string) time.Duration {
+	t.Helper()
 	began := time.Now()
 	var last string
 	framework.Eventually(t, timeout, "the invariants to hold in "+ns, func(ctx context.Context) (bool, string) {
-		broken, err := violations(ctx, ns, want)
+		broken, err := violationsIn(ctx, e.Kube, e.Sample, ns, want)
 		if err != nil {
 			// The last check that could read the namespace says more.
 			return false, fmt.Sprintf("%v; before that: %s", err, last)
@@ -310,4 +316,21 @@ func readEndState(ctx context.Context, ns string) (endState, error) {
 		s.Deployments = append(s.Deployments, deploymentEnd{Name: d.Name, Owner: owner, Replicas: ptr.Deref(d.Spec.Replicas, 1), Images: containerImages(d)})
 	}
 	return s, nil
+}
+
+// ownEnv sets up a suite environment of its own for a case that takes its control
+// plane down: a cluster with artifacts/deploy installed, as the suite's, in
+// _output/<suite>. It is torn down when the case ends.
+func ownEnv(t *testing.T, suite string) *framework.Env {
+	t.Helper()
+	e, err := framework.Setup(t.Context(), suite)
+	if err != nil {
+		t.Fatalf("setting up the cluster of %s: %v", suite, err)
+	}
+	t.Cleanup(func() {
+		if err := e.TearDown(); err != nil {
+			t.Errorf("stopping the cluster of %s: %v", suite, err)
+		}
+	})
+	return e
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
@@ -42,11 +43,14 @@ const convergeTimeout = 3 * time.Minute
 // The restarted apiserver's watch cache starts at etcd's current revision, so the
 // controller's watches resume with 410 Gone and relist.
 //
-// It does not call t.Parallel: it takes down what every case shares, and Go runs it
-// before the parallel cases start.
+// It takes down its control plane, so it has one of its own, installed as the suite's
+// is, and runs beside the other cases.
 func TestControlPlaneRestarts(t *testing.T) {
-	ns := env.NewNamespace(t)
-	c := startProxied(t, ns)
+	t.Parallel()
+	own := ownEnv(t, "faults-restarts")
+	ns := own.NewNamespace(t)
+	c := newProxiedOn(t, own.Cluster, own.ControllerKubeconfig, ns)
+	c.start(t)
 	if err := c.process().WaitReady(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +60,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 	}
 	var report []string
 	// The shared client keeps client-go's default 5 requests a second.
-	cfg := env.Cluster.RESTConfig()
+	cfg := own.Cluster.RESTConfig()
 	cfg.QPS, cfg.Burst = 200, 400
 	sample := clientset.NewForConfigOrDie(cfg)
 
@@ -71,8 +75,8 @@ func TestControlPlaneRestarts(t *testing.T) {
 		return err
 	})
 	created := time.Since(began)
-	down := restart(t, localcluster.ComponentAPIServer, outage)
-	after := waitConverged(t, ns, names)
+	down := restart(t, own.Cluster, localcluster.ComponentAPIServer, outage)
+	after := waitConverged(t, sample, ns, names)
 	t.Logf("apiserver restart: down %v, converged %v after", down, after)
 	report = append(report, fmt.Sprintf("apiserver down %.1fs while creating (Foos created in %.1fs): converged %.1fs after it was back",
 		down.Seconds(), created.Seconds(), after.Seconds()))
@@ -82,8 +86,8 @@ func TestControlPlaneRestarts(t *testing.T) {
 	forEach(t, scaled, func(ctx context.Context, name string) error {
 		return patchFoo(ctx, sample, ns, name, `{"replicas":1}`)
 	})
-	down = restart(t, localcluster.ComponentEtcd, outage)
-	after = waitConverged(t, ns, names)
+	down = restart(t, own.Cluster, localcluster.ComponentEtcd, outage)
+	after = waitConverged(t, sample, ns, names)
 	t.Logf("etcd restart: down %v, converged %v after", down, after)
 	report = append(report, fmt.Sprintf("etcd down %.1fs while scaling 100: converged %.1fs after it was back", down.Seconds(), after.Seconds()))
 
@@ -92,31 +96,22 @@ func TestControlPlaneRestarts(t *testing.T) {
 		return patchFoo(ctx, sample, ns, name, `{"replicas":0}`)
 	})
 	cut := c.proxy.Cut()
-	after = waitConverged(t, ns, names)
+	after = waitConverged(t, sample, ns, names)
 	report = append(report, fmt.Sprintf("%d connections cut while scaling 100 back: converged in %.1fs", cut, after.Seconds()))
 
-	checkInvariants(t, ns, names)
+	checkInvariantsIn(t, own, ns, names)
 
 	// Last, with the invariants checked: the apiserver down while the controller is
 	// idle, long enough for a reflector that kept retrying to wait over 5 s between
 	// tries, and a Foo scaled as soon as it is ready. How soon the controller acts is
 	// how soon its informers watch again.
-	down = restart(t, localcluster.ComponentAPIServer, idleOutage)
-	acted := actedOn(t, sample, ns, names[0])
+	down = restart(t, own.Cluster, localcluster.ComponentAPIServer, idleOutage)
+	acted := actedOn(t, own.Kube, sample, ns, names[0])
 	t.Logf("apiserver restart while idle: down %v, acted on a Foo %v after", down, acted)
 	report = append(report, fmt.Sprintf("apiserver down %.1fs while idle: a Foo scaled as soon as it was back acted on %.1fs after",
 		down.Seconds(), acted.Seconds()))
 	if err := c.process().Err(); err != nil {
 		t.Errorf("the controller exited: %v", err)
-	}
-	// The controller manager, the scheduler and kwok have no such hold: their
-	// informers sleep out client-go's backoff, up to a minute, before they make the new
-	// replica available. Restarted, they watch again at once for the cases after this
-	// one.
-	for _, component := range []string{localcluster.ComponentControllerManager, localcluster.ComponentScheduler, localcluster.ComponentKwok} {
-		if err := env.Cluster.Restart(t.Context(), component); err != nil {
-			t.Fatalf("restarting %s: %v", component, err)
-		}
 	}
 
 	// Every Deployment is created once, whatever the controller did not hear back.
@@ -141,14 +136,14 @@ func TestControlPlaneRestarts(t *testing.T) {
 
 // restart stops a component of the control plane, leaves it down for the time given,
 // starts it again and returns how long it was down, until it was ready again.
-func restart(t *testing.T, component string, downFor time.Duration) time.Duration {
+func restart(t *testing.T, cluster *localcluster.Cluster, component string, downFor time.Duration) time.Duration {
 	t.Helper()
 	began := time.Now()
-	if err := env.Cluster.Component(component).Stop(20 * time.Second); err != nil {
+	if err := cluster.Component(component).Stop(20 * time.Second); err != nil {
 		t.Logf("stopping %s: %v", component, err)
 	}
 	time.Sleep(downFor)
-	if err := env.Cluster.Restart(t.Context(), component); err != nil {
+	if err := cluster.Restart(t.Context(), component); err != nil {
 		t.Fatalf("starting %s again: %v", component, err)
 	}
 	return time.Since(began)
@@ -156,14 +151,14 @@ func restart(t *testing.T, component string, downFor time.Duration) time.Duratio
 
 // actedOn scales the Foo named to one replica and returns how long the controller took
 // to give its Deployment that replica count.
-func actedOn(t *testing.T, sample clientset.Interface, ns, name string) time.Duration {
+func actedOn(t *testing.T, kube kubernetes.Interface, sample clientset.Interface, ns, name string) time.Duration {
 	t.Helper()
 	began := time.Now()
 	if err := patchFoo(t.Context(), sample, ns, name, `{"replicas":1}`); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, convergeTimeout, "the controller to scale the Deployment of "+name, func(ctx context.Context) (bool, string) {
-		d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		d, err := kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -175,11 +170,11 @@ func actedOn(t *testing.T, sample clientset.Interface, ns, name string) time.Dur
 // waitConverged waits until every Foo named has a status for its generation with Ready
 // True, and returns how long that took. It reads one list each time: checkInvariants
 // reads more and is for the end.
-func waitConverged(t *testing.T, ns string, names []string) time.Duration {
+func waitConverged(t *testing.T, sample clientset.Interface, ns string, names []string) time.Duration {
 	t.Helper()
 	began := time.Now()
 	framework.Eventually(t, convergeTimeout, fmt.Sprintf("%d Foos to converge", len(names)), func(ctx context.Context) (bool, string) {
-		list, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
+		list, err := sample.SamplecontrollerV1alpha1().Foos(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
