@@ -59,7 +59,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 		names[i] = fmt.Sprintf("foo-%04d", i)
 	}
 	var report []string
-	// The shared client keeps client-go's default 5 requests a second.
+	// The environment's client keeps client-go's default 5 requests a second.
 	cfg := own.Cluster.RESTConfig()
 	cfg.QPS, cfg.Burst = 200, 400
 	sample := clientset.NewForConfigOrDie(cfg)

@@ -92,19 +92,19 @@ func TestShardedHandOffs(t *testing.T) {
 		shardSlots, shardLease, heldAgain.Seconds(), handOffs, writes, outside, len(names), settled.Seconds())
 }
 
-// TestShardedAtScale runs sharded replicas on 1000 Foos in 50 namespaces, on a
-// cluster of its own (the replicas watch every namespace), once with the apiserver's
-// ShardedListAndWatch on and once with it off, as on a cluster without the gate or
-// older than 1.36. One replica converges the Foos; then 1 -> 3 replicas, each caching
+// TestShardedAtScale runs sharded replicas on Foos in 50 namespaces, on a cluster of
+// its own (the replicas watch every namespace), once with the apiserver's
+// ShardedListAndWatch on (1000 Foos) and once with it off (250), as on a cluster
+// without the gate or older than 1.36. One replica converges the Foos; then 1 -> 3 replicas, each caching
 // about a third; 3 -> 1; 1 -> 3; and one of three is SIGKILLed while 100 Foos are
 // scaled. Every Foo ends as its spec says, as after an unperturbed run, each Foo is
 // cached by one replica only, and no write falls outside its writer's tenure of the
 // Foo's slot. Without the gate every replica also says once that it was sent other
 // slots' Foos.
 //
-// Without the gate it runs on 250 Foos: what differs is what each replica is sent and
-// drops, which 5 Foos a namespace show as well as 20, and the two cores are shared
-// with every other case.
+// Without the gate, what differs is what each replica is sent and drops: 5 Foos a
+// namespace show it as well as 20 would, at a quarter of the CPU, on two cores the
+// other cases share.
 func TestShardedAtScale(t *testing.T) {
 	for _, gate := range []struct {
 		name  string
