@@ -44,9 +44,10 @@ const convergeTimeout = 3 * time.Minute
 // controller's watches resume with 410 Gone and relist.
 //
 // It takes down its control plane, so it has one of its own, installed as the suite's
-// is, and runs beside the other cases.
+// is. It runs alone, before the other cases: beside them, on two cores, the sharded
+// cases' replicas missed their 4 s Lease renewals and traded slots they would have
+// kept (CI, 2026-11-25), and this case's timings measured the other cases' load.
 func TestControlPlaneRestarts(t *testing.T) {
-	t.Parallel()
 	own := ownEnv(t, "faults-restarts")
 	ns := own.NewNamespace(t)
 	c := newProxiedOn(t, own.Cluster, own.ControllerKubeconfig, ns)
