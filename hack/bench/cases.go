@@ -188,4 +188,24 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	return context.Cause(ctx)
 }
 
+// rssCase reads our controller's RSS, and its Go heap in use, once its cold start has
+// settled: what it holds for the Foos it manages, with nothing else on the cluster.
+type rssCase struct{}
+
+type rssResult struct {
+	Foos  int      `json:"foos"`
+	Bytes int64    `json:"bytes"`
+	Heap  *float64 `json:"heapInuseBytes,omitempty"`
+}
+
+func (rssCase) run(ctx context.Context, s *session) error {
+	rss, heap, err := s.readMemory(ctx)
+	if err != nil {
+		return err
+	}
+	s.result.RSS = &rssResult{Foos: len(s.foos), Bytes: rss, Heap: heap}
+	progressf("%s: RSS %.1f MiB with %d Foos", s.name, mib(rss), len(s.foos))
+	return nil
+}
+
 func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }

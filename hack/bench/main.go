@@ -38,7 +38,7 @@ type config struct {
 	shardedFoos, shardSlots             int
 	shardedReplicas                     []int
 	tenureFoos, tenurePairs, tenureRate int
-	ratioFoos                           []int
+	ratioFoos, ratioRates               []int
 	ratioPairs, ratioInflight           int
 	ratioAlso                           []string
 	ourBinary, controllerBinary         string
@@ -99,6 +99,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.tenurePairs, "tenure-pairs", 3, "tenure case: pairs of sessions, unelected and elected, in alternating order")
 	fs.IntVar(&cfg.tenureRate, "tenure-rate", 100, "tenure case: spec changes per second of its reaction case")
 	ratioFoos := fs.String("ratio-foos", "1000,10000", "ratio case: sizes, numbers of Foos, comma-separated")
+	ratioRates := fs.String("ratio-rates", "25,100", "ratio case: spec changes per second of the reaction case that follows each cold start, comma-separated; empty for none")
 	fs.IntVar(&cfg.ratioPairs, "ratio-pairs", 3, "ratio case: pairs of runs, ours and the limit with events, in alternating order")
 	ratioAlso := fs.String("ratio-also", "", "ratio case: flags, space-separated, of a third side that runs our controller with them added (e.g. --workers=8), to measure a default against its alternative")
 	fs.IntVar(&cfg.ratioInflight, "ratio-inflight", 32, "ratio case: requests the limit has in flight, as many as this apiserver takes with profit")
@@ -122,6 +123,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	cfg.ratioAlso = strings.Fields(*ratioAlso)
 	if cfg.ratioFoos, err = parseInts("--ratio-foos", *ratioFoos); err != nil {
+		return cfg, err
+	}
+	if cfg.ratioRates, err = parseInts("--ratio-rates", *ratioRates); err != nil {
 		return cfg, err
 	}
 	cfg.cases = map[string]bool{}
@@ -252,7 +256,7 @@ func plan(cfg config, controllers []driver, ours controller) []sessionPlan {
 		out = append(out, tenurePlan(ours, cfg.tenurePairs, cfg.tenureFoos, cfg.tenureRate)...)
 	}
 	if cfg.cases[caseRatio] {
-		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs, cfg.ratioAlso)...)
+		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs, cfg.ratioAlso, cfg.ratioRates)...)
 	}
 	return out
 }
@@ -346,6 +350,9 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if ratio := ratioMarkdown(res, cfg.ratioInflight); ratio != "" {
 		tables = append(tables, ratio)
+	}
+	if targets := ratioTargetsMarkdown(res); targets != "" {
+		tables = append(tables, targets)
 	}
 	fmt.Print(strings.Join(tables, "\n"))
 	if cfg.docs != "" && runErr == nil && len(tables) > 0 {

@@ -59,10 +59,10 @@ func TestPlan(t *testing.T) {
 			"ours-sharded-3 300 in 40 namespaces: cold start, sharded",
 			"ours-unsharded 300 in half in one namespace: cold start, sharded",
 			"ours-sharded-3 300 in half in one namespace: cold start, sharded",
-			"ratio ours 1 1000: cold start",
-			"ratio limit 1 1000: cold start",
-			"ratio limit 2 1000: cold start",
-			"ratio ours 2 1000: cold start",
+			"ratio ours 1 1000: cold start, rss, steady, reaction 25/s, reaction 100/s",
+			"ratio limit 1 1000: cold start, reaction 25/s, reaction 100/s",
+			"ratio limit 2 1000: cold start, reaction 25/s, reaction 100/s",
+			"ratio ours 2 1000: cold start, rss, reaction 25/s, reaction 100/s",
 		},
 	}, {
 		name: "the sharded case: one unsharded replica, then each number of sharded ones, for each layout",
@@ -138,6 +138,8 @@ func describeCase(c benchCase) string {
 		return "steady"
 	case memoryCase:
 		return "memory"
+	case rssCase:
+		return "rss"
 	case reactionCase:
 		return fmt.Sprintf("reaction %d/s", c.rate)
 	case shardedCase:

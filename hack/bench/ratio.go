@@ -48,24 +48,38 @@ func (r ratioSide) start(ctx context.Context, s *session) error {
 
 // ratioPlan is the ratio case's sessions: for every size, pairs of our controller and
 // the limit (triples with our controller with the flags also, when there are any) in
-// rotating order, all on one cluster.
-func ratioPlan(ours controller, sizes []int, pairs int, also []string) []sessionPlan {
+// rotating order, all on one cluster. After its cold start, every side reacts to spec
+// changes at each of rates; our controller's sides first have their RSS read and, in
+// the first pair of each size, their writes counted at steady state, which the limit,
+// doing nothing once done, has no counterpart of.
+func ratioPlan(ours controller, sizes []int, pairs int, also []string, rates []int) []sessionPlan {
 	shared := &sharedCluster{}
 	sides := []ratioSide{{Ours: &ours}}
 	if len(also) > 0 {
 		sides = append(sides, ratioSide{Ours: &ours, Also: also})
 	}
 	sides = append(sides, ratioSide{})
+	var reactions []benchCase
+	for _, rate := range rates {
+		reactions = append(reactions, reactionCase{rate: rate})
+	}
 	var out []sessionPlan
 	for _, n := range sizes {
 		for pair := 1; pair <= pairs; pair++ {
 			first := (pair - 1) % len(sides)
 			for _, side := range slices.Concat(sides[first:], sides[:first]) {
 				side.Pair = pair
+				cases := []benchCase{coldStartCase{record: true, events: true}}
+				if side.Ours != nil {
+					cases = append(cases, rssCase{})
+					if pair == 1 {
+						cases = append(cases, steadyCase{})
+					}
+				}
 				out = append(out, sessionPlan{
 					driver: side,
 					foos:   n,
-					cases:  []benchCase{coldStartCase{record: true, events: true}},
+					cases:  append(cases, reactions...),
 					shared: shared,
 				})
 			}
@@ -156,4 +170,103 @@ func spread(ratios []float64) string {
 		median = (sorted[len(sorted)/2-1] + median) / 2
 	}
 	return fmt.Sprintf("%s (%s-%s)", formatRatio(median), formatRatio(sorted[0]), formatRatio(sorted[len(sorted)-1]))
+}
+
+// ratioTargetsMarkdown is the ratio case's second table, of our controller with its
+// default flags (not a --ratio-also variant) against the limit in the same pairs: its
+// RSS once converged, its writes at steady state (first pairs only), and each rate's
+// reaction p99, ours, the limit's and their ratio, with the ratios' median and range
+// for each size. A p99 of changes not all delivered says how many were.
+func ratioTargetsMarkdown(res *results) string {
+	type key struct{ foos, pair int }
+	ours, limits := map[key]runResult{}, map[key]runResult{}
+	var keys []key
+	var rates []int
+	for _, r := range res.Runs {
+		side, ok := r.Driver.(ratioSide)
+		if !ok || len(side.Also) > 0 || r.ColdStart == nil || !r.ColdStart.Converged {
+			continue
+		}
+		k := key{r.Foos, side.Pair}
+		if side.Ours != nil {
+			ours[k] = r
+		} else {
+			limits[k] = r
+		}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+		for _, rr := range r.Reactions {
+			if !slices.Contains(rates, rr.Rate) {
+				rates = append(rates, rr.Rate)
+			}
+		}
+	}
+	var b strings.Builder
+	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	header := []string{"at the limit, Foos", "pair", ourName + ": RSS (MiB)", "writes per minute at steady state"}
+	for _, rate := range rates {
+		header = append(header, fmt.Sprintf("p99 at %d changes/s (ms): %s", rate, ourName), "limit", "÷")
+	}
+	ratios := map[int]map[int][]float64{} // by size, then rate
+	var sizes []int
+	rows := 0
+	for _, k := range keys {
+		o, ook := ours[k]
+		l, lok := limits[k]
+		if !ook || !lok || o.RSS == nil {
+			continue
+		}
+		if rows == 0 {
+			writeLine(header...)
+			writeLine(slices.Repeat([]string{"--:"}, len(header))...)
+		}
+		rows++
+		if !slices.Contains(sizes, k.foos) {
+			sizes = append(sizes, k.foos)
+			ratios[k.foos] = map[int][]float64{}
+		}
+		steady := ""
+		if o.Steady != nil {
+			steady = formatNumber(o.Steady.PerMinute)
+		}
+		line := []string{fmt.Sprint(k.foos), fmt.Sprint(k.pair), formatNumber(mib(o.RSS.Bytes)), steady}
+		for _, rate := range rates {
+			or, oyes := reactionAt(o, rate)
+			lr, lyes := reactionAt(l, rate)
+			if !oyes || !lyes {
+				line = append(line, "", "", "")
+				continue
+			}
+			ratios[k.foos][rate] = append(ratios[k.foos][rate], or.P99Ms/lr.P99Ms)
+			line = append(line, p99Text(or), p99Text(lr), formatRatio(or.P99Ms/lr.P99Ms))
+		}
+		writeLine(line...)
+	}
+	for _, n := range sizes {
+		line := []string{fmt.Sprint(n), "median of the pairs (range)", "", ""}
+		for _, rate := range rates {
+			line = append(line, "", "", spread(ratios[n][rate]))
+		}
+		writeLine(line...)
+	}
+	return b.String()
+}
+
+// reactionAt is the run's reaction case at rate, if it ran.
+func reactionAt(r runResult, rate int) (reactionResult, bool) {
+	for _, rr := range r.Reactions {
+		if rr.Rate == rate {
+			return rr, true
+		}
+	}
+	return reactionResult{}, false
+}
+
+// p99Text is a reaction's p99, with how many of its changes were delivered when not all.
+func p99Text(r reactionResult) string {
+	if want := r.Sent - r.Failed; r.Delivered < want {
+		return fmt.Sprintf("%s (%d of %d)", formatNumber(r.P99Ms), r.Delivered, want)
+	}
+	return formatNumber(r.P99Ms)
 }

@@ -17,8 +17,22 @@ func TestRatioPlan(t *testing.T) {
 	var shared *sharedCluster
 	for _, p := range plan(cfg, []driver{ours}, ours) {
 		side, ok := p.driver.(ratioSide)
-		if !ok || len(p.cases) != 1 || p.cases[0] != (coldStartCase{record: true, events: true}) {
-			t.Fatalf("session %+v, want a ratio side with a cold start that waits for the Events", p)
+		if !ok {
+			t.Fatalf("session %+v, want a ratio side", p)
+		}
+		// Every side: the cold start that waits for the Events, then the reactions at
+		// --ratio-rates' default; ours has its RSS read before, and in the first pair
+		// its writes at steady state counted.
+		want := []benchCase{coldStartCase{record: true, events: true}}
+		if side.Ours != nil {
+			want = append(want, rssCase{})
+			if side.Pair == 1 {
+				want = append(want, steadyCase{})
+			}
+		}
+		want = append(want, reactionCase{rate: 25}, reactionCase{rate: 100})
+		if !slices.Equal(p.cases, want) {
+			t.Errorf("session %s, %d Foos: cases %+v, want %+v", side.column(), p.foos, p.cases, want)
 		}
 		if shared == nil {
 			shared = p.shared
@@ -120,5 +134,51 @@ func TestSessionName(t *testing.T) {
 	a, b := sessionName(long+"1-1000"), sessionName(long+"1-10000")
 	if a == b || len(a) > 63 || len(b) > 63 || !strings.HasPrefix(a, "ratio-ours-workers-8-kube-api-qps-200") {
 		t.Errorf("sessionName of two long descriptions = %q and %q, want two names of at most 63 characters", a, b)
+	}
+}
+
+// The second table: our default side against the limit, pair by pair, with its RSS,
+// its steady-state writes where counted and each rate's p99, and the ratios' medians.
+func TestRatioTargetsMarkdown(t *testing.T) {
+	ours := &controller{Name: ourName}
+	reactions := func(p99s ...float64) []reactionResult {
+		var out []reactionResult
+		for i, p99 := range p99s {
+			out = append(out, reactionResult{Rate: []int{25, 100}[i], Sent: 100, Delivered: 100, P99Ms: p99})
+		}
+		return out
+	}
+	run := func(c *controller, pair int, p99s ...float64) runResult {
+		r := runResult{Driver: ratioSide{Ours: c, Pair: pair}, Foos: 1000,
+			ColdStart: &coldStartResult{Foos: 1000, Converged: true, Seconds: 5}, Reactions: reactions(p99s...)}
+		if c != nil {
+			r.RSS = &rssResult{Foos: 1000, Bytes: 50 << 20}
+			if pair == 1 {
+				r.Steady = &steadyResult{Foos: 1000, PerMinute: 0}
+			}
+		}
+		return r
+	}
+	lagging := run(ours, 3, 30, 1200)
+	lagging.Reactions[1].Delivered = 90
+	res := &results{Runs: []runResult{
+		run(ours, 1, 20, 1000), run(nil, 1, 10, 800),
+		run(nil, 2, 20, 1000), run(ours, 2, 22, 1000),
+		lagging, run(nil, 3, 30, 1000),
+		{Driver: ratioSide{Ours: ours, Also: []string{"--workers=8"}, Pair: 1}, Foos: 1000, // a variant: not in this table
+			ColdStart: &coldStartResult{Foos: 1000, Converged: true}, RSS: &rssResult{Bytes: 1}, Reactions: reactions(1, 1)},
+	}}
+	want := `| at the limit, Foos | pair | ours: RSS (MiB) | writes per minute at steady state | p99 at 25 changes/s (ms): ours | limit | ÷ | p99 at 100 changes/s (ms): ours | limit | ÷ |
+| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |
+| 1000 | 1 | 50.0 | 0 | 20.0 | 10.0 | 2.00 | 1000 | 800 | 1.25 |
+| 1000 | 2 | 50.0 |  | 22.0 | 20.0 | 1.10 | 1000 | 1000 | 1.00 |
+| 1000 | 3 | 50.0 |  | 30.0 | 30.0 | 1.00 | 1200 (90 of 100) | 1000 | 1.20 |
+| 1000 | median of the pairs (range) |  |  |  |  | 1.10 (1.00-2.00) |  |  | 1.20 (1.00-1.25) |
+`
+	if got := ratioTargetsMarkdown(res); got != want {
+		t.Errorf("ratioTargetsMarkdown =\n%s\nwant\n%s", got, want)
+	}
+	if got := ratioTargetsMarkdown(&results{}); got != "" {
+		t.Errorf("ratioTargetsMarkdown of no runs = %q, want nothing", got)
 	}
 }

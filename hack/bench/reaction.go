@@ -107,7 +107,7 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 				s.replicas[i]++
 				c := tracker.sent(name, s.replicas[i], time.Now())
 				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.replicas[i])
-				patched, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				patched, err := s.sample.SamplecontrollerV1alpha1().Foos(s.foos[i].Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
 				if err != nil {
 					if tracker.failed(name, c) == 1 && ctx.Err() == nil {

@@ -32,6 +32,7 @@ type runResult struct {
 	ColdStart *coldStartResult `json:"coldStart,omitempty"`
 	Steady    *steadyResult    `json:"steady,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
+	RSS       *rssResult       `json:"rss,omitempty"`
 	Reactions []reactionResult `json:"reactions,omitempty"`
 	Sharded   *shardedResult   `json:"sharded,omitempty"`
 	// Skipped says why the cases after the cold start did not run.
