@@ -4,6 +4,7 @@ package container
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -100,8 +101,22 @@ func TestDeploymentUnderRunc(t *testing.T) {
 			})
 			t.Logf("%s: started to Ready (readiness probe passing) in %v; the kubelet sees it at its next probe, within periodSeconds=%d",
 				p.name, time.Since(p.started).Round(time.Millisecond), c.ReadinessProbe.PeriodSeconds)
-			if err := probe(ctx, p.sandbox.IP, c, c.LivenessProbe); err != nil {
-				t.Errorf("%s: liveness probe: %v", p.name, err)
+			// The kubelet restarts a container only after failureThreshold liveness
+			// probes in a row failed; on two cores shared with two other suites, one
+			// can miss its timeout.
+			var failed []error
+			for range max(c.LivenessProbe.FailureThreshold, 1) {
+				err := probe(ctx, p.sandbox.IP, c, c.LivenessProbe)
+				if err == nil {
+					break
+				}
+				failed = append(failed, err)
+			}
+			switch n := len(failed); {
+			case n == int(max(c.LivenessProbe.FailureThreshold, 1)):
+				t.Errorf("%s: liveness probe failed %d times in a row, as many as make the kubelet restart it: %v", p.name, n, errors.Join(failed...))
+			case n > 0:
+				t.Logf("%s: liveness probe passed after %d failed (failureThreshold=%d): %v", p.name, n, c.LivenessProbe.FailureThreshold, errors.Join(failed...))
 			}
 		}
 	})
