@@ -51,6 +51,10 @@ e2e: ## Run only the e2e tests, as make test does (on the image's binary).
 test-faults: ## Run only the fault tests, as make test does: crash points, a fighting actor, leader failover, control-plane restarts (see test/faults).
 	hack/test.sh faults
 
+.PHONY: vulncheck
+vulncheck: ## Check the controller's code for known vulnerabilities it can reach (govulncheck, database from the Go module proxy). Not in make test yet: see docs/development.md.
+	hack/vulncheck.sh
+
 .PHONY: bench
 bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane (BENCH_ARGS='...').
 	cd hack/bench && go run . --docs=../../docs/performance.md $(BENCH_ARGS)
