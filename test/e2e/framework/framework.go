@@ -190,9 +190,17 @@ func (e *Env) install(ctx context.Context) error {
 
 // Deploy runs hack/deploy.sh, as `make deploy` and `make undeploy` do, with action
 // (apply or delete), the image (empty for the default) and extra kubectl arguments,
-// against the cluster as its admin.
+// against the cluster as its admin. Each call writes the script's overlay to a
+// directory of its own: the suites run at once and their tests side by side, and an
+// overlay shared with another call could be rewritten, with another image, between
+// the script writing it and kubectl reading it.
 func (e *Env) Deploy(ctx context.Context, action, image string, args ...string) (string, error) {
-	var env []string
+	dir, err := os.MkdirTemp(e.OutDir, "deploy-overlay-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	env := []string{"OVERLAY_DIR=" + dir}
 	if image != "" {
 		env = append(env, "IMAGE="+image)
 	}
@@ -200,8 +208,8 @@ func (e *Env) Deploy(ctx context.Context, action, image string, args ...string) 
 }
 
 // DeployComponents runs hack/deploy.sh as `make deploy COMPONENTS="..."` does, with
-// the default image, writing its overlay to overlayDir (under RepoRoot) rather than to
-// the one all callers of Deploy share, so that tests can run side by side.
+// the default image, writing its overlay to overlayDir (under RepoRoot), which the
+// test names and keeps for inspection.
 func (e *Env) DeployComponents(ctx context.Context, overlayDir string, components []string, action string, args ...string) (string, error) {
 	return e.deployScript(ctx, []string{"OVERLAY_DIR=" + overlayDir, "COMPONENTS=" + strings.Join(components, " ")}, action, args...)
 }
