@@ -5,7 +5,7 @@
 # of the Go that runs this.
 #
 # The database is golang.org/x/vulndb's own OSV entries, fetched from the Go module
-# proxy like any module (and checked against its go.sum entry by the go command):
+# proxy like any module (and checked against the Go checksum database by the go command):
 # govulncheck's default, vuln.go.dev, may be unreachable where the proxy is not.
 # govulncheck reads a directory of OSV entries as a database (-db file://...).
 set -o errexit -o nounset -o pipefail

@@ -104,8 +104,9 @@ func TestDeploymentUnderRunc(t *testing.T) {
 			// The kubelet restarts a container only after failureThreshold liveness
 			// probes in a row failed; on two cores shared with two other suites, one
 			// can miss its timeout.
+			threshold := int(max(c.LivenessProbe.FailureThreshold, 1))
 			var failed []error
-			for range max(c.LivenessProbe.FailureThreshold, 1) {
+			for range threshold {
 				err := probe(ctx, p.sandbox.IP, c, c.LivenessProbe)
 				if err == nil {
 					break
@@ -113,10 +114,10 @@ func TestDeploymentUnderRunc(t *testing.T) {
 				failed = append(failed, err)
 			}
 			switch n := len(failed); {
-			case n == int(max(c.LivenessProbe.FailureThreshold, 1)):
+			case n == threshold:
 				t.Errorf("%s: liveness probe failed %d times in a row, as many as make the kubelet restart it: %v", p.name, n, errors.Join(failed...))
 			case n > 0:
-				t.Logf("%s: liveness probe passed after %d failed (failureThreshold=%d): %v", p.name, n, c.LivenessProbe.FailureThreshold, errors.Join(failed...))
+				t.Logf("%s: liveness probe passed after %d failed (failureThreshold=%d): %v", p.name, n, threshold, errors.Join(failed...))
 			}
 		}
 	})
