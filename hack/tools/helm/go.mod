@@ -102,7 +102,7 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -134,21 +134,21 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/go-logr/logr => github.com/go-logr/logr v1.4.3
+replace github.com/go-logr/logr => github.com/go-logr/logr v1.4.4
 
-replace go.opentelemetry.io/proto/otlp => go.opentelemetry.io/proto/otlp v1.10.0
+replace go.opentelemetry.io/proto/otlp => go.opentelemetry.io/proto/otlp v1.11.0
 
 replace golang.org/x/crypto => golang.org/x/crypto v0.57.0
 
-replace golang.org/x/net => golang.org/x/net v0.59.0
+replace golang.org/x/net => golang.org/x/net v0.62.0
 
-replace golang.org/x/sync => golang.org/x/sync v0.23.0
+replace golang.org/x/sync => golang.org/x/sync v0.24.0
 
-replace golang.org/x/sys => golang.org/x/sys v0.48.0
+replace golang.org/x/sys => golang.org/x/sys v0.49.0
 
-replace golang.org/x/term => golang.org/x/term v0.46.0
+replace golang.org/x/term => golang.org/x/term v0.47.0
 
-replace golang.org/x/text => golang.org/x/text v0.42.0
+replace golang.org/x/text => golang.org/x/text v0.43.0
 
 replace google.golang.org/protobuf => google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
 

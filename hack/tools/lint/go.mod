@@ -210,7 +210,7 @@ require (
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.0 // indirect
@@ -233,10 +233,10 @@ replace go.uber.org/multierr => go.uber.org/multierr v1.11.0
 
 replace go.uber.org/zap => go.uber.org/zap v1.27.1
 
-replace golang.org/x/sync => golang.org/x/sync v0.23.0
+replace golang.org/x/sync => golang.org/x/sync v0.24.0
 
-replace golang.org/x/sys => golang.org/x/sys v0.48.0
+replace golang.org/x/sys => golang.org/x/sys v0.49.0
 
-replace golang.org/x/text => golang.org/x/text v0.42.0
+replace golang.org/x/text => golang.org/x/text v0.43.0
 
 replace google.golang.org/protobuf => google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
