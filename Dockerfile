@@ -4,7 +4,7 @@
 
 # The build runs on the builder's own platform and cross-compiles, which is much faster
 # than emulating the target when building for several architectures.
-FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+FROM --platform=$BUILDPLATFORM golang:1.27.3 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
 # What --version and sample_controller_build_info report: docker build --build-arg

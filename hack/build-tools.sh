@@ -2,8 +2,8 @@
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl, kubelet, kwok), helm and golangci-lint from the Go modules
 # pinned under hack/tools into _output/bin (or $LOCALCLUSTER_BIN_DIR). A binary is
-# rebuilt only when it is missing or when the pins (go.mod/go.sum) or this script
-# changed since it was built.
+# rebuilt only when it is missing or when the pins (go.mod/go.sum), this script or the Go
+# version changed since it was built.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,10 +24,11 @@ log() {
   echo "build-tools: $*" >&2
 }
 
-# fingerprint prints a hash of everything that decides what a module's binaries are.
+# fingerprint prints a hash of everything that decides what a module's binaries are: its
+# pins, this script and the Go that compiles them.
 fingerprint() {
   local module_dir=$1
-  cat "${module_dir}/go.mod" "${module_dir}/go.sum" "${SCRIPT}" | sha256sum | cut -d' ' -f1
+  { cat "${module_dir}/go.mod" "${module_dir}/go.sum" "${SCRIPT}"; go env GOVERSION; } | sha256sum | cut -d' ' -f1
 }
 
 # needs_build succeeds when bin is missing or was built from other pins.

@@ -5,6 +5,8 @@ set -o errexit -o nounset -o pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "${REPO_ROOT}"
 mkdir -p _output
+# make exports GOTOOLCHAIN from go.mod's toolchain line; this says which Go runs.
+go version
 
 # Everything but the race detector is built as hack/build.sh builds the binary: without
 # cgo, with -trimpath. Then the code generators, vet, the control plane, the image, the
@@ -229,6 +231,7 @@ stage "gofmt" check_gofmt
 stage "tracked files" check_tracked_files
 stage "verify-codegen" as_released hack/verify-codegen.sh
 stage "go vet" as_released go vet ./...
+stage "govulncheck" as_released hack/vulncheck.sh
 stage "module versions" check_module_versions
 stage "go vet (harness and suites)" as_released harness_vet
 stage "build the local control plane" hack/build-tools.sh
