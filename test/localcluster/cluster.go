@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -180,23 +181,45 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("invalid number of nodes %d", opts.Nodes)
 	}
 
-	c := &Cluster{dir: opts.Dir, binDir: opts.BinDir}
-	if c.dir == "" {
-		dir, err := os.MkdirTemp("", "localcluster-")
-		if err != nil {
+	dir, removeDir := opts.Dir, false
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "localcluster-"); err != nil {
 			return nil, fmt.Errorf("creating cluster directory: %w", err)
 		}
-		c.dir, c.removeDir = dir, true
+		removeDir = true
 	}
-	if err := c.start(ctx, opts); err != nil {
+	// The ports are chosen free, then passed to the components, which bind them a
+	// moment later. Another process (a suite running beside this one, or a client
+	// socket given a port from the same ephemeral range) can take one in between: a
+	// start that fails so is tried again, on other ports.
+	for attempt := 1; ; attempt++ {
+		c := &Cluster{dir: dir, binDir: opts.BinDir}
+		err := c.start(ctx, opts)
+		if err == nil {
+			c.removeDir = removeDir
+			logger.Info("Local cluster is ready", "kubeconfig", c.adminKubeconfig, "logs", c.logDir, "duration", time.Since(began).Round(time.Millisecond))
+			return c, nil
+		}
 		if stopErr := c.Stop(); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
+		if attempt < startAttempts && strings.Contains(err.Error(), "address already in use") && ctx.Err() == nil {
+			logger.Info("A port was taken before its component bound it; starting again on other ports", "attempt", attempt, "err", err)
+			continue
+		}
+		if removeDir {
+			err = errors.Join(err, os.RemoveAll(dir))
+		}
 		return nil, err
 	}
-	logger.Info("Local cluster is ready", "kubeconfig", c.adminKubeconfig, "logs", c.logDir, "duration", time.Since(began).Round(time.Millisecond))
-	return c, nil
 }
+
+// startAttempts is how many times Start tries, when a port it chose was taken.
+const startAttempts = 3
+
+// freePorts picks the cluster's ports; a test replaces it to hand out a taken one.
+var freePorts = FreePorts
 
 // KubeconfigPath is the admin kubeconfig, for kubectl and for controllers under test.
 func (c *Cluster) KubeconfigPath() string { return c.adminKubeconfig }
@@ -448,7 +471,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	c.logDir = l.logDir
 	c.adminKubeconfig = l.kubeconfigs["admin"]
 
-	ports, err := FreePorts(ctx, 6)
+	ports, err := freePorts(ctx, 6)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -148,6 +149,51 @@ func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
 	}
 	if err := c.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// TestStartRetriesWhenAPortIsTaken hands etcd a port that another listener holds, as a
+// process running beside the tests can take one between FreePorts and the bind: Start
+// tries again on other ports, and the cluster it returns answers. Not parallel: it
+// replaces freePorts for the whole package while it runs.
+func TestStartRetriesWhenAPortIsTaken(t *testing.T) {
+	binDir := requireBinaries(t)
+	_, ctx := ktesting.NewTestContext(t)
+
+	taken, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	calls := 0
+	freePorts = func(ctx context.Context, n int) ([]int, error) {
+		calls++
+		ports, err := FreePorts(ctx, n)
+		if err == nil && calls == 1 {
+			ports[0] = taken.Addr().(*net.TCPAddr).Port // etcd's client port
+		}
+		return ports, err
+	}
+	t.Cleanup(func() { freePorts = FreePorts })
+
+	c, err := Start(ctx, Options{Dir: t.TempDir(), BinDir: binDir, SkipControllerManager: true, SkipScheduler: true, SkipKwok: true})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	if calls != 2 {
+		t.Errorf("ports were picked %d times, want 2: once taken, once free", calls)
+	}
+	client, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{}); err != nil {
+		t.Errorf("the cluster Start returned does not answer: %v", err)
 	}
 }
 
