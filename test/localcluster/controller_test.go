@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fakeControllerEnv) != "" {
 		os.Exit(fakeController(os.Args[1:]))
 	}
+	if first := os.Getenv(portHolderEnv); first != "" {
+		os.Exit(portHolder(first))
+	}
 	os.Exit(m.Run())
 }
 

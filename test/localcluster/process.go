@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,43 +263,6 @@ func quoteArgs(args []string) string {
 		quoted[i] = strconv.Quote(a)
 	}
 	return strings.Join(quoted, " ")
-}
-
-// handedOut holds every port FreePorts returned, so that two callers in one program
-// (parallel tests) never get the same port, even once the first has released it.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago, for
-// passing to a child as flags. Another program may still take one before the child
-// binds it; within this program no port is handed out twice.
-func FreePorts(ctx context.Context, n int) ([]int, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	ports := make([]int, 0, n)
-	// Every listener stays open until all ports are chosen, so the kernel offers each
-	// once; ports handed out before are held too, and passed over.
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		if !handedOut.ports[port] {
-			handedOut.ports[port] = true
-			ports = append(ports, port)
-		}
-	}
-	return ports, nil
 }
 
 // processGone reports whether neither the process nor its group exist any more.

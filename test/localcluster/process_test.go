@@ -183,25 +183,6 @@ func TestReadBytes(t *testing.T) {
 	}
 }
 
-func TestFreePortsAreDistinct(t *testing.T) {
-	seen := map[int]bool{}
-	for range 3 {
-		ports, err := FreePorts(t.Context(), 5)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ports) != 5 {
-			t.Fatalf("FreePorts(5) returned %d ports", len(ports))
-		}
-		for _, port := range ports {
-			if seen[port] {
-				t.Errorf("port %d handed out twice", port)
-			}
-			seen[port] = true
-		}
-	}
-}
-
 // waitLog waits until the process's log contains s.
 func waitLog(t *testing.T, p *Process, s string) {
 	t.Helper()
