@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,24 +18,27 @@ import (
 // someone else, seen here: the kernel, which gives every outgoing connection a source
 // port from its ephemeral range (a suite's clients make thousands), and the other test
 // programs of `make test`, which run in parallel and choose ports too. So FreePorts
-// chooses below the ephemeral range, where the kernel does not pick, and claims each
-// port with a lock on a file that every program of this harness honors, held until the
-// program exits.
+// chooses outside the ephemeral range, where the kernel does not pick, and claims each
+// port by binding a unix socket named for it in the abstract namespace, which every
+// program of this harness in the same network namespace sees: no file, no permissions,
+// no TMPDIR to agree on, and the kernel frees it when the program exits, however it
+// exits. The TCP ports themselves stay free for the children, bound only for a moment
+// to check that nothing listens there.
 
 // minChildPort is the lowest port FreePorts hands out: above the well-known ports of
 // the components (etcd's 2379, the kubelet's 10250, ...).
 const minChildPort = 20000
 
-// minRangeSize is the fewest ports below the ephemeral range worth choosing from;
-// with fewer, FreePorts chooses in the ephemeral range itself.
+// minRangeSize is the fewest ports outside the ephemeral range worth choosing from;
+// with fewer on either side, FreePorts chooses in the ephemeral range itself.
 const minRangeSize = 1000
 
-// ports holds the lock files of the ports this program has claimed, open until it
+// ports holds the claims of the ports this program has handed out, open until it
 // exits: a port is handed out once per program, and never while another holds it.
 var ports = struct {
 	sync.Mutex
-	claimed map[int]*os.File
-}{claimed: map[int]*os.File{}}
+	claimed map[int]net.Listener
+}{claimed: map[int]net.Listener{}}
 
 // portRange returns the ports FreePorts chooses from, [lo, hi).
 var portRange = childPortRange
@@ -49,7 +51,7 @@ var firstPort = func(lo, hi int) int { return lo + rand.IntN(hi-lo) }
 // passing to a child as flags. No port is handed out twice by this program, or while
 // another program of this harness holds it; a program outside it may still bind one
 // first, which the caller sees as the child failing to start.
-func FreePorts(ctx context.Context, n int) ([]int, error) {
+func FreePorts(ctx context.Context, n int) (_ []int, err error) {
 	lo, hi, err := portRange()
 	if err != nil {
 		return nil, err
@@ -57,6 +59,15 @@ func FreePorts(ctx context.Context, n int) ([]int, error) {
 	ports.Lock()
 	defer ports.Unlock()
 	chosen := make([]int, 0, n)
+	defer func() {
+		if err != nil {
+			// Given back, for this program or another to hand out.
+			for _, port := range chosen {
+				ports.claimed[port].Close()
+				delete(ports.claimed, port)
+			}
+		}
+	}()
 	start := firstPort(lo, hi)
 	for i := 0; i < hi-lo && len(chosen) < n; i++ {
 		if err := ctx.Err(); err != nil {
@@ -66,18 +77,18 @@ func FreePorts(ctx context.Context, n int) ([]int, error) {
 		if _, ok := ports.claimed[port]; ok {
 			continue
 		}
-		lock, err := claimPort(port)
+		claim, ok, err := claimPort(ctx, port)
 		if err != nil {
 			return nil, err
 		}
-		if lock == nil {
+		if !ok {
 			continue
 		}
 		if !bindable(ctx, port) {
-			lock.Close()
+			claim.Close()
 			continue
 		}
-		ports.claimed[port] = lock
+		ports.claimed[port] = claim
 		chosen = append(chosen, port)
 	}
 	if len(chosen) < n {
@@ -86,27 +97,18 @@ func FreePorts(ctx context.Context, n int) ([]int, error) {
 	return chosen, nil
 }
 
-// claimPort takes the lock on port's file, or returns nil when another program (or
-// another FreePorts of this one) holds it.
-func claimPort(port int) (*os.File, error) {
-	dir := filepath.Join(os.TempDir(), "localcluster-ports")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("claiming a port: %w", err)
+// claimPort binds the abstract unix socket named for port, or reports !ok when another
+// program holds it.
+func claimPort(ctx context.Context, port int) (_ net.Listener, ok bool, _ error) {
+	// A leading @ names a socket in the abstract namespace.
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", "@sample-controller-localcluster-port-"+strconv.Itoa(port))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, false, nil
 	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("claiming port %d: %w", port, err)
+		return nil, false, fmt.Errorf("claiming port %d: %w", port, err)
 	}
-	// flock's locks belong to the open file, so a second open in this program is
-	// refused too; the kernel drops them when the program exits, however it exits.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("claiming port %d: %w", port, err)
-	}
-	return f, nil
+	return l, true, nil
 }
 
 // bindable reports whether nothing listens on port on 127.0.0.1 now.
@@ -119,30 +121,40 @@ func bindable(ctx context.Context, port int) bool {
 	return true
 }
 
-// childPortRange returns the ports from minChildPort up to the kernel's ephemeral
-// range, or that range itself when too few lie below it.
+// childPortRange returns the ports FreePorts chooses from: the larger of the two runs
+// outside the kernel's ephemeral range, from minChildPort up, or the ephemeral range
+// itself when neither has minRangeSize ports.
 func childPortRange() (lo, hi int, err error) {
 	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the ephemeral port range: %w", err)
 	}
-	return portRangeBelow(string(data))
+	return portRangeOutside(string(data))
 }
 
-// portRangeBelow parses ip_local_port_range ("32768\t60999\n") and returns the range
+// portRangeOutside parses ip_local_port_range ("32768\t60999\n") and returns the range
 // childPortRange describes.
-func portRangeBelow(ephemeral string) (lo, hi int, err error) {
+func portRangeOutside(ephemeral string) (lo, hi int, err error) {
 	fields := strings.Fields(ephemeral)
 	if len(fields) != 2 {
 		return 0, 0, fmt.Errorf("ephemeral port range %q: want two numbers", ephemeral)
 	}
 	first, err1 := strconv.Atoi(fields[0])
 	last, err2 := strconv.Atoi(fields[1])
-	if err := errors.Join(err1, err2); err != nil || first < 1 || last < first || last > 65535 {
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("ephemeral port range %q: %w", ephemeral, err)
+	}
+	if first < 1 || last < first || last > 65535 {
 		return 0, 0, fmt.Errorf("ephemeral port range %q: want two ports, the first no higher", ephemeral)
 	}
-	if first-minChildPort >= minRangeSize {
-		return minChildPort, first, nil
+	belowLo, belowHi := minChildPort, first
+	aboveLo, aboveHi := max(last+1, minChildPort), 65536
+	below, above := belowHi-belowLo, aboveHi-aboveLo
+	switch {
+	case below >= minRangeSize && below >= above:
+		return belowLo, belowHi, nil
+	case above >= minRangeSize:
+		return aboveLo, aboveHi, nil
 	}
 	return first, last + 1, nil
 }

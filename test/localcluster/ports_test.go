@@ -50,6 +50,9 @@ func somewhereInRange(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if hi-lo <= 100 {
+		t.Fatalf("FreePorts' range [%d, %d) has too few ports for this test", lo, hi)
+	}
 	return lo + rand.IntN(hi-lo-100)
 }
 
@@ -72,25 +75,30 @@ func TestFreePortsAreDistinct(t *testing.T) {
 	}
 }
 
-func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
+func TestFreePortsAreOutsideTheEphemeralRange(t *testing.T) {
 	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ephemeral, err := strconv.Atoi(strings.Fields(string(data))[0])
+	fields := strings.Fields(string(data))
+	first, err1 := strconv.Atoi(fields[0])
+	last, err2 := strconv.Atoi(fields[1])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("ip_local_port_range: %q", data)
+	}
+	lo, hi, err := portRange()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ephemeral-minChildPort < minRangeSize {
-		t.Fatalf("this machine's ephemeral range starts at %d: too few ports below it for this test", ephemeral)
-	}
-	ports, err := FreePorts(t.Context(), 20)
+	// Where too few ports lie outside it, the range is the ephemeral one itself.
+	fallback := lo == first && hi == last+1
+	chosen, err := FreePorts(t.Context(), 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, port := range ports {
-		if port < minChildPort || port >= ephemeral {
-			t.Errorf("port %d is outside [%d, %d)", port, minChildPort, ephemeral)
+	for _, port := range chosen {
+		if ephemeral := port >= first && port <= last; ephemeral != fallback || port < lo || port >= hi {
+			t.Errorf("port %d: in the ephemeral range [%d, %d] is %v, want %v; want it in [%d, %d)", port, first, last, ephemeral, fallback, lo, hi)
 		}
 	}
 }
@@ -114,6 +122,33 @@ func TestFreePortsSkipPortsInUse(t *testing.T) {
 	}
 	if ports[0] == taken {
 		t.Errorf("FreePorts handed out port %d, which a listener holds", taken)
+	}
+}
+
+func TestFreePortsGiveBackWhatAFailedCallClaimed(t *testing.T) {
+	// A range of three ports, the last of which a listener holds.
+	var l net.Listener
+	var first int
+	for l == nil {
+		first = somewhereInRange(t)
+		l, _ = (&net.ListenConfig{}).Listen(t.Context(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(first+2)))
+	}
+	defer l.Close()
+	saved := portRange
+	t.Cleanup(func() { portRange = saved })
+	portRange = func() (int, int, error) { return first, first + 3, nil }
+	startAt(t, first)
+
+	if chosen, err := FreePorts(t.Context(), 3); err == nil {
+		t.Fatalf("FreePorts(3) = %v with one of the three ports taken", chosen)
+	}
+	// The two it claimed before it failed are free again.
+	chosen, err := FreePorts(t.Context(), 2)
+	if err != nil {
+		t.Fatalf("FreePorts(2) after a failed FreePorts(3): %v", err)
+	}
+	if !slices.Equal(chosen, []int{first, first + 1}) {
+		t.Errorf("FreePorts(2) = %v, want [%d %d]", chosen, first, first+1)
 	}
 }
 
@@ -169,25 +204,28 @@ func TestFreePortsSkipPortsAnotherProgramHolds(t *testing.T) {
 	}
 }
 
-func TestPortRangeBelow(t *testing.T) {
+func TestPortRangeOutside(t *testing.T) {
 	for _, tc := range []struct {
 		ephemeral string
 		lo, hi    int
 	}{
 		{"32768\t60999\n", minChildPort, 32768},
 		{"49152 65535", minChildPort, 49152},
-		// Too little room below: the ephemeral range itself.
-		{"20500 60999", 20500, 61000},
+		{"21000 64999", minChildPort, 21000},
+		// Too little room below it: above it.
+		{"20500 60999", 61000, 65536},
+		{"10000 20000", 20001, 65536},
+		// Too little room on either side: the ephemeral range itself.
 		{"1024 65535", 1024, 65536},
 	} {
-		lo, hi, err := portRangeBelow(tc.ephemeral)
+		lo, hi, err := portRangeOutside(tc.ephemeral)
 		if err != nil || lo != tc.lo || hi != tc.hi {
-			t.Errorf("portRangeBelow(%q) = %d, %d, %v; want %d, %d", tc.ephemeral, lo, hi, err, tc.lo, tc.hi)
+			t.Errorf("portRangeOutside(%q) = %d, %d, %v; want %d, %d", tc.ephemeral, lo, hi, err, tc.lo, tc.hi)
 		}
 	}
 	for _, bad := range []string{"", "32768", "a 60999", "32768 b", "60999 32768", "0 100", "1024 70000"} {
-		if lo, hi, err := portRangeBelow(bad); err == nil {
-			t.Errorf("portRangeBelow(%q) = %d, %d; want an error", bad, lo, hi)
+		if lo, hi, err := portRangeOutside(bad); err == nil {
+			t.Errorf("portRangeOutside(%q) = %d, %d; want an error", bad, lo, hi)
 		}
 	}
 }
