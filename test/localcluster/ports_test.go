@@ -56,6 +56,21 @@ func somewhereInRange(t *testing.T) int {
 	return lo + rand.IntN(hi-lo-100)
 }
 
+// unclaimedAndFree reports whether no program of the harness, this one included, holds
+// port and nothing listens on it, now.
+func unclaimedAndFree(t *testing.T, port int) bool {
+	t.Helper()
+	claim, ok, err := claimPort(t.Context(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return false
+	}
+	defer claim.Close()
+	return bindable(t.Context(), port)
+}
+
 func TestFreePortsAreDistinct(t *testing.T) {
 	seen := map[int]bool{}
 	for range 3 {
@@ -126,11 +141,15 @@ func TestFreePortsSkipPortsInUse(t *testing.T) {
 }
 
 func TestFreePortsGiveBackWhatAFailedCallClaimed(t *testing.T) {
-	// A range of three ports, the last of which a listener holds.
+	// A range of three ports, the first two free and unclaimed (earlier tests of this
+	// program hold some ports of the range for good), the last held by a listener.
 	var l net.Listener
 	var first int
 	for l == nil {
 		first = somewhereInRange(t)
+		if !unclaimedAndFree(t, first) || !unclaimedAndFree(t, first+1) {
+			continue
+		}
 		l, _ = (&net.ListenConfig{}).Listen(t.Context(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(first+2)))
 	}
 	defer l.Close()
