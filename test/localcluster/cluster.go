@@ -190,9 +190,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		removeDir = true
 	}
 	// The ports are chosen free, then passed to the components, which bind them a
-	// moment later. Another process (a suite running beside this one, or a client
-	// socket given a port from the same ephemeral range) can take one in between: a
-	// start that fails so is tried again, on other ports.
+	// moment later. FreePorts keeps out the kernel's client ports and the ports of the
+	// harness's other programs (ports.go), but a program outside the harness can still
+	// take one in between: a start that fails so is tried again, on other ports.
 	for attempt := 1; ; attempt++ {
 		c := &Cluster{dir: dir, binDir: opts.BinDir}
 		err := c.start(ctx, opts)
