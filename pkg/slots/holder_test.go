@@ -28,12 +28,16 @@ import (
 
 // workLog records which member works on which slot, and any overlap.
 type workLog struct {
-	mu       sync.Mutex
-	active   map[int]string
+	mu     sync.Mutex
+	active map[int]string
+	// draining holds the slots whose work was asked to stop and has not returned yet.
+	draining map[int]string
 	overlaps []string
 }
 
-func (w *workLog) work(identity string, drain time.Duration) func(ctx context.Context, slot int) error {
+// work is identity's work on a slot. Once asked to stop it drains for drain, or, when
+// drained is not nil, until drained is closed.
+func (w *workLog) work(identity string, drain time.Duration, drained <-chan struct{}) func(ctx context.Context, slot int) error {
 	return func(ctx context.Context, slot int) error {
 		w.mu.Lock()
 		if other, ok := w.active[slot]; ok {
@@ -42,13 +46,36 @@ func (w *workLog) work(identity string, drain time.Duration) func(ctx context.Co
 		w.active[slot] = identity
 		w.mu.Unlock()
 		<-ctx.Done()
+		w.mu.Lock()
+		w.draining[slot] = identity
+		w.mu.Unlock()
 		// In-flight writes finish after the stop is asked for: the Lease must outlast them.
-		time.Sleep(max(drain, 50*time.Millisecond))
+		if drained != nil {
+			<-drained
+		} else {
+			time.Sleep(max(drain, 50*time.Millisecond))
+		}
 		w.mu.Lock()
 		delete(w.active, slot)
+		delete(w.draining, slot)
 		w.mu.Unlock()
 		return nil
 	}
+}
+
+// drainers is, for each slot, the member whose work on it drains, or "" for none.
+func (w *workLog) drainers(n int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, n)
+	for slot, who := range w.draining {
+		out[slot] = who
+	}
+	return out
+}
+
+func newWorkLog() *workLog {
+	return &workLog{active: map[int]string{}, draining: map[int]string{}}
 }
 
 // owners is each slot's worker, or "" for none.
@@ -74,6 +101,9 @@ type testMember struct {
 	// drain is how long the member's work takes to return once asked to stop; 50 ms
 	// when zero.
 	drain time.Duration
+	// drained, when not nil, ends the drain in place of drain: the work returns once it
+	// is closed.
+	drained <-chan struct{}
 	// clock is the membership's clock; the real one when nil.
 	clock clock.WithDelayedExecution
 	// work replaces log's work when set.
@@ -92,7 +122,7 @@ func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
 	membership := NewMembership(m.client, testNamespace, testGroup, m.identity, m.space.Len(), m.memberDuration, clk)
 	work := m.work
 	if work == nil {
-		work = m.log.work(m.identity, m.drain)
+		work = m.log.work(m.identity, m.drain, m.drained)
 	}
 	onLost := m.onLost
 	if onLost == nil {
@@ -120,7 +150,7 @@ func TestHolderHandsSlotsOver(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 8)
-	log := &workLog{active: map[int]string{}}
+	log := newWorkLog()
 	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 
 	start := func(identity string) (stop func()) {
@@ -189,7 +219,7 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 	// expires (it renews every third of the duration) and it gives them up instead.
 	const memberDuration = 6 * time.Second
 	space := mustSpace(t, 8)
-	log := &workLog{active: map[int]string{}}
+	log := newWorkLog()
 	// The slot Leases expire before the member Lease, so that they have expired when the
 	// assignment moves their slots.
 	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
@@ -279,15 +309,17 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
 		}
 		if slot == orphan {
+			// Ten minutes: a wait for its release cannot end by its expiry, however
+			// slowly the machine gets there.
 			lease.Spec = coordinationv1.LeaseSpec{
-				HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
+				HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](600),
 				RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
 			}
 		}
 		leases = append(leases, lease)
 	}
 	client := fake.NewClientset(leases...)
-	log := &workLog{active: map[int]string{}}
+	log := newWorkLog()
 	timings := LeaseTimings{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	start := func(identity string) {
 		testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
@@ -300,14 +332,22 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	}
 	began := time.Now()
 	start("a")
-	// Well within the 15 s the Lease would take to expire.
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	// a releases the Lease as soon as it sees that it names it: b takes the slot long
+	// before the ten minutes the Lease would take to expire. The wait ends on b's work,
+	// not on a figure of how fast the machine is.
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return log.owners(space.Len())[orphan] == "b", nil
+	})
+	if err != nil {
+		t.Fatalf("owners %q: b never worked on slot %d; its orphaned Lease was not released", log.owners(space.Len()), orphan)
+	}
+	t.Logf("b worked on slot %d %v after a joined", orphan, time.Since(began).Round(time.Millisecond))
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return slices.Equal(log.owners(space.Len()), assigned), nil
 	})
 	if err != nil {
-		t.Fatalf("owners %q, want %q: slot %d's orphaned Lease was not released", log.owners(space.Len()), assigned, orphan)
+		t.Fatalf("owners %q, want %q", log.owners(space.Len()), assigned)
 	}
-	t.Logf("b worked on slot %d %v after a joined", orphan, time.Since(began).Round(time.Millisecond))
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
@@ -316,41 +356,60 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 }
 
 // TestHolderTakesSlotsWhileItDrains has member a hand slots over to a newcomer, c, with
-// a drain of several seconds, and kills b meanwhile: a takes the slots of b that are
-// assigned to it at once, not after its own drain.
+// a drain that lasts until the test ends it, and stops b meanwhile: a takes the slots of
+// b that are assigned to it while the others still drain, not after its drain.
 func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 12)
-	log := &workLog{active: map[int]string{}}
+	log := newWorkLog()
 	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
-	const drain = 5 * time.Second
-	start := func(identity string, drain time.Duration) func() {
-		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drain: drain}.start(ctx, t)
+	start := func(identity string, drained <-chan struct{}) func() {
+		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drained: drained}.start(ctx, t)
 		return stop
 	}
-	waitOwners := func(what string, within time.Duration, want []string) {
+	waitFor := func(what string, done func() bool) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, within, true, func(context.Context) (bool, error) {
-			return slices.Equal(log.owners(space.Len()), want), nil
-		})
-		if err != nil {
-			t.Fatalf("%s: owners %q, want %q", what, log.owners(space.Len()), want)
+		// Every wait ends on what it waits for; the minute only bounds a failure.
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return done(), nil
+		}); err != nil {
+			t.Fatalf("%s: owners %q, draining %q", what, log.owners(space.Len()), log.drainers(space.Len()))
 		}
 	}
-	start("a", drain)
-	stopB := start("b", 0)
-	waitOwners("a and b share the slots", 20*time.Second, space.Assign([]string{"a", "b"}))
+	owners := func(want []string) func() bool {
+		return func() bool { return slices.Equal(log.owners(space.Len()), want) }
+	}
+	drained := make(chan struct{})
+	endDrain := sync.OnceFunc(func() { close(drained) })
+	start("a", drained)
+	// Before a is stopped at the end, whatever ended the test.
+	t.Cleanup(endDrain)
+	stopB := start("b", nil)
+	ab, abc := space.Assign([]string{"a", "b"}), space.Assign([]string{"a", "b", "c"})
+	waitFor("a and b share the slots", owners(ab))
 
-	// c joins: a and b hand it slots; a's take it five seconds.
-	start("c", 0)
+	// c joins: a and b hand it slots, and a's drain until the test ends it.
+	start("c", nil)
+	var aHands []int
+	for slot := range abc {
+		if ab[slot] == "a" && abc[slot] == "c" {
+			aHands = append(aHands, slot)
+		}
+	}
+	if len(aHands) == 0 {
+		t.Fatal("the assignment has a hand c none of its slots; choose other identities")
+	}
+	waitFor(fmt.Sprintf("a drains the slots %v it hands to c", aHands), func() bool {
+		drainers := log.drainers(space.Len())
+		return !slices.ContainsFunc(aHands, func(slot int) bool { return drainers[slot] != "a" })
+	})
 	handing := time.Now()
-	time.Sleep(300 * time.Millisecond)
 	// b leaves meanwhile; its slots go to a and c.
 	stopB()
-	aGains := []int{}
-	abc, ac := space.Assign([]string{"a", "b", "c"}), space.Assign([]string{"a", "c"})
+	var aGains []int
+	ac := space.Assign([]string{"a", "c"})
 	for slot := range ac {
 		if ac[slot] == "a" && abc[slot] == "b" {
 			aGains = append(aGains, slot)
@@ -359,16 +418,14 @@ func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 	if len(aGains) == 0 {
 		t.Fatal("the assignment gives a none of b's slots; choose other identities")
 	}
-	// Well before a's drain ends.
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, drain/2, true, func(context.Context) (bool, error) {
+	// The drain lasts until endDrain: a must take b's slots with it still going.
+	waitFor(fmt.Sprintf("a to take b's slots %v while it drains others", aGains), func() bool {
 		owners := log.owners(space.Len())
-		return !slices.ContainsFunc(aGains, func(slot int) bool { return owners[slot] != "a" }), nil
+		return !slices.ContainsFunc(aGains, func(slot int) bool { return owners[slot] != "a" })
 	})
-	if err != nil {
-		t.Fatalf("a did not take b's slots %v while it drained others (owners %q); it waited for its drain", aGains, log.owners(space.Len()))
-	}
-	t.Logf("a took b's slots %v %v after it began handing slots to c", aGains, time.Since(handing).Round(time.Millisecond))
-	waitOwners("a and c share the slots once a's drain is over", drain+10*time.Second, ac)
+	t.Logf("a took b's slots %v %v after b left, while it drained %v", aGains, time.Since(handing).Round(time.Millisecond), aHands)
+	endDrain()
+	waitFor("a and c share the slots once a's drain is over", owners(ac))
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
@@ -384,7 +441,7 @@ func TestHolderWithdrawsAfterDraining(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 4)
-	log := &workLog{active: map[int]string{}}
+	log := newWorkLog()
 	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	const drain = 2 * time.Second
 	_, stop := testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drain: drain}.start(ctx, t)
@@ -426,7 +483,7 @@ func TestHolderStopsWhenToldNotToAct(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	space := mustSpace(t, 4)
-	log := &workLog{active: map[int]string{}}
+	log := newWorkLog()
 	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
 	waitFor := func(what string, done func([]string) bool) {
