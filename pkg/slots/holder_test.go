@@ -216,14 +216,16 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 
 	const ns, group = testNamespace, testGroup
 	// a must see its slots lost by their renew deadline before its own member Lease
-	// expires (it renews every third of the duration) and it gives them up instead.
-	const memberDuration = 10 * time.Second
+	// expires and it gives them up instead. It renews that Lease every third of its
+	// duration (less a tenth of jitter at most), so the Lease expires no sooner than
+	// about 7.6 s after the cut.
+	const memberDuration = 12 * time.Second
 	space := mustSpace(t, 8)
 	log := newWorkLog()
-	// The slot Leases expire before the member Lease (at the latest two thirds of its
-	// duration after the cut), so that they have expired when the assignment moves their
-	// slots. Their duration is what tells the observer's take from the elector's own
-	// count below: long enough that a loaded machine's delays stay well under it.
+	// The slot Leases expire 6 s after the cut, before the member Lease, so that they
+	// have expired when the assignment moves their slots. Their duration is what tells
+	// the observer's take from the elector's own count below: long enough that a loaded
+	// machine's delays stay well under it.
 	timings := LeaseTimings{Duration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	holders := map[string]*Holder{}
 	start := func(identity string, client kubernetes.Interface, onLost func(int)) {
@@ -231,7 +233,8 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 	}
 	waitOwners := func(what string, want func([]string) bool) time.Time {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		// The bound only ends a failure.
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			return want(log.owners(space.Len())), nil
 		})
 		if err != nil {
@@ -258,6 +261,16 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 
 	cut.Store(true)
 	cutAt := time.Now()
+	// a's last renewal of each of its slots, as stored: b cannot have seen it, or a later
+	// one, before it was made.
+	renewed := map[int]time.Time{}
+	for _, slot := range aSlots {
+		lease, err := client.CoordinationV1().Leases(ns).Get(ctx, SlotLeaseName(group, slot, space.Len()), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewed[slot] = lease.Spec.RenewTime.Time
+	}
 	allB := waitOwners("b works on every slot", func(owners []string) bool {
 		return !slices.ContainsFunc(owners, func(o string) bool { return o != "b" })
 	})
@@ -279,10 +292,11 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 		t.Errorf("a reported %d slots lost, want its %d", lost.Load(), len(aSlots))
 	}
 	for _, slot := range aSlots {
-		// Unheld counts up to the moment it is asked. a renewed each slot within its
-		// renew deadline before the cut, or it would have lost it sooner.
+		// Unheld counts up to the moment it is asked. The record that electors and the
+		// observer compare names the renew time to the second: a renewal in the same
+		// second as the one before is no change to them.
 		unheld, ok := holders["b"].Unheld(slot)
-		most := time.Since(cutAt) + timings.RenewDeadline
+		most := time.Since(renewed[slot]) + time.Second
 		if !ok || unheld < timings.Duration || unheld > most {
 			t.Errorf("slot %d: b says it went unheld for %v (%v), want between the Lease duration and %v", slot, unheld, ok, most)
 		}
@@ -387,6 +401,23 @@ func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 	owners := func(want []string) func() bool {
 		return func() bool { return slices.Equal(log.owners(space.Len()), want) }
 	}
+	// moved is the slots that before gives to from and after to to.
+	moved := func(before, after []string, from, to string) []int {
+		var slots []int
+		for slot := range after {
+			if before[slot] == from && after[slot] == to {
+				slots = append(slots, slot)
+			}
+		}
+		return slots
+	}
+	// allOf tells whether who is the entry of each of slots in what read returns.
+	allOf := func(slots []int, who string, read func(n int) []string) func() bool {
+		return func() bool {
+			entries := read(space.Len())
+			return !slices.ContainsFunc(slots, func(slot int) bool { return entries[slot] != who })
+		}
+	}
 	drained := make(chan struct{})
 	endDrain := sync.OnceFunc(func() { close(drained) })
 	start("a", drained)
@@ -398,37 +429,21 @@ func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 
 	// c joins: a and b hand it slots, and a's drain until the test ends it.
 	start("c", nil)
-	var aHands []int
-	for slot := range abc {
-		if ab[slot] == "a" && abc[slot] == "c" {
-			aHands = append(aHands, slot)
-		}
-	}
+	aHands := moved(ab, abc, "a", "c")
 	if len(aHands) == 0 {
 		t.Fatal("the assignment has a hand c none of its slots; choose other identities")
 	}
-	waitFor(fmt.Sprintf("a drains the slots %v it hands to c", aHands), func() bool {
-		drainers := log.drainers(space.Len())
-		return !slices.ContainsFunc(aHands, func(slot int) bool { return drainers[slot] != "a" })
-	})
+	waitFor(fmt.Sprintf("a drains the slots %v it hands to c", aHands), allOf(aHands, "a", log.drainers))
 	handing := time.Now()
 	// b leaves meanwhile; its slots go to a and c.
 	stopB()
-	var aGains []int
 	ac := space.Assign([]string{"a", "c"})
-	for slot := range ac {
-		if ac[slot] == "a" && abc[slot] == "b" {
-			aGains = append(aGains, slot)
-		}
-	}
+	aGains := moved(abc, ac, "b", "a")
 	if len(aGains) == 0 {
 		t.Fatal("the assignment gives a none of b's slots; choose other identities")
 	}
 	// The drain lasts until endDrain: a must take b's slots with it still going.
-	waitFor(fmt.Sprintf("a to take b's slots %v while it drains others", aGains), func() bool {
-		owners := log.owners(space.Len())
-		return !slices.ContainsFunc(aGains, func(slot int) bool { return owners[slot] != "a" })
-	})
+	waitFor(fmt.Sprintf("a to take b's slots %v while it drains others", aGains), allOf(aGains, "a", log.owners))
 	t.Logf("a took b's slots %v %v after b left, while it drained %v", aGains, time.Since(handing).Round(time.Millisecond), aHands)
 	endDrain()
 	waitFor("a and c share the slots once a's drain is over", owners(ac))
