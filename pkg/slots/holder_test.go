@@ -63,27 +63,22 @@ func (w *workLog) work(identity string, drain time.Duration, drained <-chan stru
 	}
 }
 
-// drainers is, for each slot, the member whose work on it drains, or "" for none.
-func (w *workLog) drainers(n int) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]string, n)
-	for slot, who := range w.draining {
-		out[slot] = who
-	}
-	return out
-}
-
 func newWorkLog() *workLog {
 	return &workLog{active: map[int]string{}, draining: map[int]string{}}
 }
 
 // owners is each slot's worker, or "" for none.
-func (w *workLog) owners(n int) []string {
+func (w *workLog) owners(n int) []string { return w.bySlot(w.active, n) }
+
+// drainers is, for each slot, the member whose work on it drains, or "" for none.
+func (w *workLog) drainers(n int) []string { return w.bySlot(w.draining, n) }
+
+// bySlot lists the n slots' members in m, "" for a slot m lacks.
+func (w *workLog) bySlot(m map[int]string, n int) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]string, n)
-	for slot, who := range w.active {
+	for slot, who := range m {
 		out[slot] = who
 	}
 	return out
