@@ -27,10 +27,14 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "${tmp}"' EXIT
 
-# Copy the tree without build output, VCS data or local state; keep the generator
-# binaries so a warm run does not rebuild them.
-tar -C "${REPO_ROOT}" --exclude=./.git --exclude=./_output/bin --exclude=./_output/local \
-  --exclude=./_output/e2e --exclude=./_output/faults --exclude=./_output/container --exclude=./_output/image -cf - . | tar -C "${tmp}" -xf -
+# Copy the tree without VCS data or build output (binaries, images, logs, clusters'
+# data, which a suite may be writing meanwhile); keep the generator binaries so that a
+# warm run does not rebuild them.
+tar -C "${REPO_ROOT}" --exclude=./.git --exclude=./_output -cf - . | tar -C "${tmp}" -xf -
+if [[ -d "${REPO_ROOT}/_output/codegen-bin" ]]; then
+  mkdir -p "${tmp}/_output"
+  cp -a "${REPO_ROOT}/_output/codegen-bin" "${tmp}/_output/"
+fi
 
 "${tmp}/hack/update-codegen.sh" >/dev/null
 
