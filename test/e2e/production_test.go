@@ -332,7 +332,19 @@ func TestMetrics(t *testing.T) {
 	env.KubectlIn(t, fooYAML("measured", "measured", 1), "apply", "-n", ns, "-f", "-")
 	waitReady(t, ns, "measured", 1)
 
-	m := scrapeMetrics(t, p)
+	// The controller counts Foos by their Ready condition from its cache, which hears of
+	// its own status write after the API server serves it, later on a loaded machine:
+	// scrape until the count has the Foo ready.
+	var m localcluster.Metrics
+	ready := map[string]string{"ready": "True"}
+	framework.Eventually(t, timeout, "the controller to count the Foo ready", func(ctx context.Context) (bool, string) {
+		var err error
+		if m, err = p.Metrics(ctx); err != nil {
+			return false, err.Error()
+		}
+		n := m.Sum("sample_controller_foos", ready)
+		return n > 0, fmt.Sprintf("sample_controller_foos%v = %v", ready, n)
+	})
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
