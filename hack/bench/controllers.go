@@ -33,6 +33,8 @@ type controller struct {
 	Rule   statusRule `json:"statusRule"`
 	// Ours serves metrics and probes, on ports the bench passes it.
 	Ours bool `json:"-"`
+	// Env is added to ours's environment (NAME=value).
+	Env []string `json:"env,omitempty"`
 }
 
 func (c controller) column() string   { return c.Name }
@@ -53,7 +55,7 @@ func (c controller) start(ctx context.Context, s *session) error {
 	kubeconfig := s.cluster.KubeconfigPath()
 	name := s.name + "-controller"
 	if c.Ours {
-		ctrl, err := localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: c.command(kubeconfig)})
+		ctrl, err := localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: c.command(kubeconfig), Env: c.Env})
 		if err != nil {
 			return err
 		}

@@ -19,7 +19,8 @@ import (
 // rotates: ABC BCA CAB.
 type ratioSide struct {
 	Ours *controller `json:"ours,omitempty"` // nil: the limit with events
-	// Also is the flags the variant adds to ours; empty for ours as it is.
+	// Also is what the variant adds to ours: flags, and NAME=value words, which go to
+	// its environment (GOGC=100); empty for ours as it is.
 	Also []string `json:"also,omitempty"`
 	Pair int      `json:"pair"`
 }
@@ -42,8 +43,22 @@ func (r ratioSide) start(ctx context.Context, s *session) error {
 		return limit{Events: true, Inflight: s.cfg.ratioInflight}.start(ctx, s)
 	}
 	c := *r.Ours
-	c.Args = append(slices.Concat(c.Args, r.Also), "--namespace="+s.namespace)
+	flags, env := splitAlso(r.Also)
+	c.Args = append(slices.Concat(c.Args, flags), "--namespace="+s.namespace)
+	c.Env = env
 	return c.start(ctx, s)
+}
+
+// splitAlso splits a variant's words into flags and NAME=value environment variables.
+func splitAlso(also []string) (flags, env []string) {
+	for _, w := range also {
+		if name, _, ok := strings.Cut(w, "="); ok && name != "" && !strings.HasPrefix(name, "-") {
+			env = append(env, w)
+			continue
+		}
+		flags = append(flags, w)
+	}
+	return flags, env
 }
 
 // ratioPlan is the ratio case's sessions: for every size, pairs of our controller and
@@ -176,18 +191,31 @@ func spread(ratios []float64) string {
 // default flags (not a --ratio-also variant) against the limit in the same pairs: its
 // RSS once converged, its writes at steady state (first pairs only), and each rate's
 // reaction p99, ours, the limit's and their ratio, with the ratios' median and range
-// for each size. A p99 of changes not all delivered says how many were.
+// for each size. A p99 of changes not all delivered says how many were. A variant's
+// RSS, read the same way in the same triple, has a column beside ours.
 func ratioTargetsMarkdown(res *results) string {
 	type key struct{ foos, pair int }
 	ours, limits := map[key]runResult{}, map[key]runResult{}
+	variantRSS := map[string]map[key]float64{} // by side
+	var variants []string
 	var keys []key
 	var rates []int
 	for _, r := range res.Runs {
 		side, ok := r.Driver.(ratioSide)
-		if !ok || len(side.Also) > 0 || r.ColdStart == nil || !r.ColdStart.Converged {
+		if !ok || r.ColdStart == nil || !r.ColdStart.Converged {
 			continue
 		}
 		k := key{r.Foos, side.Pair}
+		if len(side.Also) > 0 {
+			if r.RSS != nil {
+				if variantRSS[side.side()] == nil {
+					variantRSS[side.side()] = map[key]float64{}
+					variants = append(variants, side.side())
+				}
+				variantRSS[side.side()][k] = mib(r.RSS.Bytes)
+			}
+			continue
+		}
 		if side.Ours != nil {
 			ours[k] = r
 		} else {
@@ -204,7 +232,11 @@ func ratioTargetsMarkdown(res *results) string {
 	}
 	var b strings.Builder
 	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
-	header := []string{"at the limit, Foos", "pair", ourName + ": RSS (MiB)", "writes per minute at steady state"}
+	header := []string{"at the limit, Foos", "pair", ourName + ": RSS (MiB)"}
+	for _, v := range variants {
+		header = append(header, v+": RSS (MiB)")
+	}
+	header = append(header, "writes per minute at steady state")
 	for _, rate := range rates {
 		header = append(header, fmt.Sprintf("p99 at %d changes/s (ms): %s", rate, ourName), "limit", "÷")
 	}
@@ -230,7 +262,15 @@ func ratioTargetsMarkdown(res *results) string {
 		if o.Steady != nil {
 			steady = formatNumber(o.Steady.PerMinute)
 		}
-		line := []string{fmt.Sprint(k.foos), fmt.Sprint(k.pair), formatNumber(mib(o.RSS.Bytes)), steady}
+		line := []string{fmt.Sprint(k.foos), fmt.Sprint(k.pair), formatNumber(mib(o.RSS.Bytes))}
+		for _, v := range variants {
+			cell := ""
+			if rss, ok := variantRSS[v][k]; ok {
+				cell = formatNumber(rss)
+			}
+			line = append(line, cell)
+		}
+		line = append(line, steady)
 		for _, rate := range rates {
 			or, oyes := reactionAt(o, rate)
 			lr, lyes := reactionAt(l, rate)
@@ -244,7 +284,7 @@ func ratioTargetsMarkdown(res *results) string {
 		writeLine(line...)
 	}
 	for _, n := range sizes {
-		line := []string{fmt.Sprint(n), "median of the pairs (range)", "", ""}
+		line := append([]string{fmt.Sprint(n), "median of the pairs (range)", ""}, slices.Repeat([]string{""}, len(variants)+1)...)
 		for _, rate := range rates {
 			line = append(line, "", "", spread(ratios[n][rate]))
 		}

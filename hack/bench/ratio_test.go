@@ -118,6 +118,17 @@ func TestRatioTriples(t *testing.T) {
 	}
 }
 
+// A variant's NAME=value words go to its environment, the rest are its flags.
+func TestSplitAlso(t *testing.T) {
+	flags, env := splitAlso([]string{"--workers=8", "GOGC=100", "-v=2", "--x", "GODEBUG=gctrace=1", "=odd"})
+	if want := []string{"--workers=8", "-v=2", "--x", "=odd"}; !slices.Equal(flags, want) {
+		t.Errorf("flags %q, want %q", flags, want)
+	}
+	if want := []string{"GOGC=100", "GODEBUG=gctrace=1"}; !slices.Equal(env, want) {
+		t.Errorf("environment %q, want %q", env, want)
+	}
+}
+
 func TestSessionName(t *testing.T) {
 	for description, want := range map[string]string{
 		"ratio ours 1-1000":              "ratio-ours-1-1000",
@@ -165,15 +176,16 @@ func TestRatioTargetsMarkdown(t *testing.T) {
 		run(ours, 1, 20, 1000), run(nil, 1, 10, 800),
 		run(nil, 2, 20, 1000), run(ours, 2, 22, 1000),
 		lagging, run(nil, 3, 30, 1000),
-		{Driver: ratioSide{Ours: ours, Also: []string{"--workers=8"}, Pair: 1}, Foos: 1000, // a variant: not in this table
-			ColdStart: &coldStartResult{Foos: 1000, Converged: true}, RSS: &rssResult{Bytes: 1}, Reactions: reactions(1, 1)},
+		// A variant: only its RSS is in this table, in pair 1, where it ran.
+		{Driver: ratioSide{Ours: ours, Also: []string{"GOGC=100"}, Pair: 1}, Foos: 1000,
+			ColdStart: &coldStartResult{Foos: 1000, Converged: true}, RSS: &rssResult{Bytes: 60 << 20}, Reactions: reactions(1, 1)},
 	}}
-	want := `| at the limit, Foos | pair | ours: RSS (MiB) | writes per minute at steady state | p99 at 25 changes/s (ms): ours | limit | ÷ | p99 at 100 changes/s (ms): ours | limit | ÷ |
-| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |
-| 1000 | 1 | 50.0 | 0 | 20.0 | 10.0 | 2.00 | 1000 | 800 | 1.25 |
-| 1000 | 2 | 50.0 |  | 22.0 | 20.0 | 1.10 | 1000 | 1000 | 1.00 |
-| 1000 | 3 | 50.0 |  | 30.0 | 30.0 | 1.00 | 1200 (90 of 100) | 1000 | 1.20 |
-| 1000 | median of the pairs (range) |  |  |  |  | 1.10 (1.00-2.00) |  |  | 1.20 (1.00-1.25) |
+	want := `| at the limit, Foos | pair | ours: RSS (MiB) | ours GOGC=100: RSS (MiB) | writes per minute at steady state | p99 at 25 changes/s (ms): ours | limit | ÷ | p99 at 100 changes/s (ms): ours | limit | ÷ |
+| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |
+| 1000 | 1 | 50.0 | 60.0 | 0 | 20.0 | 10.0 | 2.00 | 1000 | 800 | 1.25 |
+| 1000 | 2 | 50.0 |  |  | 22.0 | 20.0 | 1.10 | 1000 | 1000 | 1.00 |
+| 1000 | 3 | 50.0 |  |  | 30.0 | 30.0 | 1.00 | 1200 (90 of 100) | 1000 | 1.20 |
+| 1000 | median of the pairs (range) |  |  |  |  |  | 1.10 (1.00-2.00) |  |  | 1.20 (1.00-1.25) |
 `
 	if got := ratioTargetsMarkdown(res); got != want {
 		t.Errorf("ratioTargetsMarkdown =\n%s\nwant\n%s", got, want)
