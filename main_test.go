@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,6 +99,33 @@ func TestMetricsFlags(t *testing.T) {
 					opts.metricsSecure, opts.metricsBindAddress, opts.secureServing.AuthenticationKubeconfig, c.wantSecure, c.wantAddress, c.wantAuthn)
 			}
 		})
+	}
+}
+
+// The controller's GOGC applies unless the environment sets one, which wins.
+func TestApplyGOGC(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+
+	env := func(value string, set bool) func(string) (string, bool) {
+		return func(name string) (string, bool) {
+			if name != "GOGC" {
+				t.Errorf("looked up %q", name)
+			}
+			return value, set
+		}
+	}
+	if got := applyGOGC(env("200", true)); got != "200" {
+		t.Errorf("with GOGC=200 set, applyGOGC = %q, want 200", got)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set, the target became %d; it is the runtime's to apply", got)
+	}
+	if got := applyGOGC(env("", false)); got != strconv.Itoa(defaultGOGC) {
+		t.Errorf("without GOGC, applyGOGC = %q, want %d", got, defaultGOGC)
+	}
+	if got := debug.SetGCPercent(100); got != defaultGOGC {
+		t.Errorf("without GOGC, the target is %d, want %d", got, defaultGOGC)
 	}
 }
 
