@@ -13,14 +13,19 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// heapMetric is the Go heap in use, as our controller's /metrics reports it.
-const heapMetric = "go_memstats_heap_inuse_bytes"
+// heapMetric is the Go heap in use, as our controller's /metrics reports it, and
+// cpuMetric the CPU time its process has used.
+const (
+	heapMetric = "go_memstats_heap_inuse_bytes"
+	cpuMetric  = "process_cpu_seconds_total"
+)
 
 // readMemory reads the controller's RSS and, when it serves /metrics, its Go heap in
-// use; heap is nil otherwise.
-func (s *session) readMemory(ctx context.Context) (rss int64, heap *float64, err error) {
+// use and, if it says, the CPU seconds it has used since it started; heap and cpu are
+// nil otherwise.
+func (s *session) readMemory(ctx context.Context) (rss int64, heap, cpu *float64, err error) {
 	if rss, err = s.proc.RSSBytes(); err != nil || s.ctrl == nil {
-		return rss, nil, err
+		return rss, nil, nil, err
 	}
 	m, err := s.ctrl.Metrics(ctx)
 	if _, ok := m[heapMetric]; err == nil && !ok {
@@ -28,9 +33,12 @@ func (s *session) readMemory(ctx context.Context) (rss int64, heap *float64, err
 	}
 	if err != nil {
 		progressf("%s: %v", s.name, err)
-		return rss, nil, nil
+		return rss, nil, nil, nil
 	}
-	return rss, ptr.To(m.Sum(heapMetric, nil)), nil
+	if _, ok := m[cpuMetric]; ok {
+		cpu = ptr.To(m.Sum(cpuMetric, nil))
+	}
+	return rss, ptr.To(m.Sum(heapMetric, nil)), cpu, nil
 }
 
 // createUnrelated creates --unrelated-deployments Deployments no Foo owns, in

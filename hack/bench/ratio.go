@@ -191,12 +191,13 @@ func spread(ratios []float64) string {
 // default flags (not a --ratio-also variant) against the limit in the same pairs: its
 // RSS once converged, its writes at steady state (first pairs only), and each rate's
 // reaction p99, ours, the limit's and their ratio, with the ratios' median and range
-// for each size. A p99 of changes not all delivered says how many were. A variant's
-// RSS, read the same way in the same triple, has a column beside ours.
+// for each size. A p99 of changes not all delivered says how many were. Beside the
+// RSS, the CPU the controller had used when it was read; a variant's RSS and CPU, read
+// the same way in the same triple, have columns beside ours.
 func ratioTargetsMarkdown(res *results) string {
 	type key struct{ foos, pair int }
 	ours, limits := map[key]runResult{}, map[key]runResult{}
-	variantRSS := map[string]map[key]float64{} // by side
+	variantRSS := map[string]map[key]*rssResult{} // by side
 	var variants []string
 	var keys []key
 	var rates []int
@@ -209,10 +210,10 @@ func ratioTargetsMarkdown(res *results) string {
 		if len(side.Also) > 0 {
 			if r.RSS != nil {
 				if variantRSS[side.side()] == nil {
-					variantRSS[side.side()] = map[key]float64{}
+					variantRSS[side.side()] = map[key]*rssResult{}
 					variants = append(variants, side.side())
 				}
-				variantRSS[side.side()][k] = mib(r.RSS.Bytes)
+				variantRSS[side.side()][k] = r.RSS
 			}
 			continue
 		}
@@ -232,9 +233,9 @@ func ratioTargetsMarkdown(res *results) string {
 	}
 	var b strings.Builder
 	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
-	header := []string{"at the limit, Foos", "pair", ourName + ": RSS (MiB)"}
-	for _, v := range variants {
-		header = append(header, v+": RSS (MiB)")
+	header := []string{"at the limit, Foos", "pair"}
+	for _, side := range append([]string{ourName}, variants...) {
+		header = append(header, side+": RSS (MiB)", "CPU used (s)")
 	}
 	header = append(header, "writes per minute at steady state")
 	for _, rate := range rates {
@@ -262,13 +263,9 @@ func ratioTargetsMarkdown(res *results) string {
 		if o.Steady != nil {
 			steady = formatNumber(o.Steady.PerMinute)
 		}
-		line := []string{fmt.Sprint(k.foos), fmt.Sprint(k.pair), formatNumber(mib(o.RSS.Bytes))}
+		line := append([]string{fmt.Sprint(k.foos), fmt.Sprint(k.pair)}, memoryCells(o.RSS)...)
 		for _, v := range variants {
-			cell := ""
-			if rss, ok := variantRSS[v][k]; ok {
-				cell = formatNumber(rss)
-			}
-			line = append(line, cell)
+			line = append(line, memoryCells(variantRSS[v][k])...)
 		}
 		line = append(line, steady)
 		for _, rate := range rates {
@@ -284,13 +281,26 @@ func ratioTargetsMarkdown(res *results) string {
 		writeLine(line...)
 	}
 	for _, n := range sizes {
-		line := append([]string{fmt.Sprint(n), "median of the pairs (range)", ""}, slices.Repeat([]string{""}, len(variants)+1)...)
+		line := append([]string{fmt.Sprint(n), "median of the pairs (range)"}, slices.Repeat([]string{""}, 2*(len(variants)+1)+1)...)
 		for _, rate := range rates {
 			line = append(line, "", "", spread(ratios[n][rate]))
 		}
 		writeLine(line...)
 	}
 	return b.String()
+}
+
+// memoryCells are a side's RSS and the CPU it had used when that was read, each empty
+// when not known.
+func memoryCells(r *rssResult) []string {
+	if r == nil {
+		return []string{"", ""}
+	}
+	cpu := ""
+	if r.CPU != nil {
+		cpu = formatNumber(*r.CPU)
+	}
+	return []string{formatNumber(mib(r.Bytes)), cpu}
 }
 
 // reactionAt is the run's reaction case at rate, if it ran.

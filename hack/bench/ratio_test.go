@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/utils/ptr"
 )
 
 func TestRatioPlan(t *testing.T) {
@@ -163,7 +165,7 @@ func TestRatioTargetsMarkdown(t *testing.T) {
 		r := runResult{Driver: ratioSide{Ours: c, Pair: pair}, Foos: 1000,
 			ColdStart: &coldStartResult{Foos: 1000, Converged: true, Seconds: 5}, Reactions: reactions(p99s...)}
 		if c != nil {
-			r.RSS = &rssResult{Foos: 1000, Bytes: 50 << 20}
+			r.RSS = &rssResult{Foos: 1000, Bytes: 50 << 20, CPU: ptr.To(4.5)}
 			if pair == 1 {
 				r.Steady = &steadyResult{Foos: 1000, PerMinute: 0}
 			}
@@ -180,12 +182,12 @@ func TestRatioTargetsMarkdown(t *testing.T) {
 		{Driver: ratioSide{Ours: ours, Also: []string{"GOGC=100"}, Pair: 1}, Foos: 1000,
 			ColdStart: &coldStartResult{Foos: 1000, Converged: true}, RSS: &rssResult{Bytes: 60 << 20}, Reactions: reactions(1, 1)},
 	}}
-	want := `| at the limit, Foos | pair | ours: RSS (MiB) | ours GOGC=100: RSS (MiB) | writes per minute at steady state | p99 at 25 changes/s (ms): ours | limit | ÷ | p99 at 100 changes/s (ms): ours | limit | ÷ |
-| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |
-| 1000 | 1 | 50.0 | 60.0 | 0 | 20.0 | 10.0 | 2.00 | 1000 | 800 | 1.25 |
-| 1000 | 2 | 50.0 |  |  | 22.0 | 20.0 | 1.10 | 1000 | 1000 | 1.00 |
-| 1000 | 3 | 50.0 |  |  | 30.0 | 30.0 | 1.00 | 1200 (90 of 100) | 1000 | 1.20 |
-| 1000 | median of the pairs (range) |  |  |  |  |  | 1.10 (1.00-2.00) |  |  | 1.20 (1.00-1.25) |
+	want := `| at the limit, Foos | pair | ours: RSS (MiB) | CPU used (s) | ours GOGC=100: RSS (MiB) | CPU used (s) | writes per minute at steady state | p99 at 25 changes/s (ms): ours | limit | ÷ | p99 at 100 changes/s (ms): ours | limit | ÷ |
+| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |
+| 1000 | 1 | 50.0 | 4.50 | 60.0 |  | 0 | 20.0 | 10.0 | 2.00 | 1000 | 800 | 1.25 |
+| 1000 | 2 | 50.0 | 4.50 |  |  |  | 22.0 | 20.0 | 1.10 | 1000 | 1000 | 1.00 |
+| 1000 | 3 | 50.0 | 4.50 |  |  |  | 30.0 | 30.0 | 1.00 | 1200 (90 of 100) | 1000 | 1.20 |
+| 1000 | median of the pairs (range) |  |  |  |  |  |  |  | 1.10 (1.00-2.00) |  |  | 1.20 (1.00-1.25) |
 `
 	if got := ratioTargetsMarkdown(res); got != want {
 		t.Errorf("ratioTargetsMarkdown =\n%s\nwant\n%s", got, want)
