@@ -148,9 +148,10 @@ const defaultGOGC = 50
 
 // applyGOGC sets the garbage collector's target to defaultGOGC unless the environment
 // (looked up with lookupEnv) sets GOGC, which the Go runtime has then applied, and
-// returns the target in force.
+// returns the target in force. An empty GOGC counts as unset, as it does for the
+// runtime.
 func applyGOGC(lookupEnv func(string) (string, bool)) string {
-	if value, set := lookupEnv("GOGC"); set {
+	if value, _ := lookupEnv("GOGC"); value != "" {
 		return value
 	}
 	debug.SetGCPercent(defaultGOGC)

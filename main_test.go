@@ -121,11 +121,13 @@ func TestApplyGOGC(t *testing.T) {
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("with GOGC set, the target became %d; it is the runtime's to apply", got)
 	}
-	if got := applyGOGC(env("", false)); got != strconv.Itoa(defaultGOGC) {
-		t.Errorf("without GOGC, applyGOGC = %q, want %d", got, defaultGOGC)
-	}
-	if got := debug.SetGCPercent(100); got != defaultGOGC {
-		t.Errorf("without GOGC, the target is %d, want %d", got, defaultGOGC)
+	for _, set := range []bool{false, true} { // unset, or set to nothing
+		if got := applyGOGC(env("", set)); got != strconv.Itoa(defaultGOGC) {
+			t.Errorf("without GOGC (set: %v), applyGOGC = %q, want %d", set, got, defaultGOGC)
+		}
+		if got := debug.SetGCPercent(100); got != defaultGOGC {
+			t.Errorf("without GOGC (set: %v), the target is %d, want %d", set, got, defaultGOGC)
+		}
 	}
 }
 
