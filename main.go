@@ -126,7 +126,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	gogc := applyGOGC(os.LookupEnv)
+	gogc := applyGOGC(os.Getenv)
 
 	ctx := signalContext()
 	logger := klog.FromContext(ctx)
@@ -142,16 +142,15 @@ func main() {
 // the heap may grow by this percentage of what was live after a collection before the
 // next one starts. Nearly all of what is live here is the informers' caches, which
 // live as long as the process, so Go's default of 100 lets the process hold about as
-// much garbage as cache. 50 holds half that, for more frequent collections of a heap
+// much garbage as cache. 50 holds half that, for collections twice as frequent
 // (docs/performance.md measures the two against each other at 10000 Foos).
 const defaultGOGC = 50
 
 // applyGOGC sets the garbage collector's target to defaultGOGC unless the environment
-// (looked up with lookupEnv) sets GOGC, which the Go runtime has then applied, and
-// returns the target in force. An empty GOGC counts as unset, as it does for the
-// runtime.
-func applyGOGC(lookupEnv func(string) (string, bool)) string {
-	if value, _ := lookupEnv("GOGC"); value != "" {
+// (read with getenv) sets GOGC, which the Go runtime has then applied, and returns the
+// target in force. An empty GOGC counts as unset, as it does for the runtime.
+func applyGOGC(getenv func(string) string) string {
+	if value := getenv("GOGC"); value != "" {
 		return value
 	}
 	debug.SetGCPercent(defaultGOGC)
