@@ -126,10 +126,13 @@ func main() {
 		os.Exit(2)
 	}
 
-	gogc := applyGOGC(os.Getenv)
+	gogc, ignored := applyGOGC(os.Getenv)
 
 	ctx := signalContext()
 	logger := klog.FromContext(ctx)
+	if ignored != "" {
+		logger.Info("GOGC in the environment is neither a number nor off, which the Go runtime ignores: the controller's own target applies", "GOGC", ignored, "target", gogc)
+	}
 	logger.V(1).Info("Garbage collection", "GOGC", gogc)
 	if err := run(ctx, opts); err != nil {
 		logger.Error(err, "sample-controller failed")
@@ -147,14 +150,17 @@ func main() {
 const defaultGOGC = 50
 
 // applyGOGC sets the garbage collector's target to defaultGOGC unless the environment
-// (read with getenv) sets GOGC, which the Go runtime has then applied, and returns the
-// target in force. An empty GOGC counts as unset, as it does for the runtime.
-func applyGOGC(getenv func(string) string) string {
-	if value := getenv("GOGC"); value != "" {
-		return value
+// (read with getenv) sets a GOGC that the Go runtime has then applied, and returns the
+// target in force. The runtime takes "off" or an integer and ignores anything else,
+// an empty value included, as if GOGC were unset; so does applyGOGC, which then also
+// returns the value it ignored, for the log.
+func applyGOGC(getenv func(string) string) (target, ignored string) {
+	value := getenv("GOGC")
+	if _, err := strconv.ParseInt(value, 10, 32); err == nil || value == "off" {
+		return value, ""
 	}
 	debug.SetGCPercent(defaultGOGC)
-	return strconv.Itoa(defaultGOGC)
+	return strconv.Itoa(defaultGOGC), value
 }
 
 // The default concurrency. With one active replica, 32 syncs keep the API server

@@ -102,31 +102,40 @@ func TestMetricsFlags(t *testing.T) {
 	}
 }
 
-// The controller's GOGC applies unless the environment sets one, which wins.
+// The controller's GOGC applies unless the environment sets one that the Go runtime
+// takes, which wins; one the runtime ignores is ignored here too.
 func TestApplyGOGC(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(before)
 
-	env := func(value string) func(string) string {
-		return func(name string) string {
+	for _, c := range []struct {
+		env, wantTarget, wantIgnored string
+		// applied is the collector's target after applyGOGC, which starts at 100 (as
+		// the runtime leaves it for an unset or ignored GOGC, and as the test sets it
+		// in place of the runtime for a GOGC it takes).
+		applied int
+	}{
+		{env: "200", wantTarget: "200", applied: 100},
+		{env: "off", wantTarget: "off", applied: 100},
+		{env: "-1", wantTarget: "-1", applied: 100},
+		{env: "", wantTarget: strconv.Itoa(defaultGOGC), applied: defaultGOGC},
+		{env: "50%", wantTarget: strconv.Itoa(defaultGOGC), wantIgnored: "50%", applied: defaultGOGC},
+		{env: "Off", wantTarget: strconv.Itoa(defaultGOGC), wantIgnored: "Off", applied: defaultGOGC},
+		{env: "99999999999", wantTarget: strconv.Itoa(defaultGOGC), wantIgnored: "99999999999", applied: defaultGOGC},
+	} {
+		debug.SetGCPercent(100)
+		target, ignored := applyGOGC(func(name string) string {
 			if name != "GOGC" {
 				t.Errorf("read %q from the environment", name)
 			}
-			return value
+			return c.env
+		})
+		if target != c.wantTarget || ignored != c.wantIgnored {
+			t.Errorf("with GOGC=%q, applyGOGC = %q, %q; want %q, %q", c.env, target, ignored, c.wantTarget, c.wantIgnored)
 		}
-	}
-	if got := applyGOGC(env("200")); got != "200" {
-		t.Errorf("with GOGC=200 set, applyGOGC = %q, want 200", got)
-	}
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("with GOGC set, the target became %d; it is the runtime's to apply", got)
-	}
-	// Unset, or set to nothing, which the runtime reads the same way.
-	if got := applyGOGC(env("")); got != strconv.Itoa(defaultGOGC) {
-		t.Errorf("without GOGC, applyGOGC = %q, want %d", got, defaultGOGC)
-	}
-	if got := debug.SetGCPercent(100); got != defaultGOGC {
-		t.Errorf("without GOGC, the target is %d, want %d", got, defaultGOGC)
+		if got := debug.SetGCPercent(100); got != c.applied {
+			t.Errorf("with GOGC=%q, the collector's target became %d, want %d", c.env, got, c.applied)
+		}
 	}
 }
 

@@ -385,6 +385,13 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics has no %s%v", c.name, c.labels)
 		}
 	}
+	// The garbage collector's target the controller sets for itself (main.go's
+	// defaultGOGC), unless it inherits a GOGC from the test's environment.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		if v := m.Sum("go_gc_gogc_percent", nil); v != 50 {
+			t.Errorf("go_gc_gogc_percent = %v, want 50", v)
+		}
+	}
 }
 
 // TestSecureMetrics runs a controller with --metrics-secure, as artifacts/deploy does,
