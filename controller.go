@@ -111,6 +111,10 @@ type Controller struct {
 	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
 	// until a sync goes through: one Event per cause, not one per try.
 	refusals sync.Map // types.UID -> string
+	// gone holds the UIDs of Foos the API server answered were gone (a status write
+	// found none) until the informer brings their deletion: a sync on the cache until
+	// then would create a Deployment for a Foo that no longer exists.
+	gone sync.Map // types.UID -> struct{}
 	// nameWatches wakes the Foos whose Deployment name is taken by a Deployment
 	// outside the cache when it goes away.
 	nameWatches *namewatch.Watcher
@@ -200,15 +204,8 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 
 	fooRegistration, err := fooInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueFoo,
-		UpdateFunc: func(old, new any) {
-			// A resync replays every cached Foo; one whose resourceVersion did not
-			// change has nothing new to act on.
-			if sameResourceVersion(old, new) {
-				return
-			}
-			c.onFooUpdate(new)
-		},
+		AddFunc:    c.enqueueFoo,
+		UpdateFunc: c.updateFoo,
 		DeleteFunc: c.forgetFoo,
 	})
 	if err != nil {
@@ -276,6 +273,21 @@ func (c *Controller) enqueueFoo(obj any) {
 	c.workqueue.Add(key)
 }
 
+// updateFoo handles the informer's update of a Foo from old to new.
+func (c *Controller) updateFoo(old, new any) {
+	// A resync replays every cached Foo; one whose resourceVersion did not change has
+	// nothing new to act on.
+	if sameResourceVersion(old, new) {
+		return
+	}
+	if !sameUID(old, new) {
+		// Deleted and created again under the same name while the watch was down:
+		// the relist that follows reports the two as one update.
+		c.forgetFoo(old)
+	}
+	c.onFooUpdate(new)
+}
+
 // onFooUpdate enqueues a Foo that changed, unless the change is the controller's own
 // status write: the sync that wrote it had nothing more to do, and requeuing it would
 // undo its backoff. That echo still wakes a sync that was skipped for waiting on it.
@@ -301,6 +313,7 @@ func (c *Controller) forgetFoo(obj any) {
 	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
 		c.writes.Forget(cache.MetaObjectToName(foo), foo.UID)
 		c.refusals.Delete(foo.UID)
+		c.gone.Delete(foo.UID)
 		c.nameWatches.Done(cache.MetaObjectToName(foo))
 	}
 }
@@ -475,13 +488,6 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "foo", klog.KRef(key.Namespace, key.Name))
 	ctx = klog.NewContext(ctx, logger)
 
-	// Deciding on a Foo or a Deployment older than what this controller last wrote
-	// would redo or undo that write.
-	if behind, ok := c.writes.CaughtUp(key); !ok {
-		staleSkipsTotal.WithLabelValues(behind).Inc()
-		return fmt.Errorf("%w: older than the controller's own last write: %s", errStaleCache, behind)
-	}
-
 	foo, err := c.foosLister.Foos(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		// Deleted: the garbage collector removes its Deployments.
@@ -493,10 +499,21 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	if err != nil {
 		return err
 	}
+	// Deciding on a Foo or a Deployment older than what this controller last wrote
+	// for this Foo would redo or undo that write.
+	if behind, ok := c.writes.CaughtUp(key, foo.UID); !ok {
+		staleSkipsTotal.WithLabelValues(behind).Inc()
+		return fmt.Errorf("%w: older than the controller's own last write: %s", errStaleCache, behind)
+	}
 	if foo.DeletionTimestamp != nil {
 		// Being deleted, perhaps in the foreground: recreating its Deployment would
 		// fight the garbage collector.
 		return nil
+	}
+	if _, gone := c.gone.Load(foo.UID); gone {
+		// Its deletion event, which is on its way, ends the wait.
+		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
+		return fmt.Errorf("%w: the API server said the Foo is gone", errStaleCache)
 	}
 	if !c.scope.owns(klog.FromContext(ctx), foo) {
 		// Another slot's: an apiserver that ignores shard selectors sent it.
@@ -626,16 +643,20 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 // first create, the bulk of a cold start, does not.
 func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
 	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || err == nil && (current.UID != foo.UID || current.DeletionTimestamp != nil) {
-		// The informer's event for the deletion, or for the Foo that took the
-		// name, brings the Foo back to the queue.
-		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
-		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
-	}
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
+		// Gone, and syncs of it wait until the informer brings the deletion, or the
+		// Foo that took the name.
+		c.gone.Store(foo.UID, struct{}{})
+	case err != nil:
 		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	case current.DeletionTimestamp == nil:
+		return nil
 	}
-	return nil
+	// The informer's event for the deletion, or for the Foo that took the name, brings
+	// the Foo back to the queue.
+	staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
+	return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
 }
 
 // deleteStaleDeployments deletes the Deployments foo controls under a name other than
@@ -651,8 +672,11 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1al
 			continue
 		}
 		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name, metav1.DeleteOptions{
-			// Never delete a different Deployment that took the name meanwhile.
-			Preconditions: &metav1.Preconditions{UID: &d.UID},
+			// Never delete a different Deployment that took the name meanwhile, nor
+			// this one if it changed since the cache saw it: someone may have taken it
+			// over. The conflict requeues the Foo, and the next sync decides on what
+			// the informer then brings.
+			Preconditions: &metav1.Preconditions{UID: &d.UID, ResourceVersion: &d.ResourceVersion},
 		})
 		if apierrors.IsNotFound(err) {
 			continue
@@ -684,6 +708,9 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 			if err != nil {
 				return err
 			}
+			if fresh.UID != foo.UID {
+				c.gone.Store(foo.UID, struct{}{})
+			}
 			if fresh.UID != foo.UID || fresh.Generation != generation || fresh.DeletionTimestamp != nil {
 				// Another Foo under the same name, or a new spec: this sync's view of
 				// the Deployment is not for it. The informer brings it back to the
@@ -704,6 +731,8 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		return err
 	})
 	if apierrors.IsNotFound(err) {
+		// No Foo of that name, so none of this UID, which is never reused.
+		c.gone.Store(foo.UID, struct{}{})
 		return nil
 	}
 	if err != nil {
@@ -814,6 +843,14 @@ func sameController(old, new any) bool {
 		return oref == nil && nref == nil
 	}
 	return oref.UID == nref.UID
+}
+
+// sameUID tells whether two states of a cached object are one object: a name deleted
+// and taken again between two lists of the same informer is another object.
+func sameUID(old, new any) bool {
+	o, err1 := meta.Accessor(old)
+	n, err2 := meta.Accessor(new)
+	return err1 == nil && err2 == nil && o.GetUID() == n.GetUID()
 }
 
 // sameResourceVersion tells whether an update event carries no change, as during a

@@ -547,3 +547,40 @@ func TestSyncHandlerWaitsForItsOwnWrites(t *testing.T) {
 	}
 	f.checkActions(nil)
 }
+
+// TestSyncHandlerOnAFooGoneFromTheServer: a new Foo is deleted after its Deployment is
+// created and before its first status write, and the garbage collector deletes that
+// Deployment while the Foo's deletion has not reached the cache. Its status still says
+// it never had a Deployment, so nothing but what the status write learnt keeps the
+// next sync from creating one for a Foo that no longer exists, again after each
+// collection, until the cache catches up.
+func TestSyncHandlerOnAFooGoneFromTheServer(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+	if err := f.client.Tracker().Delete(foosResource, foo.Namespace, foo.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync(foo); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
+	if got := len(f.kubeclient.Actions()); got != 1 {
+		t.Fatalf("first sync made %d Deployment requests, want 1 (the create)", got)
+	}
+	// The garbage collector deletes the Deployment; the Deployment cache never had it.
+	if err := f.kubeclient.Tracker().Delete(deploymentsResource, foo.Namespace, foo.Spec.DeploymentName); err != nil {
+		t.Fatal(err)
+	}
+	f.kubeclient.ClearActions()
+	f.client.ClearActions()
+
+	if err := f.sync(foo); !errors.Is(err, errStaleCache) {
+		t.Errorf("sync of a Foo the API server said was gone: err = %v, want errStaleCache", err)
+	}
+	f.checkActions(nil)
+
+	// Its deletion reaches the cache: nothing is left of it.
+	f.controller.forgetFoo(foo)
+	if _, kept := f.controller.gone.Load(foo.UID); kept {
+		t.Error("the Foo's UID is still marked gone after its deletion event")
+	}
+}

@@ -164,6 +164,40 @@ func TestFooUpdateOwnStatusWrite(t *testing.T) {
 	}
 }
 
+// TestFooReplacedWhileTheWatchWasDown: a Foo deleted and created again under the same
+// name while the Foo watch was down comes back in the relist as an update of the first
+// Foo, not as a delete and an add. What the controller remembers of the first Foo, a
+// write whose event has not come yet and a refusal, must neither hold up the second
+// nor stay behind: the event of that write would enqueue the first Foo, not the second.
+func TestFooReplacedWhileTheWatchWasDown(t *testing.T) {
+	first := newFoo("web", ptr.To[int32](1))
+	second := modifiedFoo(first, func(f *samplev1alpha1.Foo) {
+		f.UID, f.ResourceVersion, f.Spec.DeploymentName = "web-uid-2", "20", "web-2"
+	})
+	// Any Deployment of the controller's, to put the Deployment cache at 5.
+	other := availableDeployment(newFoo("other", ptr.To[int32](1)))
+	other.ResourceVersion = "5"
+	f := newFixture(t, []*samplev1alpha1.Foo{first}, []*appsv1.Deployment{other}, nil)
+	c := f.controller
+	key := cache.MetaObjectToName(first)
+	c.writes.WroteDeployment(key, first.UID, "10")
+	c.refusals.Store(first.UID, "a quota")
+
+	if err := c.foosIndexer.Update(second); err != nil {
+		t.Fatal(err)
+	}
+	c.updateFoo(first, second)
+	if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
+		t.Errorf("queued mismatch (-want +got):\n%s", diff)
+	}
+	if _, kept := c.refusals.Load(first.UID); kept {
+		t.Error("the first Foo's refusal outlived it")
+	}
+	if err := f.sync(second); errors.Is(err, errStaleCache) {
+		t.Errorf("the second Foo's sync waits for the first Foo's write: %v", err)
+	}
+}
+
 func TestProcessNextWorkItem(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](1))
 	key := cache.MetaObjectToName(foo)

@@ -69,6 +69,32 @@ func TestRunOnStaleState(t *testing.T) {
 	}
 }
 
+// TestStaleCacheSparesADeploymentTakenOver: a user takes a Foo's Deployment over (drops
+// its controller reference, to keep it running on its own) and renames the Foo at once,
+// while the controller's Deployment watch still shows the Foo controlling it. The
+// controller creates the new Deployment and must leave the old one alone.
+func TestStaleCacheSparesADeploymentTakenOver(t *testing.T) {
+	// The controller's Deployment watch sees every change a second late: the rename's
+	// sync falls well inside that on a loaded machine.
+	s := startStaleScenario(t, fakeapiserver.WatchFault{Lag: time.Second}, fakeapiserver.WatchFault{})
+	s.waitConverged("the first Deployments")
+
+	if err := s.deployments.Edit(metav1.NamespaceDefault, "api", func(obj runtime.Object) {
+		obj.(metav1.Object).SetOwnerReferences(nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.userEditFoo("api", func(foo *samplev1alpha1.Foo) { foo.Spec.DeploymentName = "api-v2" })
+	s.waitServer("api's new Deployment", func() bool { return s.deploymentReplicas("api-v2") == 1 })
+	s.waitQuiet()
+	if s.deploymentReplicas("api") == 0 {
+		t.Error("the controller deleted Deployment api, which its Foo no longer controlled")
+	}
+	if n := s.deployments.Counts().Conflicts; n == 0 {
+		t.Error("no delete of api was refused: the controller decided on a fresh cache, and the case tested nothing")
+	}
+}
+
 // staleScenario is one run of the controller against fake API servers whose watches
 // are faulty, with the actors of a cluster around it: users, the garbage collector and
 // the Deployment controller.
@@ -278,7 +304,7 @@ func (s *staleScenario) report() {
 	for resource, before := range s.skipsBefore {
 		skips[resource] = testutil.ToFloat64(staleSkipsTotal.WithLabelValues(resource)) - before
 	}
-	s.t.Logf("deployments: %d creates, %d updates, %d deletes, %d conflicts (%d from a copy older than the controller's own write), %d updates of a deleted Deployment; %d events dropped",
+	s.t.Logf("deployments: %d creates, %d updates, %d deletes, %d conflicts (%d from a copy older than the controller's own write), %d writes of a deleted Deployment; %d events dropped",
 		d.Creates, d.Updates, d.Deletes, d.Conflicts, d.StaleConflicts, d.NotFound, s.deployments.Dropped())
 	s.t.Logf("foos/status: %d updates, %d conflicts (%d from a copy older than the controller's own write)",
 		f.Updates, f.Conflicts, f.StaleConflicts)

@@ -125,8 +125,10 @@ type WatchFault struct {
 
 // RequestCounts are the write requests a Server received through the clientset.
 type RequestCounts struct {
+	// Conflicts are the updates and deletes refused for a precondition (a
+	// resourceVersion or a UID) the stored object does not meet.
 	Creates, Updates, Deletes, Conflicts int
-	// NotFound are the updates of an object that no longer exists.
+	// NotFound are the updates and deletes of an object that no longer exists.
 	NotFound int
 	// StaleConflicts are the updates refused because they were sent from a copy older
 	// than the same client's own last write of that object.
@@ -211,7 +213,12 @@ func New(client Client, resource schema.GroupVersionResource, kind string, fault
 		defer s.mu.Unlock()
 		d := a.(core.DeleteAction)
 		err := s.delete(d.GetNamespace(), d.GetName(), d.GetDeleteOptions().Preconditions)
-		if err == nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			s.requests.NotFound++
+		case apierrors.IsConflict(err):
+			s.requests.Conflicts++
+		case err == nil:
 			s.requests.Deletes++
 		}
 		return true, nil, err

@@ -92,12 +92,19 @@ func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string
 }
 
 // CaughtUp tells whether the caches hold the controller's last writes for the Foo
-// named key. When they do not, it returns the resource that is behind and marks the
-// Foo as waiting: the event that brings the write in must enqueue it (see Observed).
-func (w *Tracker) CaughtUp(key cache.ObjectName) (behind string, ok bool) {
+// named key with UID uid, as the cache has it. When they do not, it returns the
+// resource that is behind and marks the Foo as waiting: the event that brings the
+// write in must enqueue it (see Observed). The writes of an earlier Foo of the same
+// name are forgotten: it is gone, since the cache, which only moves forward, holds
+// another under its name, and the events of its writes would not wake this one.
+func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
+	if r != nil && r.uid != uid {
+		delete(w.writes, key)
+		r = nil
+	}
 	if r == nil {
 		return "", true
 	}

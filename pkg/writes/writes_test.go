@@ -16,7 +16,7 @@ func TestWriteTracker(t *testing.T) {
 
 	t.Run("a Foo the controller never wrote for is caught up", func(t *testing.T) {
 		w := NewTracker(&storeAt{"5"}, &storeAt{"5"})
-		if _, ok := w.CaughtUp(web); !ok {
+		if _, ok := w.CaughtUp(web, "uid-1"); !ok {
 			t.Error("caughtUp = false, want true")
 		}
 	})
@@ -26,16 +26,16 @@ func TestWriteTracker(t *testing.T) {
 		w := NewTracker(foos, deployments)
 		w.WroteDeployment(web, "uid-1", "11")
 		w.WroteStatus(web, "uid-1", "12")
-		if behind, ok := w.CaughtUp(web); ok || behind != Foos {
+		if behind, ok := w.CaughtUp(web, "uid-1"); ok || behind != Foos {
 			t.Errorf("caughtUp = %q, %v; want foos, false", behind, ok)
 		}
 		foos.rv = "12"
-		if behind, ok := w.CaughtUp(web); ok || behind != Deployments {
+		if behind, ok := w.CaughtUp(web, "uid-1"); ok || behind != Deployments {
 			t.Errorf("caughtUp = %q, %v; want deployments, false", behind, ok)
 		}
 		// A store past the write, as after events for other objects, has it too.
 		deployments.rv = "20"
-		if behind, ok := w.CaughtUp(web); !ok {
+		if behind, ok := w.CaughtUp(web, "uid-1"); !ok {
 			t.Errorf("caughtUp = %q, false; want true", behind)
 		}
 		// The status write's echo is still to come.
@@ -52,7 +52,7 @@ func TestWriteTracker(t *testing.T) {
 		w := NewTracker(&storeAt{"1"}, deployments)
 		w.WroteDeployment(web, "uid-1", "13")
 		w.WroteDeployment(web, "uid-1", "9") // an answer that arrived late
-		if _, ok := w.CaughtUp(web); ok {
+		if _, ok := w.CaughtUp(web, "uid-1"); ok {
 			t.Error("caughtUp = true before the store reached 13")
 		}
 	})
@@ -61,7 +61,7 @@ func TestWriteTracker(t *testing.T) {
 		foos := &storeAt{"10"}
 		w := NewTracker(foos, &storeAt{"10"})
 		w.WroteStatus(web, "uid-1", "12")
-		if _, ok := w.CaughtUp(web); ok {
+		if _, ok := w.CaughtUp(web, "uid-1"); ok {
 			t.Fatal("caughtUp = true before the echo")
 		}
 		foos.rv = "12"
@@ -103,13 +103,28 @@ func TestWriteTracker(t *testing.T) {
 		}
 	})
 
+	// The informer relisted after the Foo was deleted and created again: no delete
+	// event forgot the first Foo's writes, and the events of those writes enqueue the
+	// first Foo, not this one.
+	t.Run("a sync of a Foo recreated under the same name waits for none of its predecessor's writes", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.WroteDeployment(web, "uid-1", "11")
+		w.WroteStatus(web, "uid-1", "12")
+		if behind, ok := w.CaughtUp(web, "uid-2"); !ok {
+			t.Errorf("caughtUp(uid-2) = %q, false; want true", behind)
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries after a sync of uid-2, want 0", n)
+		}
+	})
+
 	t.Run("stands aside when the store cannot tell", func(t *testing.T) {
 		// "" is what client-go's stores answer with the AtomicFIFO feature off, and
 		// a version that does not parse is not from a real API server.
 		for _, store := range []string{"", "not-a-number"} {
 			w := NewTracker(&storeAt{store}, &storeAt{store})
 			w.WroteStatus(web, "uid-1", "12")
-			if _, ok := w.CaughtUp(web); !ok {
+			if _, ok := w.CaughtUp(web, "uid-1"); !ok {
 				t.Errorf("store at %q: caughtUp = false, want true", store)
 			}
 		}
