@@ -111,9 +111,10 @@ type Controller struct {
 	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
 	// until a sync goes through: one Event per cause, not one per try.
 	refusals sync.Map // types.UID -> string
-	// gone holds the UIDs of Foos the API server answered were gone (a status write
-	// found none) until the informer brings their deletion: a sync on the cache until
-	// then would create a Deployment for a Foo that no longer exists.
+	// gone holds the UIDs of Foos the API server answered were gone (a status write or
+	// a read found none, or another Foo under the name) until the informer brings
+	// their deletion: a sync on the cache until then would create a Deployment for a
+	// Foo that no longer exists.
 	gone sync.Map // types.UID -> struct{}
 	// nameWatches wakes the Foos whose Deployment name is taken by a Deployment
 	// outside the cache when it goes away.
