@@ -11,11 +11,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
@@ -27,6 +33,10 @@ type limit struct {
 	Events bool `json:"events"`
 	// Inflight is how many requests it has in flight; 0 means --workers.
 	Inflight int `json:"inflight,omitempty"`
+	// Watching starts informers on the Foos and their Deployments, as our controller
+	// builds them, and waits for their caches before it writes: what the list and the
+	// watches of a controller cost, with nothing acting on them.
+	Watching bool `json:"watching,omitempty"`
 }
 
 func (l limit) column() string {
@@ -49,11 +59,19 @@ func (l limit) start(ctx context.Context, s *session) error {
 	if inflight == 0 {
 		inflight = s.cfg.workers
 	}
-	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, inflight)
 	ctx, cancel := context.WithCancel(ctx)
+	stopInformers := func() {}
+	if l.Watching {
+		var err error
+		if stopInformers, err = startInformers(ctx, s); err != nil {
+			cancel()
+			return err
+		}
+	}
+	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, inflight)
 	run := &limitRun{
 		s:           s,
-		cancel:      cancel,
+		cancel:      func() { cancel(); stopInformers() },
 		queue:       workqueue.NewTyped[int](),
 		deployments: make([]*appsv1.Deployment, len(s.foos)),
 		latest:      map[int]*samplev1alpha1.Foo{},
@@ -72,6 +90,59 @@ func (l limit) start(ctx context.Context, s *session) error {
 		})
 	}
 	return nil
+}
+
+// startInformers lists and watches the session's Foos and their Deployments as our
+// controller does (its namespace, the Deployments' label, protobuf for the built-in
+// type, managedFields dropped from the caches), with no handler, and returns once both
+// caches are filled. stop shuts them down.
+func startInformers(ctx context.Context, s *session) (stop func(), err error) {
+	cfg := s.cluster.RESTConfig()
+	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-informers"
+	sample, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dropManagedFields := func(obj any) (any, error) {
+		if accessor, err := meta.Accessor(obj); err == nil {
+			accessor.SetManagedFields(nil)
+		}
+		return obj, nil
+	}
+	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
+		kubeinformers.WithNamespace(s.namespace),
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel }),
+		kubeinformers.WithTransform(dropManagedFields))
+	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0,
+		sampleinformers.WithNamespace(s.namespace),
+		sampleinformers.WithTransform(dropManagedFields))
+	kubeFactory.Apps().V1().Deployments().Informer()
+	sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
+	kubeFactory.Start(ctx.Done())
+	sampleFactory.Start(ctx.Done())
+	stop = func() {
+		kubeFactory.Shutdown()
+		sampleFactory.Shutdown()
+	}
+	for typ, synced := range kubeFactory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			stop()
+			return nil, fmt.Errorf("the limit's %v informer did not sync", typ)
+		}
+	}
+	for typ, synced := range sampleFactory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			stop()
+			return nil, fmt.Errorf("the limit's %v informer did not sync", typ)
+		}
+	}
+	return stop, nil
 }
 
 // limitRun is a limit's writers on one session.

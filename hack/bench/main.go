@@ -41,6 +41,7 @@ type config struct {
 	ratioFoos, ratioRates               []int
 	ratioPairs, ratioInflight           int
 	ratioAlso                           []string
+	ratioWatchingLimit                  bool
 	ourBinary, controllerBinary         string
 	controllerName, controllerArgs      string
 	outDir                              string
@@ -102,6 +103,7 @@ func parseFlags(args []string) (config, error) {
 	ratioRates := fs.String("ratio-rates", "25,100", "ratio case: spec changes per second of the reaction case that follows each cold start, comma-separated; empty for none")
 	fs.IntVar(&cfg.ratioPairs, "ratio-pairs", 3, "ratio case: pairs of runs, ours and the limit with events, in alternating order")
 	ratioAlso := fs.String("ratio-also", "", "ratio case: flags, space-separated, of a third side that runs our controller with them added (e.g. --workers=8), to measure a default against its alternative; NAME=value words go to its environment (e.g. GOGC=100)")
+	fs.BoolVar(&cfg.ratioWatchingLimit, "ratio-watching-limit", false, "ratio case: a further side, the limit with events that first lists and then watches the Foos and their Deployments through informers built as our controller's, with nothing acting on them: what watching costs the limit (cold starts only)")
 	fs.IntVar(&cfg.ratioInflight, "ratio-inflight", 32, "ratio case: requests the limit has in flight, as many as this apiserver takes with profit")
 	cases := fs.String("cases", strings.Join(defaultCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
@@ -256,7 +258,7 @@ func plan(cfg config, controllers []driver, ours controller) []sessionPlan {
 		out = append(out, tenurePlan(ours, cfg.tenurePairs, cfg.tenureFoos, cfg.tenureRate)...)
 	}
 	if cfg.cases[caseRatio] {
-		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs, cfg.ratioAlso, cfg.ratioRates)...)
+		out = append(out, ratioPlan(ours, cfg.ratioFoos, cfg.ratioPairs, cfg.ratioAlso, cfg.ratioWatchingLimit, cfg.ratioRates)...)
 	}
 	return out
 }

@@ -16,17 +16,22 @@ import (
 // AB BA AB..., so that a drift of the machine, or the objects earlier runs left on
 // the cluster, fall on both sides alike. With --ratio-also, a third side, our
 // controller with those flags added, joins each pair (a triple then), and the order
-// rotates: ABC BCA CAB.
+// rotates: ABC BCA CAB. With --ratio-watching-limit, so does the limit with events
+// that first fills and then keeps informers as our controller's.
 type ratioSide struct {
 	Ours *controller `json:"ours,omitempty"` // nil: the limit with events
 	// Also is what the variant adds to ours: flags, and NAME=value words, which go to
 	// its environment (GOGC=100); empty for ours as it is.
 	Also []string `json:"also,omitempty"`
-	Pair int      `json:"pair"`
+	// Watching, for the limit, starts it with informers (limit.Watching).
+	Watching bool `json:"watching,omitempty"`
+	Pair     int  `json:"pair"`
 }
 
 func (r ratioSide) side() string {
 	switch {
+	case r.Ours == nil && r.Watching:
+		return "limit watching"
 	case r.Ours == nil:
 		return "limit"
 	case len(r.Also) > 0:
@@ -40,7 +45,7 @@ func (r ratioSide) rule() statusRule { return ruleReady }
 
 func (r ratioSide) start(ctx context.Context, s *session) error {
 	if r.Ours == nil {
-		return limit{Events: true, Inflight: s.cfg.ratioInflight}.start(ctx, s)
+		return limit{Events: true, Inflight: s.cfg.ratioInflight, Watching: r.Watching}.start(ctx, s)
 	}
 	c := *r.Ours
 	flags, env := splitAlso(r.Also)
@@ -66,12 +71,16 @@ func splitAlso(also []string) (flags, env []string) {
 // rotating order, all on one cluster. After its cold start, every side reacts to spec
 // changes at each of rates; our controller's sides first have their RSS read and, in
 // the first pair of each size, their writes counted at steady state, which the limit,
-// doing nothing once done, has no counterpart of.
-func ratioPlan(ours controller, sizes []int, pairs int, also []string, rates []int) []sessionPlan {
+// doing nothing once done, has no counterpart of. A watching limit makes only the cold
+// start: it is there to say what the informers cost it.
+func ratioPlan(ours controller, sizes []int, pairs int, also []string, watchingLimit bool, rates []int) []sessionPlan {
 	shared := &sharedCluster{}
 	sides := []ratioSide{{Ours: &ours}}
 	if len(also) > 0 {
 		sides = append(sides, ratioSide{Ours: &ours, Also: also})
+	}
+	if watchingLimit {
+		sides = append(sides, ratioSide{Watching: true})
 	}
 	sides = append(sides, ratioSide{})
 	var reactions []benchCase
@@ -91,10 +100,13 @@ func ratioPlan(ours controller, sizes []int, pairs int, also []string, rates []i
 						cases = append(cases, steadyCase{})
 					}
 				}
+				if !side.Watching {
+					cases = append(cases, reactions...)
+				}
 				out = append(out, sessionPlan{
 					driver: side,
 					foos:   n,
-					cases:  append(cases, reactions...),
+					cases:  cases,
 					shared: shared,
 				})
 			}
@@ -104,12 +116,13 @@ func ratioPlan(ours controller, sizes []int, pairs int, also []string, rates []i
 }
 
 // ratioMarkdown is the ratio case's table: for every size, each pair's cold starts
-// and the ratio of each of our sides to the limit, then the ratios' medians and ranges.
+// and the ratio of each other side (ours, its variant, the watching limit) to the
+// limit, then the ratios' medians and ranges.
 func ratioMarkdown(res *results, inflight int) string {
 	type key struct{ foos, pair int }
 	seconds := map[key]map[string]float64{} // by side
 	var keys []key
-	var ours []string // our sides, as they first ran
+	var ours []string // the sides other than the limit, as they first ran
 	for _, r := range res.Runs {
 		side, ok := r.Driver.(ratioSide)
 		if !ok || r.ColdStart == nil || !r.ColdStart.Converged {
@@ -121,7 +134,7 @@ func ratioMarkdown(res *results, inflight int) string {
 			keys = append(keys, k)
 		}
 		seconds[k][side.side()] = r.ColdStart.Seconds
-		if side.Ours != nil && !slices.Contains(ours, side.side()) {
+		if side.side() != "limit" && !slices.Contains(ours, side.side()) {
 			ours = append(ours, side.side())
 		}
 	}
@@ -204,6 +217,9 @@ func ratioTargetsMarkdown(res *results) string {
 	for _, r := range res.Runs {
 		side, ok := r.Driver.(ratioSide)
 		if !ok || r.ColdStart == nil || !r.ColdStart.Converged {
+			continue
+		}
+		if side.Watching {
 			continue
 		}
 		k := key{r.Foos, side.Pair}

@@ -120,6 +120,58 @@ func TestRatioTriples(t *testing.T) {
 	}
 }
 
+// With --ratio-watching-limit, the limit that first starts informers joins each pair,
+// for the cold start only; the first table compares it with the limit as it does our
+// sides, and the second, of the other targets, leaves it out.
+func TestRatioWatchingLimit(t *testing.T) {
+	cfg, err := parseFlags([]string{"--cases=ratio", "--ratio-pairs=2", "--ratio-foos=100", "--ratio-watching-limit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := controller{Name: ourName, Binary: "/bin/sample-controller", Ours: true}
+	var got []string
+	for _, p := range plan(cfg, []driver{ours}, ours) {
+		side := p.driver.(ratioSide)
+		got = append(got, side.column())
+		reacts := slices.ContainsFunc(p.cases, func(c benchCase) bool { _, ok := c.(reactionCase); return ok })
+		if reacts == side.Watching {
+			t.Errorf("session %s: cases %+v; only the watching limit makes no reaction", side.column(), p.cases)
+		}
+	}
+	want := []string{"ratio ours 1", "ratio limit watching 1", "ratio limit 1", "ratio limit watching 2", "ratio limit 2", "ratio ours 2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("sessions %q, want %q", got, want)
+	}
+
+	run := func(side ratioSide, seconds float64, p99s ...float64) runResult {
+		r := runResult{Driver: side, Foos: 1000, ColdStart: &coldStartResult{Foos: 1000, Converged: true, Seconds: seconds}}
+		if side.Ours != nil {
+			r.RSS = &rssResult{Bytes: 100 << 20}
+		}
+		for i, p99 := range p99s {
+			r.Reactions = append(r.Reactions, reactionResult{Rate: []int{25}[i], Sent: 10, Delivered: 10, P99Ms: p99})
+		}
+		return r
+	}
+	res := &results{Runs: []runResult{
+		run(ratioSide{Ours: &ours, Pair: 1}, 6, 30), run(ratioSide{Watching: true, Pair: 1}, 5), run(ratioSide{Pair: 1}, 4, 20),
+		run(ratioSide{Pair: 2}, 5, 25), run(ratioSide{Watching: true, Pair: 2}, 5.5), run(ratioSide{Ours: &ours, Pair: 2}, 5.5, 25),
+	}}
+	wantTable := `| cold start, Foos | pair | ours (s) | limit watching (s) | limit with events, 32 in flight (s) | ours ÷ limit | limit watching ÷ limit |
+| --: | --: | --: | --: | --: | --: | --: |
+| 1000 | 1 | 6.00 | 5.00 | 4.00 | 1.50 | 1.25 |
+| 1000 | 2 | 5.50 | 5.50 | 5.00 | 1.10 | 1.10 |
+| 1000 | median of the pairs (range) |  |  |  | 1.30 (1.10-1.50) | 1.18 (1.10-1.25) |
+`
+	if got := ratioMarkdown(res, 32); got != wantTable {
+		t.Errorf("ratioMarkdown =\n%s\nwant\n%s", got, wantTable)
+	}
+	targets := ratioTargetsMarkdown(res)
+	if strings.Contains(targets, "watching") || !strings.Contains(targets, "| 1000 | median of the pairs (range) |") || !strings.Contains(targets, "1.25 (1.00-1.50)") {
+		t.Errorf("ratioTargetsMarkdown =\n%s\nwant our side against the plain limit only, p99 ratios 1.50 and 1.00", targets)
+	}
+}
+
 // A variant's NAME=value words go to its environment, the rest are its flags.
 func TestSplitAlso(t *testing.T) {
 	flags, env := splitAlso([]string{"--workers=8", "GOGC=100", "-v=2", "--x", "GODEBUG=gctrace=1", "=odd"})
