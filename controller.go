@@ -91,10 +91,11 @@ type Controller struct {
 	// Reads come from the informers' caches.
 	deploymentsLister  appslisters.DeploymentLister
 	deploymentsIndexer cache.Indexer
-	deploymentsSynced  cache.InformerSynced
 	foosLister         listers.FooLister
 	foosIndexer        cache.Indexer
-	foosSynced         cache.InformerSynced
+	// synced are done once both informers have synced and the handlers have seen
+	// every object of the initial lists.
+	synced []cache.DoneChecker
 
 	// workqueue holds the names of Foos to sync. It is rate limited so that a Foo
 	// that keeps failing backs off, and it never holds one name twice, so a burst of
@@ -231,10 +232,7 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("adding the Deployment event handler: %w", err)
 	}
 
-	// The registrations are synced once the informer has synced and the handlers
-	// have seen every object of the initial list.
-	c.foosSynced = fooRegistration.HasSynced
-	c.deploymentsSynced = deploymentRegistration.HasSynced
+	c.synced = []cache.DoneChecker{fooRegistration.HasSyncedChecker(), deploymentRegistration.HasSyncedChecker()}
 	return c, nil
 }
 
@@ -380,7 +378,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	// It only gives up when ctx is cancelled: a shutdown during start-up, or in sharded
 	// mode a slot assigned away at once. Neither is an error, which client-go's named
 	// wait would report.
-	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
+	if !c.waitForCaches(ctx) {
 		logger.Info("Stopped before the caches synced")
 		return nil
 	}
@@ -415,7 +413,19 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // HasSynced tells whether both informer caches have synced and the event handlers
 // have seen everything in them.
 func (c *Controller) HasSynced() bool {
-	return c.foosSynced() && c.deploymentsSynced()
+	for _, synced := range c.synced {
+		if !cache.IsDone(synced) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitForCaches returns once HasSynced would say true, and false if ctx ends first.
+// It wakes on the informers' own signal, not on a poll, so the workers start the
+// moment the caches are filled.
+func (c *Controller) waitForCaches(ctx context.Context) bool {
+	return cache.WaitFor(ctx, "", c.synced...)
 }
 
 // runWorker processes work items until the queue shuts down.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -73,6 +74,32 @@ func TestRun(t *testing.T) {
 	if !c.workqueue.ShuttingDown() {
 		t.Error("work queue still running after Run returned")
 	}
+}
+
+// TestRunStartsOnTheCachesSignal runs the controller in a bubble of fake time, where
+// time passes only when every goroutine waits: the workers must have made the Foo's
+// Deployment by the time everything waits, before any time passed. A wait for the caches that polls (client-go's
+// WaitForCacheSync checks every 100 ms) would have let a tick pass first, at every
+// start, even when the caches filled at once.
+func TestRunStartsOnTheCachesSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		start := time.Now()
+		kubeclient := k8sfake.NewClientset()
+		client := fake.NewClientset(newFoo("web", ptr.To[int32](1)))
+		_, done := runController(t, ctx, kubeclient, client, 1)
+
+		// Wait returns once every other goroutine waits, before time moves on.
+		synctest.Wait()
+		if _, err := kubeclient.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{}); err != nil {
+			t.Errorf("once every goroutine waited, %v after the start: %v; want the Deployment made by then", time.Since(start), err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
 }
 
 // TestRunFinishesInFlightSyncs cancels Run while a sync waits on the API server: the

@@ -163,7 +163,7 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	if err != nil {
 		return err
 	}
-	defer countHeldOnceSynced(ctx, controller.HasSynced)()
+	defer countHeldOnceSynced(ctx, controller.waitForCaches)()
 
 	controllers.Store(slot, controller)
 	defer controllers.Delete(slot)
@@ -174,14 +174,14 @@ func runSlot(ctx context.Context, opts options, space slots.Space, slot int, kub
 	return controller.Run(ctx, opts.workers)
 }
 
-// countHeldOnceSynced counts the slot in sample_controller_slots_held once synced
-// says its caches have synced, so that the gauge counts only slots whose workers act,
-// and returns the function that uncounts it.
-func countHeldOnceSynced(ctx context.Context, synced cache.InformerSynced) (uncount func()) {
+// countHeldOnceSynced counts the slot in sample_controller_slots_held once waitSynced
+// returns true, its caches synced, so that the gauge counts only slots whose workers
+// act, and returns the function that uncounts it.
+func countHeldOnceSynced(ctx context.Context, waitSynced func(context.Context) bool) (uncount func()) {
 	var mu sync.Mutex
 	var counted, over bool
 	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		if !waitSynced(ctx) {
 			return
 		}
 		mu.Lock()

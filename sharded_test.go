@@ -6,7 +6,6 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,13 +172,21 @@ func TestSlotsHeldCountsSyncedSlots(t *testing.T) {
 	held := func() float64 { return testutil.ToFloat64(slotsHeld) }
 	before := held()
 
-	var synced atomic.Bool
-	uncount := countHeldOnceSynced(ctx, synced.Load)
+	synced := make(chan struct{})
+	waitSynced := func(ctx context.Context) bool {
+		select {
+		case <-synced:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	uncount := countHeldOnceSynced(ctx, waitSynced)
 	time.Sleep(200 * time.Millisecond)
 	if got := held() - before; got != 0 {
 		t.Errorf("slots_held rose by %v before the caches synced, want 0", got)
 	}
-	synced.Store(true)
+	close(synced)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return held()-before == 1, nil
 	}); err != nil {
@@ -191,7 +198,7 @@ func TestSlotsHeldCountsSyncedSlots(t *testing.T) {
 	}
 
 	givenUp, cancel := context.WithCancel(ctx)
-	uncount = countHeldOnceSynced(givenUp, func() bool { return false })
+	uncount = countHeldOnceSynced(givenUp, func(ctx context.Context) bool { <-ctx.Done(); return false })
 	cancel()
 	uncount()
 	time.Sleep(200 * time.Millisecond)

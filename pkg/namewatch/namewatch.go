@@ -156,7 +156,7 @@ func (w *Watcher) start(target cache.ObjectName) *nameWatch {
 	go func() {
 		// Nothing under the name when the first list came back: it was freed
 		// before the watch began.
-		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		if !cache.WaitFor(ctx, "", informer.HasSyncedChecker()) {
 			return
 		}
 		if _, exists, _ := informer.GetStore().Get(&metav1.ObjectMeta{Namespace: target.Namespace, Name: target.Name}); !exists {

@@ -52,7 +52,7 @@ type Membership struct {
 
 	factory informers.SharedInformerFactory
 	lister  coordinationlisters.LeaseLister
-	synced  cache.InformerSynced
+	synced  cache.DoneChecker
 
 	// changed has a value when the live members may have changed: a Lease came, went
 	// or was renewed, or one is due to expire.
@@ -76,7 +76,7 @@ func NewMembership(client kubernetes.Interface, namespace, group, identity strin
 			o.LabelSelector = m.selector().String()
 		}))
 	leases := m.factory.Coordination().V1().Leases()
-	m.lister, m.synced = leases.Lister(), leases.Informer().HasSynced
+	m.lister, m.synced = leases.Lister(), leases.Informer().HasSyncedChecker()
 	changed := func() {
 		m.scheduleExpiry()
 		m.notify()
@@ -104,7 +104,7 @@ func LeaseName(group, identity string) string {
 }
 
 // HasSynced tells whether the member Leases have been listed.
-func (m *Membership) HasSynced() bool { return m.synced() }
+func (m *Membership) HasSynced() bool { return cache.IsDone(m.synced) }
 
 // Changes has a value whenever Live may answer differently.
 func (m *Membership) Changes() <-chan struct{} { return m.changed }
@@ -125,7 +125,7 @@ func (m *Membership) Run(ctx context.Context) {
 	defer m.factory.Shutdown()
 	go func() {
 		// Live answers once the Leases are listed: that is a change too.
-		if cache.WaitForCacheSync(ctx.Done(), m.synced) {
+		if cache.WaitFor(ctx, "", m.synced) {
 			m.scheduleExpiry()
 			m.notify()
 		}
@@ -196,7 +196,7 @@ func (m *Membership) renew(ctx context.Context) error {
 // replicas keep their slots until they are gone, and no Foo is in two replicas' slots.
 // Nothing is to be done either before the Leases have been listed.
 func (m *Membership) Live() ([]string, bool) {
-	if !m.synced() {
+	if !cache.IsDone(m.synced) {
 		return nil, false
 	}
 	leases, err := m.lister.List(m.selector())
