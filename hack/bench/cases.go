@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/utils/ptr"
@@ -27,14 +28,34 @@ type coldStartResult struct {
 	Seconds         float64 `json:"seconds"`
 	DeploymentsDone int     `json:"deploymentsDone"`
 	StatusesDone    int     `json:"statusesDone"`
-	// Arrivals are the seconds since the start at which each Deployment appeared.
-	Arrivals []float64 `json:"arrivalSeconds"`
+	// Arrivals are the seconds since the start at which each Deployment appeared;
+	// StatusArrivals, at which each Foo's status first satisfied the rule;
+	// EventArrivals, at which each Foo's DeploymentCreated Event came, when counted.
+	// All sorted: where one side's time goes, write by write.
+	Arrivals       []float64 `json:"arrivalSeconds"`
+	StatusArrivals []float64 `json:"statusArrivalSeconds,omitempty"`
+	EventArrivals  []float64 `json:"eventArrivalSeconds,omitempty"`
 	// Requests on Foos, Deployments and Events (but watches) from the start until
 	// --settle after convergence, by "VERB resource[/subresource]".
 	Requests          requestCounts      `json:"requests"`
 	PerFoo            map[string]float64 `json:"requestsPerFoo"`
 	PerFooTotal       float64            `json:"requestsPerFooTotal"`
 	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
+}
+
+// arrivalText is when the first, the median and the last of each kind of write arrived,
+// in seconds from the start: "Deployments 0.10/1.20/2.40, statuses ..., Events ...".
+func (r coldStartResult) arrivalText() string {
+	var parts []string
+	for _, kind := range []struct {
+		name  string
+		times []float64
+	}{{"Deployments", r.Arrivals}, {"statuses", r.StatusArrivals}, {"Events", r.EventArrivals}} {
+		if n := len(kind.times); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f/%.2f/%.2f", kind.name, kind.times[0], kind.times[n/2], kind.times[n-1]))
+		}
+	}
+	return "first/median/last s: " + strings.Join(parts, ", ")
 }
 
 func (c coldStartCase) run(ctx context.Context, s *session) error {
@@ -66,7 +87,7 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	r := conv.result(time.Since(start))
 	s.converged = r.Converged
 	if r.Converged {
-		progressf("%s: converged %d Foos in %.2f s", s.name, r.Foos, r.Seconds)
+		progressf("%s: converged %d Foos in %.2f s; %s", s.name, r.Foos, r.Seconds, r.arrivalText())
 	} else {
 		progressf("%s: %s", s.name, r.timedOutText())
 	}

@@ -72,6 +72,8 @@ type convergence struct {
 	byUID        map[types.UID]*fooProgress
 	nDep, nFoo   int       // Deployments that match, statuses that satisfy the rule
 	arrivals     []float64 // seconds since start at which each Deployment first appeared
+	statusTimes  []float64 // ... each Foo's status first satisfied the rule
+	eventTimes   []float64 // ... each Foo's DeploymentCreated Event came
 	doneAfter    time.Duration
 	done         bool
 }
@@ -79,6 +81,7 @@ type convergence struct {
 type fooProgress struct {
 	foo                                *samplev1alpha1.Foo
 	arrived, deployment, status, event bool
+	statusSeen                         bool // status has been true once
 }
 
 func newConvergence(foos []*samplev1alpha1.Foo, rule statusRule, start time.Time) *convergence {
@@ -110,6 +113,10 @@ func (c *convergence) observeFoo(f *samplev1alpha1.Foo, at time.Time) {
 	defer c.mu.Unlock()
 	if p, ok := c.byUID[f.UID]; ok {
 		c.nFoo += flip(&p.status, c.rule.satisfied(f))
+		if p.status && !p.statusSeen {
+			p.statusSeen = true
+			c.statusTimes = append(c.statusTimes, at.Sub(c.start).Seconds())
+		}
 		c.checkDone(at)
 	}
 }
@@ -143,6 +150,7 @@ func (c *convergence) observeEvent(e *eventsv1.Event, at time.Time) {
 	if p, ok := c.byUID[e.Regarding.UID]; ok && !p.event {
 		p.event = true
 		c.nEvent++
+		c.eventTimes = append(c.eventTimes, at.Sub(c.start).Seconds())
 		c.checkDone(at)
 	}
 }
@@ -177,6 +185,10 @@ func (c *convergence) result(waited time.Duration) coldStartResult {
 	r := coldStartResult{
 		Foos: len(c.byUID), Converged: c.done, Seconds: waited.Seconds(),
 		DeploymentsDone: c.nDep, StatusesDone: c.nFoo, Arrivals: slices.Sorted(slices.Values(c.arrivals)),
+		StatusArrivals: slices.Sorted(slices.Values(c.statusTimes)),
+	}
+	if c.events {
+		r.EventArrivals = slices.Sorted(slices.Values(c.eventTimes))
 	}
 	if c.done {
 		r.Seconds = c.doneAfter.Seconds()
