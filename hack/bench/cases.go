@@ -35,6 +35,9 @@ type coldStartResult struct {
 	Arrivals       []float64 `json:"arrivalSeconds"`
 	StatusArrivals []float64 `json:"statusArrivalSeconds,omitempty"`
 	EventArrivals  []float64 `json:"eventArrivalSeconds,omitempty"`
+	// CPUSeconds is the CPU time each process on the machine used from the start
+	// until the bench saw the cold start converge, by cpuProcesses' names.
+	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
 	// Requests on Foos, Deployments and Events (but watches) from the start until
 	// --settle after convergence, by "VERB resource[/subresource]".
 	Requests          requestCounts      `json:"requests"`
@@ -64,6 +67,7 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 		return err
 	}
 	progressf("%s: starting the cold start of %d Foos", s.name, len(s.foos))
+	cpuBefore := sampleCPU(s)
 	start := time.Now()
 	conv := newConvergence(s.foos, s.driver.rule(), start)
 	s.watch.observe(conv.observeDeployment, conv.observeFoo)
@@ -83,11 +87,12 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	if err := s.waitUntil(ctx, s.cfg.coldStartTimeout, conv.isDone, conv.progress); err != nil {
 		return err
 	}
-	profiled()
 	r := conv.result(time.Since(start))
+	r.CPUSeconds = cpuSince(cpuBefore, sampleCPU(s))
+	profiled()
 	s.converged = r.Converged
 	if r.Converged {
-		progressf("%s: converged %d Foos in %.2f s; %s", s.name, r.Foos, r.Seconds, r.arrivalText())
+		progressf("%s: converged %d Foos in %.2f s; %s; %s", s.name, r.Foos, r.Seconds, r.arrivalText(), cpuPerFooText(r.CPUSeconds, r.Foos))
 	} else {
 		progressf("%s: %s", s.name, r.timedOutText())
 	}

@@ -193,11 +193,7 @@ func spread(ratios []float64) string {
 		return "n/a"
 	}
 	sorted := slices.Sorted(slices.Values(ratios))
-	median := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		median = (sorted[len(sorted)/2-1] + median) / 2
-	}
-	return fmt.Sprintf("%s (%s-%s)", formatRatio(median), formatRatio(sorted[0]), formatRatio(sorted[len(sorted)-1]))
+	return fmt.Sprintf("%s (%s-%s)", formatRatio(median(ratios)), formatRatio(sorted[0]), formatRatio(sorted[len(sorted)-1]))
 }
 
 // ratioTargetsMarkdown is the ratio case's second table, of our controller with its
@@ -335,4 +331,67 @@ func p99Text(r reactionResult) string {
 		return fmt.Sprintf("%s (%d of %d)", formatNumber(r.P99Ms), r.Delivered, want)
 	}
 	return formatNumber(r.P99Ms)
+}
+
+// ratioCPUMarkdown is the ratio case's third table: for every size and side, the CPU
+// time each process used per Foo through the cold start, the median of the pairs,
+// and all of them together. On cores the processes share, it says where a side's
+// extra time goes: to the controller's own work, or to what its watches cost the
+// apiserver.
+func ratioCPUMarkdown(res *results) string {
+	type key struct {
+		foos int
+		side string
+	}
+	perFoo := map[key]map[string][]float64{} // by process, one per pair
+	var keys []key
+	for _, r := range res.Runs {
+		side, ok := r.Driver.(ratioSide)
+		if !ok || r.ColdStart == nil || !r.ColdStart.Converged || len(r.ColdStart.CPUSeconds) == 0 {
+			continue
+		}
+		k := key{r.Foos, side.side()}
+		if perFoo[k] == nil {
+			perFoo[k] = map[string][]float64{}
+			keys = append(keys, k)
+		}
+		all := 0.0
+		for name, seconds := range r.ColdStart.CPUSeconds {
+			perFoo[k][name] = append(perFoo[k][name], seconds/float64(r.Foos)*1000)
+			all += seconds
+		}
+		perFoo[k]["all"] = append(perFoo[k]["all"], all/float64(r.Foos)*1000)
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(keys, func(a, b key) int { return a.foos - b.foos })
+	var b strings.Builder
+	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	header := []string{"CPU per Foo through the cold start (ms), median of the pairs: Foos", "side"}
+	header = append(append(header, cpuProcesses...), "all")
+	writeLine(header...)
+	writeLine(slices.Repeat([]string{"--:"}, len(header))...)
+	for _, k := range keys {
+		line := []string{fmt.Sprint(k.foos), k.side}
+		for _, name := range append(slices.Clone(cpuProcesses), "all") {
+			cell := ""
+			if v := perFoo[k][name]; len(v) > 0 {
+				cell = fmt.Sprintf("%.2f", median(v))
+			}
+			line = append(line, cell)
+		}
+		writeLine(line...)
+	}
+	return b.String()
+}
+
+// median is the middle of values, or the mean of the two in the middle.
+func median(values []float64) float64 {
+	sorted := slices.Sorted(slices.Values(values))
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
