@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,8 +17,8 @@ import (
 )
 
 // startProfiles takes CPU profiles (--profile) of the apiserver and, when it serves
-// them, of the controller, each over d, into
-// <out>/<session>-<what>-{apiserver,controller}.pprof, for go tool pprof. The wait it
+// them, of the controller, or for a limit of the bench itself, each over d, into
+// <out>/<session>-<what>-{apiserver,controller,bench}.pprof, for go tool pprof. The wait it
 // returns returns once both are written.
 func startProfiles(ctx context.Context, s *session, what string, d time.Duration) (wait func()) {
 	var wg sync.WaitGroup
@@ -54,7 +56,19 @@ func startProfiles(ctx context.Context, s *session, what string, d time.Duration
 				}
 			}
 		})
-	case s.limit == nil:
+	case s.limit != nil:
+		// The limit's writes (and a watching limit's informers) are this process's,
+		// beside the watch that every side's cold start has.
+		profile("bench", func() ([]byte, error) {
+			var buf bytes.Buffer
+			if err := pprof.StartCPUProfile(&buf); err != nil {
+				return nil, err
+			}
+			err := sleep(ctx, d)
+			pprof.StopCPUProfile()
+			return buf.Bytes(), err
+		})
+	default:
 		progressf("%s: the controller serves no metrics, so no profile of it", s.name)
 	}
 	return wg.Wait
