@@ -28,10 +28,13 @@ type ratioSide struct {
 	Pair     int  `json:"pair"`
 }
 
+// watchingSide names the watching limit's side.
+const watchingSide = "limit watching"
+
 func (r ratioSide) side() string {
 	switch {
 	case r.Ours == nil && r.Watching:
-		return "limit watching"
+		return watchingSide
 	case r.Ours == nil:
 		return "limit"
 	case len(r.Also) > 0:
@@ -151,6 +154,15 @@ func ratioMarkdown(res *results, inflight int) string {
 	for _, side := range ours {
 		header = append(header, side+" ÷ limit")
 	}
+	// With a watching limit, our sides are also measured against it: what the
+	// controller costs beyond its informers.
+	var againstWatching []string
+	if slices.Contains(ours, watchingSide) {
+		againstWatching = slices.DeleteFunc(slices.Clone(ours), func(side string) bool { return side == watchingSide })
+	}
+	for _, side := range againstWatching {
+		header = append(header, side+" ÷ "+watchingSide)
+	}
 	writeLine(header...)
 	writeLine(slices.Repeat([]string{"--:"}, len(header))...)
 	ratios := map[int]map[string][]float64{} // by size, then side
@@ -174,6 +186,11 @@ func ratioMarkdown(res *results, inflight int) string {
 			ratios[k.foos][side] = append(ratios[k.foos][side], seconds[k][side]/lim)
 			line = append(line, formatRatio(seconds[k][side]/lim))
 		}
+		for _, side := range againstWatching {
+			r := seconds[k][side] / seconds[k][watchingSide]
+			ratios[k.foos][side+" ÷ watching"] = append(ratios[k.foos][side+" ÷ watching"], r)
+			line = append(line, formatRatio(r))
+		}
 		writeLine(line...)
 	}
 	for _, n := range sizes {
@@ -181,6 +198,9 @@ func ratioMarkdown(res *results, inflight int) string {
 		line = append(line, slices.Repeat([]string{""}, len(ours)+1)...)
 		for _, side := range ours {
 			line = append(line, spread(ratios[n][side]))
+		}
+		for _, side := range againstWatching {
+			line = append(line, spread(ratios[n][side+" ÷ watching"]))
 		}
 		writeLine(line...)
 	}
