@@ -74,8 +74,8 @@ func splitAlso(also []string) (flags, env []string) {
 // rotating order, all on one cluster. After its cold start, every side reacts to spec
 // changes at each of rates; our controller's sides first have their RSS read and, in
 // the first pair of each size, their writes counted at steady state, which the limit,
-// doing nothing once done, has no counterpart of. A watching limit makes only the cold
-// start: it is there to say what the informers cost it.
+// doing nothing once done, has no counterpart of. A watching limit reacts as the limit
+// does, its informers watching the changes too.
 func ratioPlan(ours controller, sizes []int, pairs int, also []string, watchingLimit bool, rates []int) []sessionPlan {
 	shared := &sharedCluster{}
 	sides := []ratioSide{{Ours: &ours}}
@@ -103,13 +103,10 @@ func ratioPlan(ours controller, sizes []int, pairs int, also []string, watchingL
 						cases = append(cases, steadyCase{})
 					}
 				}
-				if !side.Watching {
-					cases = append(cases, reactions...)
-				}
 				out = append(out, sessionPlan{
 					driver: side,
 					foos:   n,
-					cases:  cases,
+					cases:  append(cases, reactions...),
 					shared: shared,
 				})
 			}
@@ -225,7 +222,7 @@ func spread(ratios []float64) string {
 // the same way in the same triple, have columns beside ours.
 func ratioTargetsMarkdown(res *results) string {
 	type key struct{ foos, pair int }
-	ours, limits := map[key]runResult{}, map[key]runResult{}
+	ours, limits, watching := map[key]runResult{}, map[key]runResult{}, map[key]runResult{}
 	variantRSS := map[string]map[key]*rssResult{} // by side
 	var variants []string
 	var keys []key
@@ -235,10 +232,11 @@ func ratioTargetsMarkdown(res *results) string {
 		if !ok || r.ColdStart == nil || !r.ColdStart.Converged {
 			continue
 		}
+		k := key{r.Foos, side.Pair}
 		if side.Watching {
+			watching[k] = r
 			continue
 		}
-		k := key{r.Foos, side.Pair}
 		if len(side.Also) > 0 {
 			if r.RSS != nil {
 				if variantRSS[side.side()] == nil {
@@ -270,10 +268,15 @@ func ratioTargetsMarkdown(res *results) string {
 		header = append(header, side+": RSS (MiB)", "CPU used (s)")
 	}
 	header = append(header, "writes per minute at steady state")
+	withWatching := len(watching) > 0
 	for _, rate := range rates {
 		header = append(header, fmt.Sprintf("p99 at %d changes/s (ms): %s", rate, ourName), "limit", "÷")
+		if withWatching {
+			header = append(header, watchingSide, watchingSide+" ÷ limit")
+		}
 	}
-	ratios := map[int]map[int][]float64{} // by size, then rate
+	ratios := map[int]map[int][]float64{}         // by size, then rate
+	watchingRatios := map[int]map[int][]float64{} // the watching limit's, alike
 	var sizes []int
 	rows := 0
 	for _, k := range keys {
@@ -290,6 +293,7 @@ func ratioTargetsMarkdown(res *results) string {
 		if !slices.Contains(sizes, k.foos) {
 			sizes = append(sizes, k.foos)
 			ratios[k.foos] = map[int][]float64{}
+			watchingRatios[k.foos] = map[int][]float64{}
 		}
 		steady := ""
 		if o.Steady != nil {
@@ -305,10 +309,20 @@ func ratioTargetsMarkdown(res *results) string {
 			lr, lyes := reactionAt(l, rate)
 			if !oyes || !lyes {
 				line = append(line, "", "", "")
+			} else {
+				ratios[k.foos][rate] = append(ratios[k.foos][rate], or.P99Ms/lr.P99Ms)
+				line = append(line, p99Text(or), p99Text(lr), formatRatio(or.P99Ms/lr.P99Ms))
+			}
+			if !withWatching {
 				continue
 			}
-			ratios[k.foos][rate] = append(ratios[k.foos][rate], or.P99Ms/lr.P99Ms)
-			line = append(line, p99Text(or), p99Text(lr), formatRatio(or.P99Ms/lr.P99Ms))
+			wr, wyes := reactionAt(watching[k], rate)
+			if !wyes || !lyes {
+				line = append(line, "", "")
+				continue
+			}
+			watchingRatios[k.foos][rate] = append(watchingRatios[k.foos][rate], wr.P99Ms/lr.P99Ms)
+			line = append(line, p99Text(wr), formatRatio(wr.P99Ms/lr.P99Ms))
 		}
 		writeLine(line...)
 	}
@@ -316,6 +330,9 @@ func ratioTargetsMarkdown(res *results) string {
 		line := append([]string{fmt.Sprint(n), "median of the pairs (range)"}, slices.Repeat([]string{""}, 2*(len(variants)+1)+1)...)
 		for _, rate := range rates {
 			line = append(line, "", "", spread(ratios[n][rate]))
+			if withWatching {
+				line = append(line, "", spread(watchingRatios[n][rate]))
+			}
 		}
 		writeLine(line...)
 	}
