@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
@@ -130,16 +131,10 @@ func startInformers(ctx context.Context, s *session) (stop func(), err error) {
 		kubeFactory.Shutdown()
 		sampleFactory.Shutdown()
 	}
-	for typ, synced := range kubeFactory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
+	for _, result := range []cache.SyncResult{kubeFactory.WaitForCacheSyncWithContext(ctx), sampleFactory.WaitForCacheSyncWithContext(ctx)} {
+		if err := result.AsError(); err != nil {
 			stop()
-			return nil, fmt.Errorf("the limit's %v informer did not sync", typ)
-		}
-	}
-	for typ, synced := range sampleFactory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			stop()
-			return nil, fmt.Errorf("the limit's %v informer did not sync", typ)
+			return nil, fmt.Errorf("the limit's informers: %w", err)
 		}
 	}
 	return stop, nil
