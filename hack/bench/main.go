@@ -359,6 +359,9 @@ func run(ctx context.Context, cfg config) error {
 	if cpu := ratioCPUMarkdown(res); cpu != "" {
 		tables = append(tables, cpu)
 	}
+	if stalls := ratioStallsMarkdown(res); stalls != "" {
+		tables = append(tables, stalls)
+	}
 	fmt.Print(strings.Join(tables, "\n"))
 	if cfg.docs != "" && runErr == nil && len(tables) > 0 {
 		if err := writeDocs(cfg.docs, strings.Join(cfg.args, " "), strings.Join(tables, "\n"), res.Finished, builtFrom); err != nil {

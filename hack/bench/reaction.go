@@ -41,6 +41,9 @@ type reactionResult struct {
 	// WriteErrors, for the limit, counts its Deployment and status writes that failed,
 	// other than a status write superseded by a newer change of the same Foo.
 	WriteErrors int `json:"writeErrors,omitempty"`
+	// Stalls is what stalled the control plane from the first change sent to the
+	// last delivered.
+	Stalls *stallRecord `json:"stalls,omitempty"`
 }
 
 func (c reactionCase) run(ctx context.Context, s *session) error {
@@ -56,11 +59,16 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 	defer s.watch.observe(nil, nil)
 
 	progressf("%s: changing %d Foos at %d/s for %v", s.name, len(s.foos), c.rate, cfg.reactionDuration)
+	probes, err := startStallProbes(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer probes.cancel() // on an error; stop has ended them otherwise
 	profiled := func() {}
 	if cfg.profile {
 		profiled = startProfiles(ctx, s, fmt.Sprintf("reaction-%d", c.rate), cfg.reactionDuration)
 	}
-	err := s.sendChanges(ctx, tracker, c.rate, total)
+	err = s.sendChanges(ctx, tracker, c.rate, total)
 	profiled()
 	if err != nil {
 		return err
@@ -73,6 +81,11 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 		return err
 	}
 
+	stalls, err := probes.stop(ctx, tracker)
+	if err != nil {
+		return err
+	}
+	r.Stalls = &stalls
 	tracker.record(&r)
 	if s.limit != nil {
 		if r.WriteErrors = s.limit.takeFailures(); r.WriteErrors > 0 {
@@ -80,8 +93,8 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 		}
 	}
 	s.result.Reactions = append(s.result.Reactions, r)
-	progressf("%s: delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms",
-		s.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms)
+	progressf("%s: delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms; %s",
+		s.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms, stalls.summary())
 	return nil
 }
 

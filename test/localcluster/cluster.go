@@ -128,6 +128,9 @@ type Cluster struct {
 
 	adminKubeconfig string
 	restConfig      *rest.Config
+	// etcdURL is etcd's client URL: plain HTTP on loopback, also serving /metrics
+	// and /health.
+	etcdURL string
 
 	// components are in start order; Stop walks them backwards. mu guards their
 	// processes, which Restart replaces.
@@ -226,6 +229,10 @@ func (c *Cluster) KubeconfigPath() string { return c.adminKubeconfig }
 
 // RESTConfig returns a new copy of the admin client configuration.
 func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfig) }
+
+// EtcdURL is etcd's client URL, plain HTTP on loopback: its /metrics and /health
+// need no credentials.
+func (c *Cluster) EtcdURL() string { return c.etcdURL }
 
 // LogDir holds one <component>.log per component.
 func (c *Cluster) LogDir() string { return c.logDir }
@@ -537,6 +544,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 
 	etcdClientURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdClientPort))
+	c.etcdURL = etcdClientURL
 	etcdPeerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(etcdPeerPort))
 	err = run(ComponentEtcd, []string{
 		"--name=localcluster",

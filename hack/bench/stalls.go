@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
+)
+
+const (
+	// probeEvery is how often the stall probes ask.
+	probeEvery = 50 * time.Millisecond
+	// stallThreshold is how long a probe's answer takes before the bench calls it a
+	// stall. Unloaded, both answer in about a millisecond; at 100 changes a second a
+	// reaction's p50 is 20-30 ms.
+	stallThreshold = 50 * time.Millisecond
+)
+
+// stallRecord is what stalled the control plane while a reaction window ran: the
+// probes that answered slowly, and the apiserver's and etcd's own counts of what can
+// stall them, read before and after.
+type stallRecord struct {
+	// *Probes is how many times each probe asked. The apiserver's probe reads the
+	// session's Namespace (no resourceVersion: a read from etcd) on a connection of
+	// its own; etcd's asks its /health, which reads from its store. *Stalls are the
+	// answers that took longer than stallThreshold, or failed; *MaxMs the slowest.
+	APIServerProbes int          `json:"apiserverProbes"`
+	EtcdProbes      int          `json:"etcdProbes"`
+	APIServerStalls []probeStall `json:"apiserverStalls,omitempty"`
+	APIServerMaxMs  float64      `json:"apiserverMaxMs"`
+	EtcdStalls      []probeStall `json:"etcdStalls,omitempty"`
+	EtcdMaxMs       float64      `json:"etcdMaxMs"`
+	// The apiserver's garbage collections in the window and the CPU they took from
+	// its other goroutines (the runtime's estimate: assists, dedicated mark workers
+	// and pauses, not the idle mark workers).
+	APIServerGCCycles     float64 `json:"apiserverGCCycles"`
+	APIServerGCCPUSeconds float64 `json:"apiserverGCCPUSeconds"`
+	// etcd's compactions (the apiserver asks for one every 5 minutes) and snapshots
+	// (one every --snapshot-count applied entries) in the window.
+	EtcdCompactions float64 `json:"etcdCompactions"`
+	EtcdSnapshots   float64 `json:"etcdSnapshots"`
+	// SlowChanges are the delivered changes that took longer than slowChange, and
+	// SlowInStalls those of them under way while a probe stalled.
+	SlowChanges  int `json:"slowChanges"`
+	SlowInStalls int `json:"slowInStalls"`
+	// P99OutsideStallsMs is the p99 of the delivered changes under way while no probe
+	// stalled: what the side did on a control plane that kept pace.
+	P99OutsideStallsMs float64 `json:"p99OutsideStallsMs"`
+	OutsideStalls      int     `json:"outsideStalls"`
+}
+
+// slowChange is the latency from which a change counts as slow: about three times a
+// reaction's p99 on a control plane that keeps pace.
+const slowChange = 100 * time.Millisecond
+
+// probeStall is one probe that took longer than stallThreshold, or failed.
+type probeStall struct {
+	At     time.Time `json:"at"`
+	Ms     float64   `json:"ms"`
+	Failed string    `json:"failed,omitempty"`
+}
+
+func (p probeStall) end() time.Time { return p.At.Add(time.Duration(p.Ms * float64(time.Millisecond))) }
+
+// stallProbes asks the apiserver and etcd every probeEvery until stopped, and reads
+// their metrics at both ends.
+type stallProbes struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	cluster *localcluster.Cluster
+
+	mu              sync.Mutex
+	apiserver, etcd probeLog
+
+	before     [2]localcluster.Metrics // the apiserver's, etcd's
+	beforeErrs [2]error
+}
+
+// probeLog is what one probe saw: how often it asked, its stalls and its slowest answer.
+type probeLog struct {
+	asked   int
+	stalls  []probeStall
+	slowest time.Duration
+}
+
+// startStallProbes starts both probes on s's cluster; stop ends them and returns what
+// they saw, with the metrics' differences.
+func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
+	// A connection of its own: a probe queued behind the bench's patches on the
+	// shared one would time the bench's client, not the apiserver. A Dial function
+	// keeps client-go from handing out its cached transport.
+	cfg := s.cluster.RESTConfig()
+	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-stall-probe"
+	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &stallProbes{cancel: cancel, cluster: s.cluster}
+	p.before[0], p.beforeErrs[0] = s.cluster.APIServerMetrics(ctx)
+	p.before[1], p.beforeErrs[1] = localcluster.ScrapeMetrics(ctx, http.DefaultClient, s.cluster.EtcdURL()+"/metrics")
+
+	ask := func(log *probeLog, probe func(context.Context) error) {
+		ticker := time.NewTicker(probeEvery)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			at := time.Now()
+			err := probe(ctx)
+			took := time.Since(at)
+			if ctx.Err() != nil {
+				return
+			}
+			p.mu.Lock()
+			log.asked++
+			log.slowest = max(log.slowest, took)
+			if took > stallThreshold || err != nil {
+				st := probeStall{At: at, Ms: milliseconds(took)}
+				if err != nil {
+					st.Failed = err.Error()
+				}
+				log.stalls = append(log.stalls, st)
+			}
+			p.mu.Unlock()
+		}
+	}
+	p.wg.Go(func() {
+		ask(&p.apiserver, func(ctx context.Context) error {
+			_, err := kube.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{})
+			return err
+		})
+	})
+	p.wg.Go(func() {
+		ask(&p.etcd, func(ctx context.Context) error {
+			_, err := getBody(ctx, s.cluster.EtcdURL()+"/health")
+			return err
+		})
+	})
+	return p, nil
+}
+
+// stop ends the probes and returns what they saw; the tracker's changes say which
+// slow changes fell in a stall.
+func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallRecord, error) {
+	p.cancel()
+	p.wg.Wait()
+	after, apiErr := p.cluster.APIServerMetrics(ctx)
+	etcdAfter, etcdErr := localcluster.ScrapeMetrics(ctx, http.DefaultClient, p.cluster.EtcdURL()+"/metrics")
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := stallRecord{
+		APIServerProbes: p.apiserver.asked,
+		APIServerStalls: p.apiserver.stalls,
+		APIServerMaxMs:  milliseconds(p.apiserver.slowest),
+		EtcdProbes:      p.etcd.asked,
+		EtcdStalls:      p.etcd.stalls,
+		EtcdMaxMs:       milliseconds(p.etcd.slowest),
+	}
+	switch {
+	case p.beforeErrs[0] != nil:
+		return r, fmt.Errorf("reading the apiserver's metrics: %w", p.beforeErrs[0])
+	case apiErr != nil:
+		return r, fmt.Errorf("reading the apiserver's metrics: %w", apiErr)
+	case p.beforeErrs[1] != nil:
+		return r, fmt.Errorf("reading etcd's metrics: %w", p.beforeErrs[1])
+	case etcdErr != nil:
+		return r, fmt.Errorf("reading etcd's metrics: %w", etcdErr)
+	}
+	grew := func(before, after localcluster.Metrics, name string) float64 {
+		return after.Sum(name, nil) - before.Sum(name, nil)
+	}
+	r.APIServerGCCycles = grew(p.before[0], after, "go_gc_cycles_total_gc_cycles_total")
+	// The collector's CPU but for its idle mark workers, which use only time no other
+	// goroutine wanted.
+	for _, class := range []string{"mark_assist", "mark_dedicated", "pause"} {
+		r.APIServerGCCPUSeconds += grew(p.before[0], after, "go_cpu_classes_gc_"+class+"_cpu_seconds_total")
+	}
+	r.EtcdCompactions = grew(p.before[1], etcdAfter, "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
+	r.EtcdSnapshots = grew(p.before[1], etcdAfter, "etcd_debugging_snap_save_total_duration_seconds")
+	tracker.stalls(&r)
+	return r, nil
+}
+
+// stalls sets r's counts of slow changes, and the p99 of those under way while no
+// probe stalled, from r's probe stalls.
+func (t *latencyTracker) stalls(r *stallRecord) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	stalls := append(append([]probeStall(nil), r.APIServerStalls...), r.EtcdStalls...)
+	var outside []float64
+	for _, c := range t.all {
+		if c.delivered.IsZero() {
+			continue
+		}
+		in := false
+		for _, st := range stalls {
+			if st.At.Before(c.delivered) && st.end().After(c.sent) {
+				in = true
+				break
+			}
+		}
+		took := c.delivered.Sub(c.sent)
+		if took > slowChange {
+			r.SlowChanges++
+			if in {
+				r.SlowInStalls++
+			}
+		}
+		if !in {
+			outside = append(outside, milliseconds(took))
+		}
+	}
+	r.OutsideStalls = len(outside)
+	r.P99OutsideStallsMs = percentile(outside, 99)
+}
+
+// summary is the record in one line, for the bench's progress.
+func (r stallRecord) summary() string {
+	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU; etcd %.0f compactions, %.0f snapshots",
+		stallThreshold, len(r.APIServerStalls), r.APIServerMaxMs, len(r.EtcdStalls), r.EtcdMaxMs,
+		r.SlowChanges, slowChange, r.SlowInStalls, r.P99OutsideStallsMs,
+		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.EtcdCompactions, r.EtcdSnapshots)
+}
+
+// ratioStallsMarkdown is the ratio case's fourth table: every reaction window of every
+// side, in the order they ran, with its p99, the p99 of the changes no stall touched,
+// and what stalled the control plane meanwhile; then, for every side but the limit,
+// the median and range of its p99 outside stalls over the limit's in the same pair.
+// The target is the p99 itself; this table tells a side that was slow from a window
+// that had a stall.
+func ratioStallsMarkdown(res *results) string {
+	type key struct{ foos, rate, pair int }
+	var b strings.Builder
+	writeLine := func(cells ...string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	type outsideKey struct {
+		foos, rate int
+		side       string
+	}
+	outside := map[key]map[string]float64{} // p99 outside stalls, by side
+	var order []outsideKey                  // the sides other than the limit, as they first ran
+	rows := 0
+	for _, r := range res.Runs {
+		side, ok := r.Driver.(ratioSide)
+		if !ok {
+			continue
+		}
+		for _, rr := range r.Reactions {
+			st := rr.Stalls
+			if st == nil {
+				continue
+			}
+			if rows == 0 {
+				header := []string{"reaction windows, Foos", "changes/s", "pair", "side", "p99 (ms)", "p99 outside stalls (ms)",
+					"changes in no stall", "changes over " + fmt.Sprint(slowChange) + ": in a stall",
+					"apiserver probe: stalls over " + fmt.Sprint(stallThreshold) + ", slowest (ms)", "etcd probe: stalls, slowest (ms)",
+					"apiserver GC: cycles, CPU (s)", "etcd: compactions, snapshots"}
+				writeLine(header...)
+				writeLine(slices.Repeat([]string{"--:"}, len(header))...)
+			}
+			rows++
+			writeLine(fmt.Sprint(r.Foos), fmt.Sprint(rr.Rate), fmt.Sprint(side.Pair), side.side(),
+				p99Text(rr), formatNumber(st.P99OutsideStallsMs),
+				fmt.Sprintf("%d of %d", st.OutsideStalls, rr.Delivered),
+				fmt.Sprintf("%d of %d", st.SlowInStalls, st.SlowChanges),
+				fmt.Sprintf("%d, %s", len(st.APIServerStalls), formatNumber(st.APIServerMaxMs)),
+				fmt.Sprintf("%d, %s", len(st.EtcdStalls), formatNumber(st.EtcdMaxMs)),
+				fmt.Sprintf("%.0f, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds)),
+				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots))
+			k := key{r.Foos, rr.Rate, side.Pair}
+			if outside[k] == nil {
+				outside[k] = map[string]float64{}
+			}
+			outside[k][side.side()] = st.P99OutsideStallsMs
+			if o := (outsideKey{r.Foos, rr.Rate, side.side()}); side.side() != "limit" && !slices.Contains(order, o) {
+				order = append(order, o)
+			}
+		}
+	}
+	for _, o := range order {
+		var ratios []float64
+		for k, bySide := range outside {
+			if k.foos != o.foos || k.rate != o.rate {
+				continue
+			}
+			if l, ok := bySide["limit"]; ok && l > 0 {
+				if v, ok := bySide[o.side]; ok {
+					ratios = append(ratios, v/l)
+				}
+			}
+		}
+		writeLine(fmt.Sprint(o.foos), fmt.Sprint(o.rate), "median of the pairs (range)", o.side+" ÷ limit", "", spread(ratios),
+			"", "", "", "", "", "")
+	}
+	return b.String()
+}
