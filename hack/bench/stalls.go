@@ -42,8 +42,12 @@ type stallRecord struct {
 	// The apiserver's garbage collections in the window and the CPU they took from
 	// its other goroutines (the runtime's estimate: assists, dedicated mark workers
 	// and pauses, not the idle mark workers).
-	APIServerGCCycles     float64 `json:"apiserverGCCycles"`
-	APIServerGCCPUSeconds float64 `json:"apiserverGCCPUSeconds"`
+	// Of that CPU, the assists: time the goroutines that allocated spent marking
+	// instead of serving. And the live heap after the window's last collection.
+	APIServerGCCycles        float64 `json:"apiserverGCCycles"`
+	APIServerGCCPUSeconds    float64 `json:"apiserverGCCPUSeconds"`
+	APIServerGCAssistSeconds float64 `json:"apiserverGCAssistSeconds"`
+	APIServerLiveHeapBytes   float64 `json:"apiserverLiveHeapBytes"`
 	// etcd's compactions (the apiserver asks for one every 5 minutes) and snapshots
 	// (one every --snapshot-count applied entries) in the window.
 	EtcdCompactions float64 `json:"etcdCompactions"`
@@ -190,6 +194,8 @@ func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallR
 	for _, class := range []string{"mark_assist", "mark_dedicated", "pause"} {
 		r.APIServerGCCPUSeconds += grew(p.before[0], after, "go_cpu_classes_gc_"+class+"_cpu_seconds_total")
 	}
+	r.APIServerGCAssistSeconds = grew(p.before[0], after, "go_cpu_classes_gc_mark_assist_cpu_seconds_total")
+	r.APIServerLiveHeapBytes = after.Sum("go_gc_heap_live_bytes", nil)
 	r.EtcdCompactions = grew(p.before[1], etcdAfter, "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
 	r.EtcdSnapshots = grew(p.before[1], etcdAfter, "etcd_debugging_snap_save_total_duration_seconds")
 	tracker.stalls(&r)
@@ -231,10 +237,10 @@ func (t *latencyTracker) stalls(r *stallRecord) {
 
 // summary is the record in one line, for the bench's progress.
 func (r stallRecord) summary() string {
-	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU; etcd %.0f compactions, %.0f snapshots",
+	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; etcd %.0f compactions, %.0f snapshots",
 		stallThreshold, len(r.APIServerStalls), r.APIServerMaxMs, len(r.EtcdStalls), r.EtcdMaxMs,
 		r.SlowChanges, slowChange, r.SlowInStalls, r.P99OutsideStallsMs,
-		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.EtcdCompactions, r.EtcdSnapshots)
+		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.APIServerGCAssistSeconds, mib(r.APIServerLiveHeapBytes), r.EtcdCompactions, r.EtcdSnapshots)
 }
 
 // ratioStallsMarkdown is the ratio case's fourth table: every reaction window of every
@@ -268,7 +274,7 @@ func ratioStallsMarkdown(res *results) string {
 				header := []string{"reaction windows, Foos", "changes/s", "pair", "side", "p99 (ms)", "p99 outside stalls (ms)",
 					"changes in no stall", "changes over " + fmt.Sprint(slowChange) + ": in a stall",
 					"apiserver probe: stalls over " + fmt.Sprint(stallThreshold) + ", slowest (ms)", "etcd probe: stalls, slowest (ms)",
-					"apiserver GC: cycles, CPU (s)", "etcd: compactions, snapshots"}
+					"apiserver GC: cycles, CPU (s), of it assists (s)", "apiserver live heap (MiB)", "etcd: compactions, snapshots"}
 				writeLine(header...)
 				writeLine(slices.Repeat([]string{"--:"}, len(header))...)
 			}
@@ -279,7 +285,8 @@ func ratioStallsMarkdown(res *results) string {
 				fmt.Sprintf("%d of %d", st.SlowInStalls, st.SlowChanges),
 				fmt.Sprintf("%d, %s", len(st.APIServerStalls), formatNumber(st.APIServerMaxMs)),
 				fmt.Sprintf("%d, %s", len(st.EtcdStalls), formatNumber(st.EtcdMaxMs)),
-				fmt.Sprintf("%.0f, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds)),
+				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
+				formatNumber(mib(st.APIServerLiveHeapBytes)),
 				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots))
 			k := key{r.Foos, rr.Rate, side.Pair}
 			if outside[k] == nil {
@@ -304,7 +311,7 @@ func ratioStallsMarkdown(res *results) string {
 			}
 		}
 		writeLine(fmt.Sprint(o.foos), fmt.Sprint(o.rate), "median of the pairs (range)", o.side+" ÷ limit", "", spread(ratios),
-			"", "", "", "", "", "")
+			"", "", "", "", "", "", "")
 	}
 	return b.String()
 }

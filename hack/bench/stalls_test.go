@@ -46,7 +46,8 @@ func TestRatioStallsMarkdown(t *testing.T) {
 			Rate: 100, Sent: 6000, Delivered: 6000, P99Ms: p99,
 			Stalls: &stallRecord{P99OutsideStallsMs: outside, OutsideStalls: 5900, SlowChanges: 80, SlowInStalls: 70,
 				APIServerStalls: []probeStall{{Ms: 300}, {Ms: 120}}, APIServerMaxMs: 300, EtcdMaxMs: 4,
-				APIServerGCCycles: 40, APIServerGCCPUSeconds: 9.5, EtcdCompactions: 1, EtcdSnapshots: 2},
+				APIServerGCCycles: 40, APIServerGCCPUSeconds: 9.5, APIServerGCAssistSeconds: 2.25,
+				APIServerLiveHeapBytes: 300 << 20, EtcdCompactions: 1, EtcdSnapshots: 2},
 		}}}
 	}
 	res := &results{Runs: []runResult{
@@ -55,7 +56,7 @@ func TestRatioStallsMarkdown(t *testing.T) {
 	}}
 	got := ratioStallsMarkdown(res)
 	for _, want := range []string{
-		"| 1000 | 100 | 1 | ours | 400 | 33.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | 40, 9.50 | 1, 2 |\n",
+		"| 1000 | 100 | 1 | ours | 400 | 33.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | 40, 9.50, 2.25 | 300 | 1, 2 |\n",
 		"| 1000 | 100 | 2 | limit | 500 | 40.0 |",
 		// 33/30 and 36/40.
 		"| 1000 | 100 | median of the pairs (range) | ours ÷ limit |  | 1.00 (0.90-1.10) |",
