@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,11 +61,14 @@ func (l limit) start(ctx context.Context, s *session) error {
 	if inflight == 0 {
 		inflight = s.cfg.workers
 	}
+	kube, sample, err := limitClients(s)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	stopInformers := func() {}
 	if l.Watching {
-		var err error
-		if stopInformers, err = startInformers(ctx, s); err != nil {
+		if stopInformers, err = startInformers(ctx, s, kube, sample); err != nil {
 			cancel()
 			return err
 		}
@@ -72,6 +76,8 @@ func (l limit) start(ctx context.Context, s *session) error {
 	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, inflight)
 	run := &limitRun{
 		s:           s,
+		kube:        kube,
+		sample:      sample,
 		cancel:      func() { cancel(); stopInformers() },
 		queue:       workqueue.NewTyped[int](),
 		deployments: make([]*appsv1.Deployment, len(s.foos)),
@@ -93,23 +99,35 @@ func (l limit) start(ctx context.Context, s *session) error {
 	return nil
 }
 
-// startInformers lists and watches the session's Foos and their Deployments as our
-// controller does (its namespace, the Deployments' label, protobuf for the built-in
-// type, managedFields dropped from the caches), with no handler, and returns once both
-// caches are filled. stop shuts them down.
-func startInformers(ctx context.Context, s *session) (stop func(), err error) {
+// limitClients builds the limit's clients as our controller builds its own: the
+// built-in types as protobuf, the Foos as JSON (custom resources have no protobuf),
+// each on a connection of its own, as the controller's are (its transports are
+// wrapped, which client-go does not cache). Built from the bench's configuration,
+// they would share its connection, and with it the bench's patches and watch.
+func limitClients(s *session) (kubernetes.Interface, clientset.Interface, error) {
 	cfg := s.cluster.RESTConfig()
-	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-informers"
+	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-limit"
+	// A Dial function of its own keeps client-go from handing out a cached transport:
+	// each client below gets a transport, and so a connection, of its own.
+	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	sample, err := clientset.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return kube, sample, nil
+}
+
+// startInformers lists and watches the session's Foos and their Deployments as our
+// controller does (its namespace, the Deployments' label, managedFields dropped from
+// the caches), through the limit's clients, with no handler, and returns once both
+// caches are filled. stop shuts them down.
+func startInformers(ctx context.Context, s *session, kube kubernetes.Interface, sample clientset.Interface) (stop func(), err error) {
 	dropManagedFields := func(obj any) (any, error) {
 		if accessor, err := meta.Accessor(obj); err == nil {
 			accessor.SetManagedFields(nil)
@@ -143,6 +161,8 @@ func startInformers(ctx context.Context, s *session) (stop func(), err error) {
 // limitRun is a limit's writers on one session.
 type limitRun struct {
 	s      *session
+	kube   kubernetes.Interface // the limit's own clients (limitClients)
+	sample clientset.Interface
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	queue  workqueue.TypedInterface[int] // Foos to follow, by index
@@ -158,7 +178,7 @@ type limitRun struct {
 // Event if asked, the status.
 func (l *limitRun) create(ctx context.Context, i int, events bool) error {
 	foo := l.s.foos[i]
-	d, err := l.s.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
+	d, err := l.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
 	}
@@ -166,7 +186,7 @@ func (l *limitRun) create(ctx context.Context, i int, events bool) error {
 	l.deployments[i] = d
 	l.mu.Unlock()
 	if events {
-		if _, err := l.s.kube.EventsV1().Events(foo.Namespace).Create(ctx, createdEvent(foo, d, time.Now()), metav1.CreateOptions{}); err != nil {
+		if _, err := l.kube.EventsV1().Events(foo.Namespace).Create(ctx, createdEvent(foo, d, time.Now()), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("recording the creation of Deployment %s: %w", d.Name, err)
 		}
 	}
@@ -177,7 +197,7 @@ func (l *limitRun) create(ctx context.Context, i int, events bool) error {
 func (l *limitRun) writeStatus(ctx context.Context, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
 	withStatus := foo.DeepCopy()
 	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
-	if _, err := l.s.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{}); err != nil {
+	if _, err := l.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("writing the status of Foo %s: %w", foo.Name, err)
 	}
 	return nil
@@ -225,7 +245,7 @@ func (l *limitRun) work(ctx context.Context) bool {
 	l.mu.Unlock()
 
 	d, _ = reconcile.UpdateDeployment(foo, d)
-	deployments := l.s.kube.AppsV1().Deployments(foo.Namespace)
+	deployments := l.kube.AppsV1().Deployments(foo.Namespace)
 	updated, err := deployments.Update(ctx, d, metav1.UpdateOptions{})
 	if err == nil {
 		l.mu.Lock()
