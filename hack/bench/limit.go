@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -61,7 +63,7 @@ func (l limit) start(ctx context.Context, s *session) error {
 	if inflight == 0 {
 		inflight = s.cfg.workers
 	}
-	kube, sample, err := limitClients(s)
+	kube, sample, httpClient, err := limitClients(s)
 	if err != nil {
 		return err
 	}
@@ -79,6 +81,7 @@ func (l limit) start(ctx context.Context, s *session) error {
 		kube:        kube,
 		sample:      sample,
 		cancel:      func() { cancel(); stopInformers() },
+		closeIdle:   httpClient.CloseIdleConnections,
 		queue:       workqueue.NewTyped[int](),
 		deployments: make([]*appsv1.Deployment, len(s.foos)),
 		latest:      map[int]*samplev1alpha1.Foo{},
@@ -101,26 +104,30 @@ func (l limit) start(ctx context.Context, s *session) error {
 
 // limitClients builds the limit's clients as our controller builds its own: the
 // built-in types as protobuf, the Foos as JSON (custom resources have no protobuf),
-// each on a connection of its own, as the controller's are (its transports are
-// wrapped, which client-go does not cache). Built from the bench's configuration,
-// they would share its connection, and with it the bench's patches and watch.
-func limitClients(s *session) (kubernetes.Interface, clientset.Interface, error) {
+// both on one connection, as the controller's clients share the one client-go caches
+// for their configuration. Built from the bench's configuration, they would share
+// the bench's connection instead, and with it the bench's patches and watch.
+func limitClients(s *session) (kubernetes.Interface, clientset.Interface, *http.Client, error) {
 	cfg := s.cluster.RESTConfig()
 	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-limit"
-	// A Dial function of its own keeps client-go from handing out a cached transport:
-	// each client below gets a transport, and so a connection, of its own.
+	// A Dial function keeps client-go from handing out its cached transport: the
+	// HTTP client below has a transport, and so a connection, of its own.
 	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	sample, err := clientset.NewForConfig(cfg)
+	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	sample, err := clientset.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return kube, sample, nil
+	return kube, sample, httpClient, nil
 }
 
 // startInformers lists and watches the session's Foos and their Deployments as our
@@ -164,8 +171,10 @@ type limitRun struct {
 	kube   kubernetes.Interface // the limit's own clients (limitClients)
 	sample clientset.Interface
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	queue  workqueue.TypedInterface[int] // Foos to follow, by index
+	// closeIdle closes the limit's connection once its writers are done.
+	closeIdle func()
+	wg        sync.WaitGroup
+	queue     workqueue.TypedInterface[int] // Foos to follow, by index
 
 	failed atomic.Int64 // writes that failed since the last takeFailures
 
@@ -278,4 +287,5 @@ func (l *limitRun) stop() {
 	l.cancel()
 	l.queue.ShutDown()
 	l.wg.Wait()
+	l.closeIdle()
 }

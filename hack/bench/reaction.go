@@ -83,7 +83,7 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 
 	stalls, err := probes.stop(ctx, tracker)
 	if err != nil {
-		return err
+		progressf("%s: %v", s.name, err)
 	}
 	r.Stalls = &stalls
 	tracker.record(&r)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
@@ -25,7 +27,7 @@ const (
 	stallThreshold = 50 * time.Millisecond
 )
 
-// stallRecord is what stalled the control plane while a reaction window ran: the
+// stallRecord is how the control plane answered while a reaction window ran: the
 // probes that answered slowly, and the apiserver's and etcd's own counts of what can
 // stall them, read before and after.
 type stallRecord struct {
@@ -52,6 +54,8 @@ type stallRecord struct {
 	// (one every --snapshot-count applied entries) in the window.
 	EtcdCompactions float64 `json:"etcdCompactions"`
 	EtcdSnapshots   float64 `json:"etcdSnapshots"`
+	// MetricsError says why the figures above, from the metrics, are missing.
+	MetricsError string `json:"metricsError,omitempty"`
 	// SlowChanges are the delivered changes that took longer than slowChange, and
 	// SlowInStalls those of them under way while a probe stalled.
 	SlowChanges  int `json:"slowChanges"`
@@ -81,12 +85,12 @@ type stallProbes struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	cluster *localcluster.Cluster
+	close   func() // closes the apiserver probe's connection
 
 	mu              sync.Mutex
 	apiserver, etcd probeLog
 
-	before     [2]localcluster.Metrics // the apiserver's, etcd's
-	beforeErrs [2]error
+	before [2]localcluster.Metrics // the apiserver's, etcd's
 }
 
 // probeLog is what one probe saw: how often it asked, its stalls and its slowest answer.
@@ -96,8 +100,20 @@ type probeLog struct {
 	slowest time.Duration
 }
 
-// startStallProbes starts both probes on s's cluster; stop ends them and returns what
-// they saw, with the metrics' differences.
+// probeTimeout ends a probe that has no answer: a stall as long as that.
+const probeTimeout = 30 * time.Second
+
+// The families stop reads, which the runtime and etcd export; a family missing would
+// read as 0, so the probes do not start without them.
+var (
+	apiserverFamilies = []string{"go_gc_cycles_total_gc_cycles_total", "go_cpu_classes_gc_mark_assist_cpu_seconds_total",
+		"go_cpu_classes_gc_mark_dedicated_cpu_seconds_total", "go_cpu_classes_gc_pause_cpu_seconds_total", "go_gc_heap_live_bytes"}
+	etcdFamilies = []string{"etcd_debugging_mvcc_db_compaction_total_duration_milliseconds", "etcd_debugging_snap_save_total_duration_seconds"}
+)
+
+// startStallProbes reads the apiserver's and etcd's metrics, then starts both probes
+// on s's cluster; stop ends them and returns what they saw, with the metrics'
+// differences.
 func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 	// A connection of its own: a probe queued behind the bench's patches on the
 	// shared one would time the bench's client, not the apiserver. A Dial function
@@ -105,15 +121,41 @@ func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 	cfg := s.cluster.RESTConfig()
 	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-stall-probe"
 	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
-	kube, err := kubernetes.NewForConfig(cfg)
+	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	p := &stallProbes{cancel: cancel, cluster: s.cluster}
-	p.before[0], p.beforeErrs[0] = s.cluster.APIServerMetrics(ctx)
-	p.before[1], p.beforeErrs[1] = localcluster.ScrapeMetrics(ctx, http.DefaultClient, s.cluster.EtcdURL()+"/metrics")
+	kube, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	probeAPIServer := func(ctx context.Context) error {
+		_, err := kube.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{})
+		return err
+	}
+	probeEtcd := func(ctx context.Context) error {
+		_, err := getBody(ctx, s.cluster.EtcdURL()+"/health")
+		return err
+	}
+	p := &stallProbes{cluster: s.cluster, close: httpClient.CloseIdleConnections}
+	if p.before[0], err = s.cluster.APIServerMetrics(ctx); err == nil {
+		err = requireFamilies(p.before[0], apiserverFamilies)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the apiserver's metrics: %w", err)
+	}
+	if p.before[1], err = localcluster.ScrapeMetrics(ctx, http.DefaultClient, s.cluster.EtcdURL()+"/metrics"); err == nil {
+		err = requireFamilies(p.before[1], etcdFamilies)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading etcd's metrics: %w", err)
+	}
+	// One answer each first, unrecorded: the connections' handshakes are no stall.
+	if err := errors.Join(probeAPIServer(ctx), probeEtcd(ctx)); err != nil {
+		return nil, fmt.Errorf("the stall probes' first answers: %w", err)
+	}
 
+	ctx, p.cancel = context.WithCancel(ctx)
 	ask := func(log *probeLog, probe func(context.Context) error) {
 		ticker := time.NewTicker(probeEvery)
 		defer ticker.Stop()
@@ -124,37 +166,50 @@ func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 			case <-ticker.C:
 			}
 			at := time.Now()
-			err := probe(ctx)
+			probeCtx, cancel := context.WithTimeout(ctx, probeTimeout)
+			err := probe(probeCtx)
+			cancel()
 			took := time.Since(at)
-			if ctx.Err() != nil {
-				return
+			stopped := ctx.Err() != nil
+			if stopped && took <= stallThreshold {
+				return // ended by stop, not slow
 			}
 			p.mu.Lock()
 			log.asked++
 			log.slowest = max(log.slowest, took)
 			if took > stallThreshold || err != nil {
 				st := probeStall{At: at, Ms: milliseconds(took)}
-				if err != nil {
+				switch {
+				case stopped:
+					st.Failed = "no answer yet when the window ended"
+				case err != nil:
 					st.Failed = err.Error()
 				}
 				log.stalls = append(log.stalls, st)
 			}
 			p.mu.Unlock()
+			if stopped {
+				return
+			}
 		}
 	}
-	p.wg.Go(func() {
-		ask(&p.apiserver, func(ctx context.Context) error {
-			_, err := kube.CoreV1().Namespaces().Get(ctx, s.namespace, metav1.GetOptions{})
-			return err
-		})
-	})
-	p.wg.Go(func() {
-		ask(&p.etcd, func(ctx context.Context) error {
-			_, err := getBody(ctx, s.cluster.EtcdURL()+"/health")
-			return err
-		})
-	})
+	p.wg.Go(func() { ask(&p.apiserver, probeAPIServer) })
+	p.wg.Go(func() { ask(&p.etcd, probeEtcd) })
 	return p, nil
+}
+
+// requireFamilies says which of names m lacks.
+func requireFamilies(m localcluster.Metrics, names []string) error {
+	var missing []string
+	for _, name := range names {
+		if _, ok := m[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no %s", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // stop ends the probes and returns what they saw; the tracker's changes say which
@@ -162,6 +217,7 @@ func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallRecord, error) {
 	p.cancel()
 	p.wg.Wait()
+	p.close()
 	after, apiErr := p.cluster.APIServerMetrics(ctx)
 	etcdAfter, etcdErr := localcluster.ScrapeMetrics(ctx, http.DefaultClient, p.cluster.EtcdURL()+"/metrics")
 
@@ -175,30 +231,25 @@ func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallR
 		EtcdStalls:      p.etcd.stalls,
 		EtcdMaxMs:       milliseconds(p.etcd.slowest),
 	}
-	switch {
-	case p.beforeErrs[0] != nil:
-		return r, fmt.Errorf("reading the apiserver's metrics: %w", p.beforeErrs[0])
-	case apiErr != nil:
-		return r, fmt.Errorf("reading the apiserver's metrics: %w", apiErr)
-	case p.beforeErrs[1] != nil:
-		return r, fmt.Errorf("reading etcd's metrics: %w", p.beforeErrs[1])
-	case etcdErr != nil:
-		return r, fmt.Errorf("reading etcd's metrics: %w", etcdErr)
+	tracker.stalls(&r)
+	if err := errors.Join(apiErr, etcdErr); err != nil {
+		// The probes' findings stand; only the counts from the metrics are missing.
+		r.MetricsError = err.Error()
+		return r, fmt.Errorf("reading the metrics after the window: %w", err)
 	}
 	grew := func(before, after localcluster.Metrics, name string) float64 {
 		return after.Sum(name, nil) - before.Sum(name, nil)
 	}
-	r.APIServerGCCycles = grew(p.before[0], after, "go_gc_cycles_total_gc_cycles_total")
 	// The collector's CPU but for its idle mark workers, which use only time no other
 	// goroutine wanted.
 	for _, class := range []string{"mark_assist", "mark_dedicated", "pause"} {
 		r.APIServerGCCPUSeconds += grew(p.before[0], after, "go_cpu_classes_gc_"+class+"_cpu_seconds_total")
 	}
+	r.APIServerGCCycles = grew(p.before[0], after, "go_gc_cycles_total_gc_cycles_total")
 	r.APIServerGCAssistSeconds = grew(p.before[0], after, "go_cpu_classes_gc_mark_assist_cpu_seconds_total")
 	r.APIServerLiveHeapBytes = after.Sum("go_gc_heap_live_bytes", nil)
 	r.EtcdCompactions = grew(p.before[1], etcdAfter, "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
 	r.EtcdSnapshots = grew(p.before[1], etcdAfter, "etcd_debugging_snap_save_total_duration_seconds")
-	tracker.stalls(&r)
 	return r, nil
 }
 
@@ -245,10 +296,10 @@ func (r stallRecord) summary() string {
 
 // ratioStallsMarkdown is the ratio case's fourth table: every reaction window of every
 // side, in the order they ran, with its p99, the p99 of the changes no stall touched,
-// and what stalled the control plane meanwhile; then, for every side but the limit,
+// and what the probes and metrics saw meanwhile; then, for every side but the limit,
 // the median and range of its p99 outside stalls over the limit's in the same pair.
-// The target is the p99 itself; this table tells a side that was slow from a window
-// that had a stall.
+// The target is the p99 itself; this table says whether a side's slow changes
+// coincided with stalls of the control plane.
 func ratioStallsMarkdown(res *results) string {
 	type key struct{ foos, rate, pair int }
 	var b strings.Builder
@@ -279,20 +330,31 @@ func ratioStallsMarkdown(res *results) string {
 				writeLine(slices.Repeat([]string{"--:"}, len(header))...)
 			}
 			rows++
-			writeLine(fmt.Sprint(r.Foos), fmt.Sprint(rr.Rate), fmt.Sprint(side.Pair), side.side(),
-				p99Text(rr), formatNumber(st.P99OutsideStallsMs),
+			outsideP99 := "none"
+			if st.OutsideStalls > 0 {
+				outsideP99 = formatNumber(st.P99OutsideStallsMs)
+			}
+			metrics := []string{
+				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
+				formatNumber(mib(st.APIServerLiveHeapBytes)),
+				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots),
+			}
+			if st.MetricsError != "" {
+				metrics = slices.Repeat([]string{"not read"}, len(metrics))
+			}
+			writeLine(append([]string{fmt.Sprint(r.Foos), fmt.Sprint(rr.Rate), fmt.Sprint(side.Pair), side.side(),
+				p99Text(rr), outsideP99,
 				fmt.Sprintf("%d of %d", st.OutsideStalls, rr.Delivered),
 				fmt.Sprintf("%d of %d", st.SlowInStalls, st.SlowChanges),
 				fmt.Sprintf("%d, %s", len(st.APIServerStalls), formatNumber(st.APIServerMaxMs)),
-				fmt.Sprintf("%d, %s", len(st.EtcdStalls), formatNumber(st.EtcdMaxMs)),
-				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
-				formatNumber(mib(st.APIServerLiveHeapBytes)),
-				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots))
+				fmt.Sprintf("%d, %s", len(st.EtcdStalls), formatNumber(st.EtcdMaxMs))}, metrics...)...)
 			k := key{r.Foos, rr.Rate, side.Pair}
 			if outside[k] == nil {
 				outside[k] = map[string]float64{}
 			}
-			outside[k][side.side()] = st.P99OutsideStallsMs
+			if st.OutsideStalls > 0 {
+				outside[k][side.side()] = st.P99OutsideStallsMs
+			}
 			if o := (outsideKey{r.Foos, rr.Rate, side.side()}); side.side() != "limit" && !slices.Contains(order, o) {
 				order = append(order, o)
 			}

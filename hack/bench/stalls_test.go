@@ -37,6 +37,15 @@ func TestLatencyTrackerStalls(t *testing.T) {
 	if r.SlowInStalls != 1 || r.OutsideStalls != 3 {
 		t.Errorf("etcd's stall: %d slow in a stall, %d outside; want 1, 3", r.SlowInStalls, r.OutsideStalls)
 	}
+
+	// A stall that ends as a change is sent, or begins as it arrives, only touches it:
+	// not under way together. A change not delivered counts nowhere.
+	tr.sent(fooName(4), 2, ms(900))
+	r = stallRecord{APIServerStalls: []probeStall{{At: ms(-50), Ms: 50}, {At: ms(750), Ms: 60}}}
+	tr.stalls(&r)
+	if r.OutsideStalls != 4 || r.SlowChanges != 2 || r.SlowInStalls != 0 {
+		t.Errorf("touching stalls: %d outside, %d slow, %d in a stall; want 4, 2, 0", r.OutsideStalls, r.SlowChanges, r.SlowInStalls)
+	}
 }
 
 func TestRatioStallsMarkdown(t *testing.T) {
@@ -53,12 +62,17 @@ func TestRatioStallsMarkdown(t *testing.T) {
 	res := &results{Runs: []runResult{
 		run(ours, 1, 400, 33), run(nil, 1, 30, 30),
 		run(nil, 2, 500, 40), run(ours, 2, 35, 36),
+		run(ours, 3, 900, 0), run(nil, 3, 30, 30), // every change of ours in a stall: no ratio
 	}}
+	res.Runs[4].Reactions[0].Stalls.OutsideStalls = 0
+	res.Runs[5].Reactions[0].Stalls.MetricsError = "connection refused"
 	got := ratioStallsMarkdown(res)
 	for _, want := range []string{
 		"| 1000 | 100 | 1 | ours | 400 | 33.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | 40, 9.50, 2.25 | 300 | 1, 2 |\n",
 		"| 1000 | 100 | 2 | limit | 500 | 40.0 |",
-		// 33/30 and 36/40.
+		"| 1000 | 100 | 3 | ours | 900 | none | 0 of 6000 |",
+		"| 1000 | 100 | 3 | limit | 30.0 | 30.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | not read | not read | not read |\n",
+		// 33/30 and 36/40; pair 3 has none.
 		"| 1000 | 100 | median of the pairs (range) | ours ÷ limit |  | 1.00 (0.90-1.10) |",
 	} {
 		if !strings.Contains(got, want) {
