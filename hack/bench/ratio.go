@@ -12,9 +12,9 @@ import (
 // make the same three writes per Foo (a Deployment, a status, a DeploymentCreated
 // Event), and a run is done when the bench has seen all three for every Foo: the
 // controller writes its Events in the background, so they count too. The runs share
-// one cluster, each on Foos created for it in a namespace of its own, and alternate,
-// AB BA AB..., so that a drift of the machine, or the objects earlier runs left on
-// the cluster, fall on both sides alike. With --ratio-also, a third side, our
+// one cluster, each on Foos created for it in a namespace of its own, which it empties
+// when it ends (session.clearNamespace), and alternate, AB BA AB..., so that a drift
+// of the machine falls on both sides alike. With --ratio-also, a third side, our
 // controller with those flags added, joins each pair (a triple then), and the order
 // rotates: ABC BCA CAB. With --ratio-watching-limit, so does the limit with events
 // that first fills and then keeps informers as our controller's.
