@@ -108,12 +108,7 @@ func (l limit) start(ctx context.Context, s *session) error {
 // for their configuration. Built from the bench's configuration, they would share
 // the bench's connection instead, and with it the bench's patches and watch.
 func limitClients(s *session) (kubernetes.Interface, clientset.Interface, *http.Client, error) {
-	cfg := s.cluster.RESTConfig()
-	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-limit"
-	// A Dial function keeps client-go from handing out its cached transport: the
-	// HTTP client below has a transport, and so a connection, of its own.
-	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	httpClient, err := rest.HTTPClientFor(cfg)
+	cfg, httpClient, err := ownConnection(s, "sample-controller-bench-limit")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -128,6 +123,18 @@ func limitClients(s *session) (kubernetes.Interface, clientset.Interface, *http.
 		return nil, nil, nil, err
 	}
 	return kube, sample, httpClient, nil
+}
+
+// ownConnection is the admin configuration with no client-side rate limit and an
+// HTTP client whose transport, and so connection, is not the bench's: a Dial function
+// keeps client-go from handing out the transport it caches for the configuration.
+// Clients built with that HTTP client share its one connection.
+func ownConnection(s *session, userAgent string) (*rest.Config, *http.Client, error) {
+	cfg := s.cluster.RESTConfig()
+	cfg.QPS, cfg.UserAgent = -1, userAgent
+	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	httpClient, err := rest.HTTPClientFor(cfg)
+	return cfg, httpClient, err
 }
 
 // startInformers lists and watches the session's Foos and their Deployments as our

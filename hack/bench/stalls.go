@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
@@ -116,12 +114,8 @@ var (
 // differences.
 func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 	// A connection of its own: a probe queued behind the bench's patches on the
-	// shared one would time the bench's client, not the apiserver. A Dial function
-	// keeps client-go from handing out its cached transport.
-	cfg := s.cluster.RESTConfig()
-	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-stall-probe"
-	cfg.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
-	httpClient, err := rest.HTTPClientFor(cfg)
+	// shared one would time the bench's client, not the apiserver.
+	cfg, httpClient, err := ownConnection(s, "sample-controller-bench-stall-probe")
 	if err != nil {
 		return nil, err
 	}
