@@ -41,8 +41,9 @@ type reactionResult struct {
 	// WriteErrors, for the limit, counts its Deployment and status writes that failed,
 	// other than a status write superseded by a newer change of the same Foo.
 	WriteErrors int `json:"writeErrors,omitempty"`
-	// Stalls is what stalled the control plane from the first change sent to the
-	// last delivered.
+	// Stalls is how the apiserver and etcd answered the stall probes, and what their
+	// metrics counted, from just before the first change to just after the last was
+	// delivered.
 	Stalls *stallRecord `json:"stalls,omitempty"`
 }
 
