@@ -35,8 +35,7 @@ func TestRun(t *testing.T) {
 
 	foo := newFoo("web", ptr.To[int32](2))
 	unrelated := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: "default"}}
-	kubeclient := k8sfake.NewClientset(unrelated)
-	client := fake.NewClientset(foo)
+	kubeclient, client := newClientsets([]runtime.Object{unrelated}, foo)
 	c, done := runController(t, ctx, kubeclient, client, 2)
 
 	// The controller creates the Deployment and reports on it.
@@ -86,8 +85,7 @@ func TestRunStartsOnTheCachesSignal(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		ctx, cancel := context.WithCancel(ctx)
 		start := time.Now()
-		kubeclient := k8sfake.NewClientset()
-		client := fake.NewClientset(newFoo("web", ptr.To[int32](1)))
+		kubeclient, client := newClientsets(nil, newFoo("web", ptr.To[int32](1)))
 		_, done := runController(t, ctx, kubeclient, client, 1)
 
 		// Wait returns once every other goroutine waits, before time moves on.
@@ -110,8 +108,7 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 	defer cancel()
 
 	foo := newFoo("web", ptr.To[int32](1))
-	kubeclient := k8sfake.NewClientset()
-	client := fake.NewClientset(foo)
+	kubeclient, client := newClientsets(nil, foo)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var finished atomic.Bool
 	kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
@@ -149,6 +146,16 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 	}
 }
 
+// newClientsets returns fake clientsets holding kubeObjects and foos whose watches
+// carry copies of the stored objects (fakeapiserver.CopiedWatches), for informers whose
+// transform edits what they receive. Tests that install a fakeapiserver.Server have it.
+func newClientsets(kubeObjects []runtime.Object, foos ...runtime.Object) (*k8sfake.Clientset, *fake.Clientset) {
+	kubeclient, client := k8sfake.NewClientset(kubeObjects...), fake.NewClientset(foos...)
+	fakeapiserver.CopiedWatches(kubeclient)
+	fakeapiserver.CopiedWatches(client)
+	return kubeclient, client
+}
+
 // runController wires a controller to real informers on the fake clientsets, as
 // main does, and runs it until ctx is cancelled. Run's result arrives on the channel.
 func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int) (*Controller, <-chan error) {
@@ -182,8 +189,7 @@ func TestRunWakesFoosWhenDeploymentsChangeHands(t *testing.T) {
 	defer cancel()
 
 	foo := newFoo("web", ptr.To[int32](1))
-	kubeclient := k8sfake.NewClientset()
-	client := fake.NewClientset(foo)
+	kubeclient, client := newClientsets(nil, foo)
 	fakeapiserver.Versioned(client, foosResource)
 	runController(t, ctx, kubeclient, client, 2)
 	deployments := kubeclient.AppsV1().Deployments("default")
@@ -265,13 +271,12 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	kubeclient := k8sfake.NewClientset()
+	kubeclient, client := newClientsets(nil, newFoo("web", nil))
 	var creates atomic.Int32
 	kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
 		n := creates.Add(1)
 		return true, nil, apierrors.NewForbidden(deploymentsResource.GroupResource(), "web", fmt.Errorf("denied request %d", n))
 	})
-	client := fake.NewClientset(newFoo("web", nil))
 	fakeapiserver.Versioned(client, foosResource)
 	c, _ := runController(t, ctx, kubeclient, client, 2)
 

@@ -92,7 +92,7 @@ func precondition(resource schema.GroupVersionResource, stored, sent metav1.Obje
 func WatchesOpened(client Client, resource string) <-chan struct{} {
 	opened := make(chan struct{}, 100)
 	client.PrependWatchReactor(resource, func(a core.Action) (bool, watch.Interface, error) {
-		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace(), listOptions(a))
+		w, err := openWatch(client.Tracker(), a)
 		if err != nil {
 			return true, nil, err
 		}
@@ -103,6 +103,37 @@ func WatchesOpened(client Client, resource string) <-chan struct{} {
 		return true, w, nil
 	})
 	return opened
+}
+
+// CopiedWatches makes every watch of client carry objects of its own, as a real API
+// server's watch does, whose events are decoded afresh for each watcher. A fake's
+// tracker sends copies of what changes after a watch opens, but the objects it stores
+// themselves for those it delivers at the start (the changes between a list and the
+// watch that follows it): an informer transform that edits what it is given, as
+// client-go's documentation invites, would then edit the tracker's copy while the test
+// reads it.
+//
+// Install it before this package's other watch reactors (New, WatchesOpened), which
+// copy too and, prepended later, come first.
+func CopiedWatches(client Client) {
+	client.PrependWatchReactor("*", func(a core.Action) (bool, watch.Interface, error) {
+		w, err := openWatch(client.Tracker(), a)
+		return true, w, err
+	})
+}
+
+// openWatch opens a watch of tracker for a, whose events carry copies.
+func openWatch(tracker core.ObjectTracker, a core.Action) (watch.Interface, error) {
+	w, err := tracker.Watch(a.GetResource(), a.GetNamespace(), listOptions(a))
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if e.Object != nil {
+			e.Object = e.Object.DeepCopyObject()
+		}
+		return e, true
+	}), nil
 }
 
 func listOptions(a core.Action) metav1.ListOptions {
@@ -224,7 +255,7 @@ func New(client Client, resource schema.GroupVersionResource, kind string, fault
 		return true, nil, err
 	})
 	client.PrependWatchReactor(resource.Resource, func(a core.Action) (bool, watch.Interface, error) {
-		source, err := s.tracker.Watch(resource, a.GetNamespace(), listOptions(a))
+		source, err := openWatch(s.tracker, a)
 		if err != nil {
 			return true, nil, err
 		}
@@ -400,9 +431,7 @@ func (s *Server) deletionEvent(e watch.Event) watch.Event {
 	rv, ok := s.deletions[m.GetUID()]
 	s.mu.Unlock()
 	if ok {
-		e.Object = e.Object.DeepCopyObject()
-		m, _ = meta.Accessor(e.Object)
-		m.SetResourceVersion(rv)
+		m.SetResourceVersion(rv) // the event's own copy (openWatch)
 	}
 	return e
 }

@@ -207,3 +207,46 @@ func next(t *testing.T, w watch.Interface) watch.Event {
 		}
 	}
 }
+
+// TestWatchesCarryCopies edits what each watch delivers, as an informer's transform
+// may, and checks that the fake's stored objects stay as they were: both the objects a
+// watch delivers as it opens and those changed after.
+func TestWatchesCarryCopies(t *testing.T) {
+	ctx := context.Background()
+	for name, install := range map[string]func(*fake.Clientset){
+		"CopiedWatches": func(c *fake.Clientset) { CopiedWatches(c) },
+		"WatchesOpened": func(c *fake.Clientset) { WatchesOpened(c, "deployments") },
+		"New":           func(c *fake.Clientset) { New(c, deployments, "Deployment", WatchFault{}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset(deployment("stored", 1))
+			install(client)
+			api := client.AppsV1().Deployments("ns")
+			w, err := api.Watch(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			if err := client.Tracker().Add(deployment("added", 1)); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				var e watch.Event
+				select {
+				case e = <-w.ResultChan():
+				case <-time.After(5 * time.Second):
+					t.Fatal("no event")
+				}
+				delivered := e.Object.(*appsv1.Deployment)
+				delivered.Spec.Replicas = ptr.To[int32](7)
+				got, err := api.Get(ctx, delivered.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if *got.Spec.Replicas != 1 {
+					t.Errorf("%s: editing the %s event's object made the stored one's replicas %d, want 1", delivered.Name, e.Type, *got.Spec.Replicas)
+				}
+			}
+		})
+	}
+}
