@@ -39,7 +39,10 @@ type limit struct {
 	Inflight int `json:"inflight,omitempty"`
 	// Watching starts informers on the Foos and their Deployments, as our controller
 	// builds them, and waits for their caches before it writes: what the list and the
-	// watches of a controller cost, with nothing acting on them.
+	// watches of a controller cost, with nothing acting on them but this. In the
+	// reaction case it learns of a change from the Foo's watch event, as a controller
+	// must, where the plain limit follows the patch's response, one apiserver round
+	// sooner.
 	Watching bool `json:"watching,omitempty"`
 }
 
@@ -68,24 +71,25 @@ func (l limit) start(ctx context.Context, s *session) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	stopInformers := func() {}
-	if l.Watching {
-		if stopInformers, err = startInformers(ctx, s, kube, sample); err != nil {
-			cancel()
-			return err
-		}
-	}
-	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, inflight)
 	run := &limitRun{
 		s:           s,
 		kube:        kube,
 		sample:      sample,
-		cancel:      func() { cancel(); stopInformers() },
+		watching:    l.Watching,
 		closeIdle:   httpClient.CloseIdleConnections,
 		queue:       workqueue.NewTyped[int](),
 		deployments: make([]*appsv1.Deployment, len(s.foos)),
 		latest:      map[int]*samplev1alpha1.Foo{},
 	}
+	stopInformers := func() {}
+	if l.Watching {
+		if stopInformers, err = startInformers(ctx, s, kube, sample, run.specChanged); err != nil {
+			cancel()
+			return err
+		}
+	}
+	run.cancel = func() { cancel(); stopInformers() }
+	progressf("%s: writing %s per Foo with %d requests in flight", s.name, writes, inflight)
 	s.limit = run
 	run.wg.Go(func() {
 		err := parallel(ctx, len(s.foos), inflight, func(ctx context.Context, i int) error { return run.create(ctx, i, l.Events) })
@@ -139,9 +143,10 @@ func ownConnection(s *session, userAgent string) (*rest.Config, *http.Client, er
 
 // startInformers lists and watches the session's Foos and their Deployments as our
 // controller does (its namespace, the Deployments' label, managedFields dropped from
-// the caches), through the limit's clients, with no handler, and returns once both
-// caches are filled. stop shuts them down.
-func startInformers(ctx context.Context, s *session, kube kubernetes.Interface, sample clientset.Interface) (stop func(), err error) {
+// the caches), through the limit's clients, and returns once both caches are filled.
+// Its one handler calls changed with each Foo whose spec an update changed. stop shuts
+// them down.
+func startInformers(ctx context.Context, s *session, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
 	dropManagedFields := func(obj any) (any, error) {
 		if accessor, err := meta.Accessor(obj); err == nil {
 			accessor.SetManagedFields(nil)
@@ -156,7 +161,17 @@ func startInformers(ctx context.Context, s *session, kube kubernetes.Interface, 
 		sampleinformers.WithNamespace(s.namespace),
 		sampleinformers.WithTransform(dropManagedFields))
 	kubeFactory.Apps().V1().Deployments().Informer()
-	sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
+	_, err = sampleFactory.Samplecontroller().V1alpha1().Foos().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			old, foo := oldObj.(*samplev1alpha1.Foo), newObj.(*samplev1alpha1.Foo)
+			if foo.Generation != old.Generation {
+				changed(foo)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
 	kubeFactory.Start(ctx.Done())
 	sampleFactory.Start(ctx.Done())
 	stop = func() {
@@ -178,6 +193,9 @@ type limitRun struct {
 	kube   kubernetes.Interface // the limit's own clients (limitClients)
 	sample clientset.Interface
 	cancel context.CancelFunc
+	// watching: it follows the changes its Foo informer sees (specChanged), not the
+	// patches' responses (follow).
+	watching bool
 	// closeIdle closes the limit's connection once its writers are done.
 	closeIdle func()
 	wg        sync.WaitGroup
@@ -247,6 +265,13 @@ func (l *limitRun) follow(i int, foo *samplev1alpha1.Foo) {
 	l.latest[i] = foo
 	l.mu.Unlock()
 	l.queue.Add(i)
+}
+
+// specChanged follows a change of foo's spec that the limit's Foo informer saw.
+func (l *limitRun) specChanged(foo *samplev1alpha1.Foo) {
+	if i, ok := l.s.fooIndex(foo.Name); ok {
+		l.follow(i, foo)
+	}
 }
 
 // work makes the writes for one queued Foo: the Deployment update, then the status.

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	samplefake "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
@@ -67,5 +73,64 @@ func TestCreatedEventIsTheRecorders(t *testing.T) {
 	wantJSON, _ := json.Marshal(want)
 	if string(gotJSON) != string(wantJSON) {
 		t.Errorf("createdEvent =\n%s\nthe recorder's =\n%s", gotJSON, wantJSON)
+	}
+}
+
+// A watching limit follows the spec changes its Foo informer sees, by the Foo's index,
+// and not the status writes (its own) or Foos of other sessions.
+func TestWatchingLimitFollowsSpecChanges(t *testing.T) {
+	foos := []*samplev1alpha1.Foo{newFoo(fooName(0), 1), newFoo(fooName(1), 1)}
+	stranger := newFoo("foo-1", 1) // an index's number, but no name of this session
+	sample := samplefake.NewClientset(foos[0], foos[1], stranger)
+	s := &session{namespace: benchNamespace, foos: foos}
+	run := &limitRun{s: s, watching: true, queue: workqueue.NewTyped[int](), latest: map[int]*samplev1alpha1.Foo{}}
+	defer run.queue.ShutDown()
+	var mu sync.Mutex
+	var seen []string // the Foos the handler passed on, in order
+	ctx, cancel := context.WithCancel(t.Context())
+	stop, err := startInformers(ctx, s, fake.NewClientset(), sample, func(foo *samplev1alpha1.Foo) {
+		mu.Lock()
+		seen = append(seen, foo.Name)
+		mu.Unlock()
+		run.specChanged(foo)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	defer cancel() // first: the factories' Shutdown waits for their informers to end
+
+	update := func(foo *samplev1alpha1.Foo) {
+		t.Helper()
+		if err := sample.Tracker().Update(samplev1alpha1.SchemeGroupVersion.WithResource("foos"), foo, foo.Namespace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(withReadyStatus(foos[0], 1)) // a status write: the generation stays
+	changed := foos[1].DeepCopy()
+	changed.Generation, changed.Spec.Replicas = 2, ptr.To[int32](5)
+	update(changed)
+	strangerChanged := stranger.DeepCopy()
+	strangerChanged.Generation = 2
+	update(strangerChanged)
+
+	// One handler gets the events in order: once it has the stranger's, it has had all.
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(seen, stranger.Name), nil
+	}); err != nil {
+		t.Fatalf("the handler saw %q, want the stranger's change too", seen)
+	}
+	if want := []string{fooName(1), stranger.Name}; !slices.Equal(seen, want) {
+		t.Errorf("the handler passed on %q, want the spec changes %q", seen, want)
+	}
+	if n := run.queue.Len(); n != 1 {
+		t.Fatalf("%d Foos queued, want 1", n)
+	}
+	i, _ := run.queue.Get()
+	run.queue.Done(i)
+	if got := run.latest[i]; i != 1 || *got.Spec.Replicas != 5 {
+		t.Errorf("followed Foo %d with %d replicas, want Foo 1 with 5", i, *got.Spec.Replicas)
 	}
 }

@@ -74,8 +74,8 @@ func splitAlso(also []string) (flags, env []string) {
 // rotating order, all on one cluster. After its cold start, every side reacts to spec
 // changes at each of rates; our controller's sides first have their RSS read and, in
 // the first pair of each size, their writes counted at steady state, which the limit,
-// doing nothing once done, has no counterpart of. A watching limit reacts as the limit
-// does, its informers watching the changes too.
+// doing nothing once done, has no counterpart of. A watching limit reacts to its Foo
+// informer's events, as a controller does.
 func ratioPlan(ours controller, sizes []int, pairs int, also []string, watchingLimit bool, rates []int) []sessionPlan {
 	shared := &sharedCluster{}
 	sides := []ratioSide{{Ours: &ours}}
@@ -217,7 +217,8 @@ func spread(ratios []float64) string {
 // default flags (not a --ratio-also variant) against the limit in the same pairs: its
 // RSS once converged, its writes at steady state (first pairs only), and each rate's
 // reaction p99, ours, the limit's and their ratio, with the ratios' median and range
-// for each size. A p99 of changes not all delivered says how many were. Beside the
+// for each size; with a watching limit, its p99, its ratio to the limit's, and ours to
+// its own, the fair one for reactions (both learn of a change from the Foo's watch). A p99 of changes not all delivered says how many were. Beside the
 // RSS, the CPU the controller had used when it was read; a variant's RSS and CPU, read
 // the same way in the same triple, have columns beside ours.
 func ratioTargetsMarkdown(res *results) string {
@@ -272,11 +273,12 @@ func ratioTargetsMarkdown(res *results) string {
 	for _, rate := range rates {
 		header = append(header, fmt.Sprintf("p99 at %d changes/s (ms): %s", rate, ourName), "limit", "÷")
 		if withWatching {
-			header = append(header, watchingSide, watchingSide+" ÷ limit")
+			header = append(header, watchingSide, watchingSide+" ÷ limit", ourName+" ÷ "+watchingSide)
 		}
 	}
-	ratios := map[int]map[int][]float64{}         // by size, then rate
-	watchingRatios := map[int]map[int][]float64{} // the watching limit's, alike
+	ratios := map[int]map[int][]float64{}          // by size, then rate
+	watchingRatios := map[int]map[int][]float64{}  // the watching limit's, alike
+	againstWatching := map[int]map[int][]float64{} // ours ÷ the watching limit's
 	var sizes []int
 	rows := 0
 	for _, k := range keys {
@@ -294,6 +296,7 @@ func ratioTargetsMarkdown(res *results) string {
 			sizes = append(sizes, k.foos)
 			ratios[k.foos] = map[int][]float64{}
 			watchingRatios[k.foos] = map[int][]float64{}
+			againstWatching[k.foos] = map[int][]float64{}
 		}
 		steady := ""
 		if o.Steady != nil {
@@ -317,12 +320,23 @@ func ratioTargetsMarkdown(res *results) string {
 				continue
 			}
 			wr, wyes := reactionAt(watching[k], rate)
-			if !wyes || !lyes {
-				line = append(line, "", "")
+			if !wyes {
+				line = append(line, "", "", "")
 				continue
 			}
-			watchingRatios[k.foos][rate] = append(watchingRatios[k.foos][rate], wr.P99Ms/lr.P99Ms)
-			line = append(line, p99Text(wr), formatRatio(wr.P99Ms/lr.P99Ms))
+			line = append(line, p99Text(wr))
+			if lyes {
+				watchingRatios[k.foos][rate] = append(watchingRatios[k.foos][rate], wr.P99Ms/lr.P99Ms)
+				line = append(line, formatRatio(wr.P99Ms/lr.P99Ms))
+			} else {
+				line = append(line, "")
+			}
+			if oyes {
+				againstWatching[k.foos][rate] = append(againstWatching[k.foos][rate], or.P99Ms/wr.P99Ms)
+				line = append(line, formatRatio(or.P99Ms/wr.P99Ms))
+			} else {
+				line = append(line, "")
+			}
 		}
 		writeLine(line...)
 	}
@@ -331,7 +345,7 @@ func ratioTargetsMarkdown(res *results) string {
 		for _, rate := range rates {
 			line = append(line, "", "", spread(ratios[n][rate]))
 			if withWatching {
-				line = append(line, "", spread(watchingRatios[n][rate]))
+				line = append(line, "", spread(watchingRatios[n][rate]), spread(againstWatching[n][rate]))
 			}
 		}
 		writeLine(line...)

@@ -129,7 +129,7 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 					}
 				} else {
 					tracker.accepted(c, time.Now())
-					if s.limit != nil {
+					if s.limit != nil && !s.limit.watching {
 						s.limit.follow(i, patched)
 					}
 				}

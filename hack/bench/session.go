@@ -324,6 +324,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 // fooName names the i-th Foo of the bench; its Deployment has the same name.
 func fooName(i int) string { return fmt.Sprintf("foo-%05d", i) }
 
+// fooIndex is the index of the session's Foo named name, if it is one of them.
+func (s *session) fooIndex(name string) (int, bool) {
+	var i int
+	if _, err := fmt.Sscanf(name, "foo-%d", &i); err != nil || i < 0 || i >= len(s.foos) || s.foos[i].Name != name {
+		return 0, false
+	}
+	return i, true
+}
+
 // parallel calls fn for 0..n-1 from at most workers goroutines and returns the first
 // error, after which no new calls start.
 func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
