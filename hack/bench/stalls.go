@@ -52,6 +52,10 @@ type stallRecord struct {
 	// (one every --snapshot-count applied entries) in the window.
 	EtcdCompactions float64 `json:"etcdCompactions"`
 	EtcdSnapshots   float64 `json:"etcdSnapshots"`
+	// Writes are the writes the apiserver served on the Foos, Deployments and Events
+	// in the window, by "VERB resource[/subresource]": every side's and the bench's
+	// patches alike.
+	Writes requestCounts `json:"writes,omitempty"`
 	// MetricsError says why the figures above, from the metrics, are missing.
 	MetricsError string `json:"metricsError,omitempty"`
 	// SlowChanges are the delivered changes that took longer than slowChange, and
@@ -244,6 +248,7 @@ func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallR
 	r.APIServerLiveHeapBytes = after.Sum("go_gc_heap_live_bytes", nil)
 	r.EtcdCompactions = grew(p.before[1], etcdAfter, "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
 	r.EtcdSnapshots = grew(p.before[1], etcdAfter, "etcd_debugging_snap_save_total_duration_seconds")
+	r.Writes = apiserverRequests(after, countedResources).minus(apiserverRequests(p.before[0], countedResources)).mutating()
 	return r, nil
 }
 
@@ -280,12 +285,25 @@ func (t *latencyTracker) stalls(r *stallRecord) {
 	r.P99OutsideStallsMs = percentile(outside, 99)
 }
 
-// summary is the record in one line, for the bench's progress.
-func (r stallRecord) summary() string {
-	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; etcd %.0f compactions, %.0f snapshots",
+// summary is the record in one line, for the bench's progress; changes is how many
+// were sent in the window.
+func (r stallRecord) summary(changes int) string {
+	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; etcd %.0f compactions, %.0f snapshots; per change %s",
 		stallThreshold, len(r.APIServerStalls), r.APIServerMaxMs, len(r.EtcdStalls), r.EtcdMaxMs,
 		r.SlowChanges, slowChange, r.SlowInStalls, r.P99OutsideStallsMs,
-		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.APIServerGCAssistSeconds, mib(r.APIServerLiveHeapBytes), r.EtcdCompactions, r.EtcdSnapshots)
+		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.APIServerGCAssistSeconds, mib(r.APIServerLiveHeapBytes), r.EtcdCompactions, r.EtcdSnapshots,
+		r.writesPerChange(changes, "%s Deployment updates, %s status writes"))
+}
+
+// writesPerChange formats how many Deployment updates and Foo status writes the
+// window had per change sent: a controller that writes each once per change has 1
+// and 1.
+func (r stallRecord) writesPerChange(changes int, format string) string {
+	if changes == 0 || r.MetricsError != "" {
+		return "n/a"
+	}
+	per := func(key string) string { return formatNumber(r.Writes[key] / float64(changes)) }
+	return fmt.Sprintf(format, per("PUT deployments"), per("PUT foos/status"))
 }
 
 // ratioStallsMarkdown is the ratio case's fourth table: every reaction window of every
@@ -319,7 +337,8 @@ func ratioStallsMarkdown(res *results) string {
 				header := []string{"reaction windows, Foos", "changes/s", "pair", "side", "p99 (ms)", "p99 outside stalls (ms)",
 					"changes in no stall", "changes over " + fmt.Sprint(slowChange) + ": in a stall",
 					"apiserver probe: stalls over " + fmt.Sprint(stallThreshold) + ", slowest (ms)", "etcd probe: stalls, slowest (ms)",
-					"apiserver GC: cycles, CPU (s), of it assists (s)", "apiserver live heap (MiB)", "etcd: compactions, snapshots"}
+					"apiserver GC: cycles, CPU (s), of it assists (s)", "apiserver live heap (MiB)", "etcd: compactions, snapshots",
+					"per change: Deployment updates, status writes"}
 				writeLine(header...)
 				writeLine(slices.Repeat([]string{"--:"}, len(header))...)
 			}
@@ -332,6 +351,7 @@ func ratioStallsMarkdown(res *results) string {
 				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
 				formatNumber(mib(st.APIServerLiveHeapBytes)),
 				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots),
+				st.writesPerChange(rr.Sent, "%s, %s"),
 			}
 			if st.MetricsError != "" {
 				metrics = slices.Repeat([]string{"not read"}, len(metrics))
@@ -367,7 +387,7 @@ func ratioStallsMarkdown(res *results) string {
 			}
 		}
 		writeLine(fmt.Sprint(o.foos), fmt.Sprint(o.rate), "median of the pairs (range)", o.side+" ÷ limit", "", spread(ratios),
-			"", "", "", "", "", "", "")
+			"", "", "", "", "", "", "", "")
 	}
 	return b.String()
 }
