@@ -205,7 +205,7 @@ type limitRun struct {
 
 	mu          sync.Mutex
 	deployments []*appsv1.Deployment        // by index, as last written
-	latest      map[int]*samplev1alpha1.Foo // by index, as the last patch left it
+	latest      map[int]*samplev1alpha1.Foo // by index, as the last change followed left it
 }
 
 // create makes a controller's writes for the i-th Foo, new: the Deployment, the
@@ -258,8 +258,8 @@ func objectReference(apiVersion, kind string, m *metav1.ObjectMeta) corev1.Objec
 	return corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
-// follow queues the writes for the i-th Foo, which a patch changed to foo. It does not
-// block the sender.
+// follow queues the writes for the i-th Foo, which a change made foo: as the patch's
+// response or the watching limit's informer gave it. It does not block the caller.
 func (l *limitRun) follow(i int, foo *samplev1alpha1.Foo) {
 	l.mu.Lock()
 	l.latest[i] = foo
@@ -284,6 +284,11 @@ func (l *limitRun) work(ctx context.Context) bool {
 	l.mu.Lock()
 	foo, d := l.latest[i], l.deployments[i]
 	l.mu.Unlock()
+	if d == nil {
+		// Its cold start has not created it: no change comes before that converged.
+		l.failed.Add(1)
+		return true
+	}
 
 	d, _ = reconcile.UpdateDeployment(foo, d)
 	deployments := l.kube.AppsV1().Deployments(foo.Namespace)

@@ -218,7 +218,8 @@ func spread(ratios []float64) string {
 // RSS once converged, its writes at steady state (first pairs only), and each rate's
 // reaction p99, ours, the limit's and their ratio, with the ratios' median and range
 // for each size; with a watching limit, its p99, its ratio to the limit's, and ours to
-// its own, the fair one for reactions (both learn of a change from the Foo's watch). A p99 of changes not all delivered says how many were. Beside the
+// its own, the fair one for reactions (both learn of a change from the Foo's watch).
+// A p99 of changes not all delivered says how many were. Beside the
 // RSS, the CPU the controller had used when it was read; a variant's RSS and CPU, read
 // the same way in the same triple, have columns beside ours.
 func ratioTargetsMarkdown(res *results) string {

@@ -176,6 +176,25 @@ func TestRatioWatchingLimit(t *testing.T) {
 	if got := ratioTargetsMarkdown(res); got != wantTargets {
 		t.Errorf("ratioTargetsMarkdown =\n%s\nwant\n%s", got, wantTargets)
 	}
+
+	// A pair in which one side or another has no reaction keeps its columns.
+	for _, missing := range []int{0, 1, 2} {
+		pair := []runResult{run(ratioSide{Ours: &ours, Pair: 3}, 6, 30), run(ratioSide{Watching: true, Pair: 3}, 5, 22), run(ratioSide{Pair: 3}, 4, 20)}
+		pair[missing].Reactions = nil
+		withMissing := &results{Runs: append(slices.Clone(res.Runs), pair...)}
+		requireAligned(t, ratioTargetsMarkdown(withMissing))
+	}
+}
+
+// requireAligned fails unless every line of table has as many cells as its header.
+func requireAligned(t *testing.T, table string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	for _, line := range lines {
+		if got, want := strings.Count(line, "|"), strings.Count(lines[0], "|"); got != want {
+			t.Errorf("a line of %d cells under a header of %d:\n%s\nin\n%s", got-1, want-1, line, table)
+		}
+	}
 }
 
 // A variant's NAME=value words go to its environment, the rest are its flags.

@@ -95,7 +95,7 @@ func (c reactionCase) run(ctx context.Context, s *session) error {
 	}
 	s.result.Reactions = append(s.result.Reactions, r)
 	progressf("%s: delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms; %s",
-		s.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms, stalls.summary(r.Sent))
+		s.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms, stalls.summary(r.Sent-r.Failed))
 	return nil
 }
 

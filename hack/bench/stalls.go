@@ -296,10 +296,11 @@ func (r stallRecord) summary(changes int) string {
 }
 
 // writesPerChange formats how many Deployment updates and Foo status writes the
-// window had per change sent: a controller that writes each once per change has 1
-// and 1.
+// window had per change accepted (changes): a side that writes each once per change
+// has 1 and 1. Refused writes count too, a status write superseded by a newer change
+// (a conflict) among them.
 func (r stallRecord) writesPerChange(changes int, format string) string {
-	if changes == 0 || r.MetricsError != "" {
+	if changes <= 0 || r.MetricsError != "" {
 		return "n/a"
 	}
 	per := func(key string) string { return formatNumber(r.Writes[key] / float64(changes)) }
@@ -351,7 +352,7 @@ func ratioStallsMarkdown(res *results) string {
 				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
 				formatNumber(mib(st.APIServerLiveHeapBytes)),
 				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots),
-				st.writesPerChange(rr.Sent, "%s, %s"),
+				st.writesPerChange(rr.Sent-rr.Failed, "%s, %s"),
 			}
 			if st.MetricsError != "" {
 				metrics = slices.Repeat([]string{"not read"}, len(metrics))

@@ -81,6 +81,7 @@ func TestRatioStallsMarkdown(t *testing.T) {
 			t.Errorf("ratioStallsMarkdown has no line with %q:\n%s", want, got)
 		}
 	}
+	requireAligned(t, got)
 	if strings.Count(got, "median of the pairs") != 1 {
 		t.Errorf("want one summary row, for ours (none for the limit against itself):\n%s", got)
 	}

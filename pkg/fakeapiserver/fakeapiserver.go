@@ -128,12 +128,7 @@ func openWatch(tracker core.ObjectTracker, a core.Action) (watch.Interface, erro
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-		if e.Object != nil {
-			e.Object = e.Object.DeepCopyObject()
-		}
-		return e, true
-	}), nil
+	return newCopyingWatch(w), nil
 }
 
 func listOptions(a core.Action) metav1.ListOptions {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -249,4 +250,28 @@ func TestWatchesCarryCopies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A watch stopped while an event waits for its receiver ends its goroutine, and closes
+// its channel, without the event being taken.
+func TestStoppedWatchEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset(deployment("stored", 1))
+		CopiedWatches(client)
+		w, err := client.AppsV1().Deployments("ns").Watch(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the stored object's event waits to be received
+		w.Stop()
+		synctest.Wait()
+		select {
+		case e, ok := <-w.ResultChan():
+			if ok {
+				t.Errorf("after Stop, the watch still delivered %s %s", e.Type, e.Object.(metav1.Object).GetName())
+			}
+		default:
+			t.Error("after Stop, the watch's channel is still open")
+		}
+	})
 }

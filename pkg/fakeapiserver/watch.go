@@ -121,3 +121,42 @@ func sameObject(a, b runtime.Object) bool {
 	mb, err2 := meta.Accessor(b)
 	return err1 == nil && err2 == nil && ma.GetUID() == mb.GetUID()
 }
+
+// copyingWatch passes on the events of a watch of the tracker, each with a copy of its
+// object. Unlike watch.Filter's, its Stop also ends a send that no one receives any
+// more, so that a stopped watch leaves no goroutine behind.
+type copyingWatch struct {
+	source watch.Interface
+	result chan watch.Event
+	stop   chan struct{}
+	halt   sync.Once
+}
+
+func newCopyingWatch(source watch.Interface) *copyingWatch {
+	w := &copyingWatch{source: source, result: make(chan watch.Event), stop: make(chan struct{})}
+	go w.copy()
+	return w
+}
+
+func (w *copyingWatch) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *copyingWatch) Stop() {
+	w.halt.Do(func() {
+		close(w.stop)
+		w.source.Stop()
+	})
+}
+
+func (w *copyingWatch) copy() {
+	defer close(w.result)
+	for e := range w.source.ResultChan() {
+		if e.Object != nil {
+			e.Object = e.Object.DeepCopyObject()
+		}
+		select {
+		case w.result <- e:
+		case <-w.stop:
+			return
+		}
+	}
+}
