@@ -134,3 +134,24 @@ func TestWatchingLimitFollowsSpecChanges(t *testing.T) {
 		t.Errorf("followed Foo %d with %d replicas, want Foo 1 with 5", i, *got.Spec.Replicas)
 	}
 }
+
+// The plain limit follows each accepted patch from its response; the watching limit
+// does not, its informer does (TestWatchingLimitFollowsSpecChanges).
+func TestOnlyThePlainLimitFollowsPatchResponses(t *testing.T) {
+	for _, watching := range []bool{false, true} {
+		foos := []*samplev1alpha1.Foo{newFoo(fooName(0), 1), newFoo(fooName(1), 1)}
+		s := &session{cfg: config{reactionInflight: 2}, namespace: benchNamespace, foos: foos, sample: samplefake.NewClientset(foos[0], foos[1])}
+		s.limit = &limitRun{s: s, watching: watching, queue: workqueue.NewTyped[int](), latest: map[int]*samplev1alpha1.Foo{}}
+		if err := s.sendChanges(t.Context(), newLatencyTracker(), 1000, 2); err != nil {
+			t.Fatal(err)
+		}
+		want := 2
+		if watching {
+			want = 0
+		}
+		if got := s.limit.queue.Len(); got != want {
+			t.Errorf("watching %v: %d Foos queued from the patches' responses, want %d", watching, got, want)
+		}
+		s.limit.queue.ShutDown()
+	}
+}
