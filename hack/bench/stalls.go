@@ -286,7 +286,7 @@ func (t *latencyTracker) stalls(r *stallRecord) {
 }
 
 // summary is the record in one line, for the bench's progress; changes is how many
-// were sent in the window.
+// the apiserver accepted in the window.
 func (r stallRecord) summary(changes int) string {
 	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; etcd %.0f compactions, %.0f snapshots; per change %s",
 		stallThreshold, len(r.APIServerStalls), r.APIServerMaxMs, len(r.EtcdStalls), r.EtcdMaxMs,

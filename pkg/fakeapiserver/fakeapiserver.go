@@ -107,11 +107,11 @@ func WatchesOpened(client Client, resource string) <-chan struct{} {
 
 // CopiedWatches makes every watch of client carry objects of its own, as a real API
 // server's watch does, whose events are decoded afresh for each watcher. A fake's
-// tracker sends copies of what changes after a watch opens, but the objects it stores
-// themselves for those it delivers at the start (the changes between a list and the
-// watch that follows it): an informer transform that edits what it is given, as
-// client-go's documentation invites, would then edit the tracker's copy while the test
-// reads it.
+// tracker sends copies of what changes after a watch opens, but, for the objects it
+// delivers as the watch opens (those changed between a list and the watch after it),
+// the very objects it stores. An informer transform that edits what it is given, which
+// client-go's TransformFunc documentation says is safe, would then edit the tracker's
+// objects while the test reads them.
 //
 // Install it before this package's other watch reactors (New, WatchesOpened), which
 // copy too and, prepended later, come first.
