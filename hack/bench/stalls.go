@@ -48,6 +48,12 @@ type stallRecord struct {
 	APIServerGCCPUSeconds    float64 `json:"apiserverGCCPUSeconds"`
 	APIServerGCAssistSeconds float64 `json:"apiserverGCAssistSeconds"`
 	APIServerLiveHeapBytes   float64 `json:"apiserverLiveHeapBytes"`
+	// WatchCache is the capacity of the apiserver's watch cache (the events of a
+	// resource it keeps for watchers to resume from) after the window, for the Foos
+	// and the Deployments. The apiserver doubles it when the cache is full of events
+	// younger than its history window (75 s) and halves it when the newest quarter
+	// is older; every event held keeps its object alive, so the capacity is heap.
+	WatchCache watchCacheCapacity `json:"watchCache,omitzero"`
 	// etcd's compactions (the apiserver asks for one every 5 minutes) and snapshots
 	// (one every --snapshot-count applied entries) in the window.
 	EtcdCompactions float64 `json:"etcdCompactions"`
@@ -109,7 +115,8 @@ const probeTimeout = 30 * time.Second
 // read as 0, so the probes do not start without them.
 var (
 	apiserverFamilies = []string{"go_gc_cycles_total_gc_cycles_total", "go_cpu_classes_gc_mark_assist_cpu_seconds_total",
-		"go_cpu_classes_gc_mark_dedicated_cpu_seconds_total", "go_cpu_classes_gc_pause_cpu_seconds_total", "go_gc_heap_live_bytes"}
+		"go_cpu_classes_gc_mark_dedicated_cpu_seconds_total", "go_cpu_classes_gc_pause_cpu_seconds_total", "go_gc_heap_live_bytes",
+		watchCacheFamily}
 	etcdFamilies = []string{"etcd_debugging_mvcc_db_compaction_total_duration_milliseconds", "etcd_debugging_snap_save_total_duration_seconds"}
 )
 
@@ -196,6 +203,24 @@ func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 	return p, nil
 }
 
+// watchCacheFamily is the apiserver's gauge of each watch cache's capacity.
+const watchCacheFamily = "watch_cache_capacity"
+
+// watchCacheCapacity is how many events the apiserver's watch caches of the Foos and
+// the Deployments hold at most.
+type watchCacheCapacity struct {
+	Foos        float64 `json:"foos"`
+	Deployments float64 `json:"deployments"`
+}
+
+// readWatchCache reads the capacities from the apiserver's metrics m.
+func readWatchCache(m localcluster.Metrics) watchCacheCapacity {
+	of := func(group, resource string) float64 {
+		return m.Sum(watchCacheFamily, map[string]string{"group": group, "resource": resource})
+	}
+	return watchCacheCapacity{Foos: of("samplecontroller.k8s.io", "foos"), Deployments: of("apps", "deployments")}
+}
+
 // requireFamilies says which of names m lacks.
 func requireFamilies(m localcluster.Metrics, names []string) error {
 	var missing []string
@@ -246,6 +271,7 @@ func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallR
 	r.APIServerGCCycles = grew(p.before[0], after, "go_gc_cycles_total_gc_cycles_total")
 	r.APIServerGCAssistSeconds = grew(p.before[0], after, "go_cpu_classes_gc_mark_assist_cpu_seconds_total")
 	r.APIServerLiveHeapBytes = after.Sum("go_gc_heap_live_bytes", nil)
+	r.WatchCache = readWatchCache(after)
 	r.EtcdCompactions = grew(p.before[1], etcdAfter, "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
 	r.EtcdSnapshots = grew(p.before[1], etcdAfter, "etcd_debugging_snap_save_total_duration_seconds")
 	r.Writes = apiserverRequests(after, countedResources).minus(apiserverRequests(p.before[0], countedResources)).mutating()
@@ -288,10 +314,11 @@ func (t *latencyTracker) stalls(r *stallRecord) {
 // summary is the record in one line, for the bench's progress; changes is how many
 // the apiserver accepted in the window.
 func (r stallRecord) summary(changes int) string {
-	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; etcd %.0f compactions, %.0f snapshots; per change %s",
+	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; watch cache capacity Foos %.0f, Deployments %.0f; etcd %.0f compactions, %.0f snapshots; per change %s",
 		stallThreshold, len(r.APIServerStalls), r.APIServerMaxMs, len(r.EtcdStalls), r.EtcdMaxMs,
 		r.SlowChanges, slowChange, r.SlowInStalls, r.P99OutsideStallsMs,
-		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.APIServerGCAssistSeconds, mib(r.APIServerLiveHeapBytes), r.EtcdCompactions, r.EtcdSnapshots,
+		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.APIServerGCAssistSeconds, mib(r.APIServerLiveHeapBytes),
+		r.WatchCache.Foos, r.WatchCache.Deployments, r.EtcdCompactions, r.EtcdSnapshots,
 		r.writesPerChange(changes, "%s Deployment updates, %s status writes"))
 }
 
@@ -338,7 +365,8 @@ func ratioStallsMarkdown(res *results) string {
 				header := []string{"reaction windows, Foos", "changes/s", "pair", "side", "p99 (ms)", "p99 outside stalls (ms)",
 					"changes in no stall", "changes over " + fmt.Sprint(slowChange) + ": in a stall",
 					"apiserver probe: stalls over " + fmt.Sprint(stallThreshold) + ", slowest (ms)", "etcd probe: stalls, slowest (ms)",
-					"apiserver GC: cycles, CPU (s), of it assists (s)", "apiserver live heap (MiB)", "etcd: compactions, snapshots",
+					"apiserver GC: cycles, CPU (s), of it assists (s)", "apiserver live heap (MiB)",
+					"apiserver watch cache capacity: Foos, Deployments", "etcd: compactions, snapshots",
 					"per change: Deployment updates, status writes"}
 				writeLine(header...)
 				writeLine(slices.Repeat([]string{"--:"}, len(header))...)
@@ -351,6 +379,7 @@ func ratioStallsMarkdown(res *results) string {
 			metrics := []string{
 				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
 				formatNumber(mib(st.APIServerLiveHeapBytes)),
+				fmt.Sprintf("%.0f, %.0f", st.WatchCache.Foos, st.WatchCache.Deployments),
 				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots),
 				st.writesPerChange(rr.Sent-rr.Failed, "%s, %s"),
 			}
@@ -388,7 +417,7 @@ func ratioStallsMarkdown(res *results) string {
 			}
 		}
 		writeLine(fmt.Sprint(o.foos), fmt.Sprint(o.rate), "median of the pairs (range)", o.side+" ÷ limit", "", spread(ratios),
-			"", "", "", "", "", "", "", "")
+			"", "", "", "", "", "", "", "", "")
 	}
 	return b.String()
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 func TestLatencyTrackerStalls(t *testing.T) {
@@ -56,7 +58,8 @@ func TestRatioStallsMarkdown(t *testing.T) {
 			Stalls: &stallRecord{P99OutsideStallsMs: outside, OutsideStalls: 5900, SlowChanges: 80, SlowInStalls: 70,
 				APIServerStalls: []probeStall{{Ms: 300}, {Ms: 120}}, APIServerMaxMs: 300, EtcdMaxMs: 4,
 				APIServerGCCycles: 40, APIServerGCCPUSeconds: 9.5, APIServerGCAssistSeconds: 2.25,
-				APIServerLiveHeapBytes: 300 << 20, EtcdCompactions: 1, EtcdSnapshots: 2,
+				APIServerLiveHeapBytes: 300 << 20, WatchCache: watchCacheCapacity{Foos: 16384, Deployments: 8192},
+				EtcdCompactions: 1, EtcdSnapshots: 2,
 				// The bench's patches are writes too, but neither of the two counted.
 				Writes: requestCounts{"PUT deployments": 6000, "PUT foos/status": 6600, "PATCH foos": 6000}},
 		}}}
@@ -70,10 +73,10 @@ func TestRatioStallsMarkdown(t *testing.T) {
 	res.Runs[5].Reactions[0].Stalls.MetricsError = "connection refused"
 	got := ratioStallsMarkdown(res)
 	for _, want := range []string{
-		"| 1000 | 100 | 1 | ours | 400 | 33.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | 40, 9.50, 2.25 | 300 | 1, 2 | 1.00, 1.10 |\n",
+		"| 1000 | 100 | 1 | ours | 400 | 33.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | 40, 9.50, 2.25 | 300 | 16384, 8192 | 1, 2 | 1.00, 1.10 |\n",
 		"| 1000 | 100 | 2 | limit | 500 | 40.0 |",
 		"| 1000 | 100 | 3 | ours | 900 | none | 0 of 6000 |",
-		"| 1000 | 100 | 3 | limit | 30.0 | 30.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | not read | not read | not read | not read |\n",
+		"| 1000 | 100 | 3 | limit | 30.0 | 30.0 | 5900 of 6000 | 70 of 80 | 2, 300 | 0, 4.00 | not read | not read | not read | not read | not read |\n",
 		// 33/30 and 36/40; pair 3 has none.
 		"| 1000 | 100 | median of the pairs (range) | ours ÷ limit |  | 1.00 (0.90-1.10) |",
 	} {
@@ -87,5 +90,20 @@ func TestRatioStallsMarkdown(t *testing.T) {
 	}
 	if ratioStallsMarkdown(&results{}) != "" {
 		t.Error("a run with no reactions has a stalls table")
+	}
+}
+
+func TestReadWatchCache(t *testing.T) {
+	m, err := localcluster.ParseMetrics(strings.NewReader(`# TYPE watch_cache_capacity gauge
+watch_cache_capacity{group="",resource="events"} 4096
+watch_cache_capacity{group="",resource="foos"} 1
+watch_cache_capacity{group="apps",resource="deployments"} 8192
+watch_cache_capacity{group="samplecontroller.k8s.io",resource="foos"} 16384
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readWatchCache(m), (watchCacheCapacity{Foos: 16384, Deployments: 8192}); got != want {
+		t.Errorf("readWatchCache = %+v, want %+v", got, want)
 	}
 }
