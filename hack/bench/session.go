@@ -172,6 +172,15 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	default:
 		progressf("%s: on the shared cluster, in namespace %s", s.name, s.namespace)
 		s.cluster, s.kube, s.sample = s.shared.cluster, s.shared.kube, s.shared.sample
+		if s.cfg.ratioRestartAPIServer {
+			// Same etcd, same flags: only what the apiserver holds in memory, its watch
+			// caches above all, is not handed on from the session before.
+			began := time.Now()
+			if err := s.cluster.Restart(ctx, localcluster.ComponentAPIServer); err != nil {
+				return err
+			}
+			progressf("%s: restarted the apiserver, ready again in %v", s.name, time.Since(began).Round(time.Millisecond))
+		}
 	}
 	namespaces, watched := []string{s.namespace, unrelatedNamespace}, s.namespace
 	if s.layout != nil {
