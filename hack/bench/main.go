@@ -105,7 +105,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.ratioPairs, "ratio-pairs", 3, "ratio case: pairs of runs, ours and the limit with events, in alternating order")
 	ratioAlso := fs.String("ratio-also", "", "ratio case: flags, space-separated, of a third side that runs our controller with them added (e.g. --workers=8), to measure a default against its alternative; NAME=value words go to its environment (e.g. GOGC=100)")
 	fs.BoolVar(&cfg.ratioWatchingLimit, "ratio-watching-limit", false, "ratio case: a further side, the limit with events that first lists and then watches the Foos and their Deployments through informers built as our controller's, which in the reaction case learns of each change from its Foo informer, as a controller must: what watching costs the limit, and the like-for-like baseline for reactions")
-	fs.BoolVar(&cfg.ratioRestartAPIServer, "ratio-restart-apiserver", false, "ratio case: restart kube-apiserver (same etcd, same flags) before every side but the first, so that no side inherits the watch caches and heap that the side before it left")
+	fs.BoolVar(&cfg.ratioRestartAPIServer, "ratio-restart-apiserver", true, "ratio case: restart kube-apiserver (same etcd, same flags) before every side but the first, so that no side inherits the watch caches and heap that the side before it left; false shares one apiserver process among all sides, as runs before 2026-11-26 17:30 did")
 	fs.IntVar(&cfg.ratioInflight, "ratio-inflight", 32, "ratio case: requests the limit has in flight, as many as this apiserver takes with profit")
 	cases := fs.String("cases", strings.Join(defaultCases, ","), "case groups to run, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
