@@ -35,6 +35,8 @@ type runResult struct {
 	RSS       *rssResult       `json:"rss,omitempty"`
 	Reactions []reactionResult `json:"reactions,omitempty"`
 	Sharded   *shardedResult   `json:"sharded,omitempty"`
+	// APIServerRestart is how the shared apiserver was made fresh for this run.
+	APIServerRestart *apiserverRestart `json:"apiserverRestart,omitempty"`
 	// Skipped says why the cases after the cold start did not run.
 	Skipped string `json:"skipped,omitempty"`
 }

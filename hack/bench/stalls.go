@@ -48,13 +48,16 @@ type stallRecord struct {
 	APIServerGCCPUSeconds    float64 `json:"apiserverGCCPUSeconds"`
 	APIServerGCAssistSeconds float64 `json:"apiserverGCAssistSeconds"`
 	APIServerLiveHeapBytes   float64 `json:"apiserverLiveHeapBytes"`
-	// WatchCache is the capacity of the apiserver's watch cache (the events of a
-	// resource it keeps for watchers to resume from) after the window, for the Foos
-	// and the Deployments. The apiserver doubles it when the cache is full of events
-	// younger than its history window (75 s) and halves it when the newest quarter
-	// is older; every event held keeps its object alive, so the capacity is heap.
-	WatchCache watchCacheCapacity `json:"watchCache,omitzero"`
-	// etcd's compactions (the apiserver asks for one every 5 minutes) and snapshots
+	// WatchCacheCapacity is how many events the apiserver's watch caches of the Foos
+	// and the Deployments can hold after the window (they keep each resource's latest
+	// events for watchers to resume from); nil if it does not export them. An event
+	// that arrives at a full cache doubles it if the cache's oldest event is younger
+	// than 75 s, and halves it if fewer than a quarter of its capacity arrived in the
+	// last 75 s; nothing else evicts, so events outlive the side that caused them and
+	// a full cache keeps all its events' objects in the heap.
+	WatchCacheCapacity *watchCacheCapacity `json:"watchCacheCapacity,omitempty"`
+	// etcd's compactions (the apiserver asks for one every 5 minutes, a restarted
+	// one first after 5 to 10; the bench compacts before each ratio side) and snapshots
 	// (one every --snapshot-count applied entries) in the window.
 	EtcdCompactions float64 `json:"etcdCompactions"`
 	EtcdSnapshots   float64 `json:"etcdSnapshots"`
@@ -115,8 +118,7 @@ const probeTimeout = 30 * time.Second
 // read as 0, so the probes do not start without them.
 var (
 	apiserverFamilies = []string{"go_gc_cycles_total_gc_cycles_total", "go_cpu_classes_gc_mark_assist_cpu_seconds_total",
-		"go_cpu_classes_gc_mark_dedicated_cpu_seconds_total", "go_cpu_classes_gc_pause_cpu_seconds_total", "go_gc_heap_live_bytes",
-		watchCacheFamily}
+		"go_cpu_classes_gc_mark_dedicated_cpu_seconds_total", "go_cpu_classes_gc_pause_cpu_seconds_total", "go_gc_heap_live_bytes"}
 	etcdFamilies = []string{"etcd_debugging_mvcc_db_compaction_total_duration_milliseconds", "etcd_debugging_snap_save_total_duration_seconds"}
 )
 
@@ -203,22 +205,34 @@ func startStallProbes(ctx context.Context, s *session) (*stallProbes, error) {
 	return p, nil
 }
 
-// watchCacheFamily is the apiserver's gauge of each watch cache's capacity.
+// watchCacheFamily is the apiserver's gauge of each watch cache's capacity: alpha,
+// so the bench does without it when it is gone.
 const watchCacheFamily = "watch_cache_capacity"
 
 // watchCacheCapacity is how many events the apiserver's watch caches of the Foos and
-// the Deployments hold at most.
+// the Deployments can hold.
 type watchCacheCapacity struct {
 	Foos        float64 `json:"foos"`
 	Deployments float64 `json:"deployments"`
 }
 
-// readWatchCache reads the capacities from the apiserver's metrics m.
-func readWatchCache(m localcluster.Metrics) watchCacheCapacity {
-	of := func(group, resource string) float64 {
-		return m.Sum(watchCacheFamily, map[string]string{"group": group, "resource": resource})
+// String is the two capacities, or "not read".
+func (c *watchCacheCapacity) String() string {
+	if c == nil {
+		return "not read"
 	}
-	return watchCacheCapacity{Foos: of("samplecontroller.k8s.io", "foos"), Deployments: of("apps", "deployments")}
+	return fmt.Sprintf("%.0f, %.0f", c.Foos, c.Deployments)
+}
+
+// readWatchCache reads the capacities from the apiserver's metrics m; nil if either is
+// missing.
+func readWatchCache(m localcluster.Metrics) *watchCacheCapacity {
+	foos := map[string]string{"group": "samplecontroller.k8s.io", "resource": "foos"}
+	deployments := map[string]string{"group": "apps", "resource": "deployments"}
+	if !m.Has(watchCacheFamily, foos) || !m.Has(watchCacheFamily, deployments) {
+		return nil
+	}
+	return &watchCacheCapacity{Foos: m.Sum(watchCacheFamily, foos), Deployments: m.Sum(watchCacheFamily, deployments)}
 }
 
 // requireFamilies says which of names m lacks.
@@ -271,7 +285,7 @@ func (p *stallProbes) stop(ctx context.Context, tracker *latencyTracker) (stallR
 	r.APIServerGCCycles = grew(p.before[0], after, "go_gc_cycles_total_gc_cycles_total")
 	r.APIServerGCAssistSeconds = grew(p.before[0], after, "go_cpu_classes_gc_mark_assist_cpu_seconds_total")
 	r.APIServerLiveHeapBytes = after.Sum("go_gc_heap_live_bytes", nil)
-	r.WatchCache = readWatchCache(after)
+	r.WatchCacheCapacity = readWatchCache(after)
 	r.EtcdCompactions = grew(p.before[1], etcdAfter, "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds")
 	r.EtcdSnapshots = grew(p.before[1], etcdAfter, "etcd_debugging_snap_save_total_duration_seconds")
 	r.Writes = apiserverRequests(after, countedResources).minus(apiserverRequests(p.before[0], countedResources)).mutating()
@@ -314,11 +328,11 @@ func (t *latencyTracker) stalls(r *stallRecord) {
 // summary is the record in one line, for the bench's progress; changes is how many
 // the apiserver accepted in the window.
 func (r stallRecord) summary(changes int) string {
-	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; watch cache capacity Foos %.0f, Deployments %.0f; etcd %.0f compactions, %.0f snapshots; per change %s",
+	return fmt.Sprintf("stalls (probes over %v) apiserver %d (slowest %.0f ms), etcd %d (slowest %.0f ms); %d changes over %v, %d of them in a stall; p99 outside stalls %.0f ms; apiserver GC %.0f cycles, %.2f s of CPU (%.2f s assists), %.0f MiB live; watch cache capacity (Foos, Deployments) %s; etcd %.0f compactions, %.0f snapshots; per change %s",
 		stallThreshold, len(r.APIServerStalls), r.APIServerMaxMs, len(r.EtcdStalls), r.EtcdMaxMs,
 		r.SlowChanges, slowChange, r.SlowInStalls, r.P99OutsideStallsMs,
 		r.APIServerGCCycles, r.APIServerGCCPUSeconds, r.APIServerGCAssistSeconds, mib(r.APIServerLiveHeapBytes),
-		r.WatchCache.Foos, r.WatchCache.Deployments, r.EtcdCompactions, r.EtcdSnapshots,
+		r.WatchCacheCapacity, r.EtcdCompactions, r.EtcdSnapshots,
 		r.writesPerChange(changes, "%s Deployment updates, %s status writes"))
 }
 
@@ -379,7 +393,7 @@ func ratioStallsMarkdown(res *results) string {
 			metrics := []string{
 				fmt.Sprintf("%.0f, %s, %s", st.APIServerGCCycles, formatNumber(st.APIServerGCCPUSeconds), formatNumber(st.APIServerGCAssistSeconds)),
 				formatNumber(mib(st.APIServerLiveHeapBytes)),
-				fmt.Sprintf("%.0f, %.0f", st.WatchCache.Foos, st.WatchCache.Deployments),
+				st.WatchCacheCapacity.String(),
 				fmt.Sprintf("%.0f, %.0f", st.EtcdCompactions, st.EtcdSnapshots),
 				st.writesPerChange(rr.Sent-rr.Failed, "%s, %s"),
 			}

@@ -58,7 +58,7 @@ func TestRatioStallsMarkdown(t *testing.T) {
 			Stalls: &stallRecord{P99OutsideStallsMs: outside, OutsideStalls: 5900, SlowChanges: 80, SlowInStalls: 70,
 				APIServerStalls: []probeStall{{Ms: 300}, {Ms: 120}}, APIServerMaxMs: 300, EtcdMaxMs: 4,
 				APIServerGCCycles: 40, APIServerGCCPUSeconds: 9.5, APIServerGCAssistSeconds: 2.25,
-				APIServerLiveHeapBytes: 300 << 20, WatchCache: watchCacheCapacity{Foos: 16384, Deployments: 8192},
+				APIServerLiveHeapBytes: 300 << 20, WatchCacheCapacity: &watchCacheCapacity{Foos: 16384, Deployments: 8192},
 				EtcdCompactions: 1, EtcdSnapshots: 2,
 				// The bench's patches are writes too, but neither of the two counted.
 				Writes: requestCounts{"PUT deployments": 6000, "PUT foos/status": 6600, "PATCH foos": 6000}},
@@ -94,16 +94,27 @@ func TestRatioStallsMarkdown(t *testing.T) {
 }
 
 func TestReadWatchCache(t *testing.T) {
-	m, err := localcluster.ParseMetrics(strings.NewReader(`# TYPE watch_cache_capacity gauge
-watch_cache_capacity{group="",resource="events"} 4096
-watch_cache_capacity{group="",resource="foos"} 1
-watch_cache_capacity{group="apps",resource="deployments"} 8192
-watch_cache_capacity{group="samplecontroller.k8s.io",resource="foos"} 16384
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := readWatchCache(m), (watchCacheCapacity{Foos: 16384, Deployments: 8192}); got != want {
-		t.Errorf("readWatchCache = %+v, want %+v", got, want)
+	const family = "# TYPE watch_cache_capacity gauge\n"
+	const foos = `watch_cache_capacity{group="samplecontroller.k8s.io",resource="foos"} 16384` + "\n"
+	for _, tc := range []struct {
+		name, metrics string
+		want          string
+	}{
+		{"both, beside others of the same resource or group", family +
+			`watch_cache_capacity{group="",resource="events"} 4096` + "\n" +
+			`watch_cache_capacity{group="",resource="foos"} 1` + "\n" +
+			`watch_cache_capacity{group="apps",resource="deployments"} 8192` + "\n" + foos, "16384, 8192"},
+		{"the Deployments' missing", family + foos, "not read"},
+		{"no such family", "# TYPE go_gc_heap_live_bytes gauge\ngo_gc_heap_live_bytes 1\n", "not read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := localcluster.ParseMetrics(strings.NewReader(tc.metrics))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readWatchCache(m).String(); got != tc.want {
+				t.Errorf("readWatchCache = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,22 @@ func TestClusterRunsDeploymentAndStopLeavesNoProcess(t *testing.T) {
 		t.Fatalf("waiting for 2 available replicas, last saw %d: %v", available, err)
 	}
 	t.Logf("Deployment available in %v", time.Since(began).Round(time.Millisecond))
+
+	// Compacted, etcd refuses to read its history before the revision it returned.
+	revision, err := c.CompactEtcd(ctx)
+	if err != nil {
+		t.Fatalf("CompactEtcd: %v", err)
+	}
+	older := struct {
+		Key      []byte `json:"key"`
+		Revision string `json:"revision"`
+	}{[]byte("/"), strconv.FormatInt(revision-1, 10)}
+	if err := c.etcdCall(ctx, "/v3/kv/range", older, nil); err == nil || !strings.Contains(err.Error(), errEtcdCompacted) {
+		t.Errorf("reading etcd at revision %d after compacting to %d: %v, want %q", revision-1, revision, err, errEtcdCompacted)
+	}
+	if _, err := c.CompactEtcd(ctx); err != nil {
+		t.Errorf("CompactEtcd again: %v", err)
+	}
 
 	pods, err := client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
