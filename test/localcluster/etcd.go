@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CompactEtcd compacts etcd's history up to its current revision and waits until the
@@ -16,6 +17,10 @@ import (
 // It returns the revision compacted to. It talks to etcd's gRPC gateway, which etcd
 // serves on its client URL.
 func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
+	// A compaction of a long history takes seconds; an etcd that answers nothing for
+	// minutes is broken.
+	ctx, cancel := context.WithTimeout(ctx, etcdCompactTimeout)
+	defer cancel()
 	var status struct {
 		Header struct {
 			Revision string `json:"revision"` // int64 travels as a string
@@ -39,6 +44,9 @@ func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
 	// Refused as compacted already: nothing was written since the last compaction.
 	return revision, nil
 }
+
+// etcdCompactTimeout bounds CompactEtcd.
+const etcdCompactTimeout = 2 * time.Minute
 
 // errEtcdCompacted is how etcd refuses a revision older than its last compaction.
 const errEtcdCompacted = "required revision has been compacted"
