@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // benchCase is one measurement on a session's cluster. It records its figures in
@@ -44,6 +48,10 @@ type coldStartResult struct {
 	PerFoo            map[string]float64 `json:"requestsPerFoo"`
 	PerFooTotal       float64            `json:"requestsPerFooTotal"`
 	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
+	// SyncsPerFoo is our controller's syncs per Foo by result
+	// (sample_controller_syncs_total) when the bench saw the cold start converge;
+	// nil for the limits and for controllers that do not export it.
+	SyncsPerFoo map[string]float64 `json:"syncsPerFoo,omitempty"`
 }
 
 // arrivalText is when the first, the median and the last of each kind of write arrived,
@@ -89,10 +97,15 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 	}
 	r := conv.result(time.Since(start))
 	r.CPUSeconds = cpuSince(cpuBefore, sampleCPU(s))
+	if s.ctrl != nil {
+		if m, err := s.ctrl.Metrics(ctx); err == nil {
+			r.SyncsPerFoo = perFooByLabel(m, syncsFamily, "result", r.Foos)
+		}
+	}
 	profiled()
 	s.converged = r.Converged
 	if r.Converged {
-		progressf("%s: converged %d Foos in %.2f s; %s; %s", s.name, r.Foos, r.Seconds, r.arrivalText(), cpuPerFooText(r.CPUSeconds, r.Foos))
+		progressf("%s: converged %d Foos in %.2f s; %s; %s%s", s.name, r.Foos, r.Seconds, r.arrivalText(), cpuPerFooText(r.CPUSeconds, r.Foos), syncsText(r.SyncsPerFoo))
 	} else {
 		progressf("%s: %s", s.name, r.timedOutText())
 	}
@@ -111,6 +124,38 @@ func (c coldStartCase) run(ctx context.Context, s *session) error {
 		s.result.ColdStart = &r
 	}
 	return nil
+}
+
+// syncsFamily counts our controller's syncs by result.
+const syncsFamily = "sample_controller_syncs_total"
+
+// perFooByLabel sums family's series by the value of label and divides each sum by
+// foos; nil when the family has no series.
+func perFooByLabel(m localcluster.Metrics, family, label string, foos int) map[string]float64 {
+	var out map[string]float64
+	for _, series := range m[family].GetMetric() {
+		for _, l := range series.GetLabel() {
+			if l.GetName() == label {
+				if out == nil {
+					out = map[string]float64{}
+				}
+				out[l.GetValue()] += series.GetCounter().GetValue() / float64(foos)
+			}
+		}
+	}
+	return out
+}
+
+// syncsText is "; syncs per Foo: conflict 0.01, stale 0.52, success 2.00", or "" for none.
+func syncsText(perFoo map[string]float64) string {
+	if len(perFoo) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, result := range slices.Sorted(maps.Keys(perFoo)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", result, perFoo[result]))
+	}
+	return "; syncs per Foo: " + strings.Join(parts, ", ")
 }
 
 // timedOutText says how far a cold start got, e.g. "timed out: 812 of 1000 after 600 s".

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 func TestFormatNumber(t *testing.T) {
@@ -211,5 +214,25 @@ func TestTenureMarkdown(t *testing.T) {
 	}
 	if strings.Contains(got, "| 4 |") {
 		t.Errorf("the table shows a pair without its elected session:\n%s", got)
+	}
+}
+
+func TestSyncsPerFoo(t *testing.T) {
+	m, err := localcluster.ParseMetrics(strings.NewReader(`# TYPE sample_controller_syncs_total counter
+sample_controller_syncs_total{result="success"} 2000
+sample_controller_syncs_total{result="stale"} 500
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := perFooByLabel(m, syncsFamily, "result", 1000)
+	if want := map[string]float64{"success": 2, "stale": 0.5}; !maps.Equal(got, want) {
+		t.Errorf("perFooByLabel = %v, want %v", got, want)
+	}
+	if got, want := syncsText(got), "; syncs per Foo: stale 0.50, success 2.00"; got != want {
+		t.Errorf("syncsText = %q, want %q", got, want)
+	}
+	if got := perFooByLabel(m, "no_such_family", "result", 1000); got != nil || syncsText(got) != "" {
+		t.Errorf("a missing family gave %v, %q; want nil and no text", got, syncsText(got))
 	}
 }
