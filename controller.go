@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	"k8s.io/client-go/kubernetes"
@@ -215,18 +216,18 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 
 	deploymentRegistration, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.handleObject(ctx, obj) },
+		AddFunc: func(obj any) { c.handleObject(ctx, obj, true) },
 		UpdateFunc: func(old, new any) {
 			if sameResourceVersion(old, new) {
 				return
 			}
-			c.handleObject(ctx, new)
+			c.handleObject(ctx, new, true)
 			if !sameController(old, new) {
 				// Its former controller must learn that it lost it.
-				c.handleObject(ctx, old)
+				c.handleObject(ctx, old, false)
 			}
 		},
-		DeleteFunc: func(obj any) { c.handleObject(ctx, obj) },
+		DeleteFunc: func(obj any) { c.handleObject(ctx, obj, false) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the Deployment event handler: %w", err)
@@ -290,13 +291,14 @@ func (c *Controller) updateFoo(old, new any) {
 // onFooUpdate enqueues a Foo that changed, unless the change is the controller's own
 // status write: the sync that wrote it had nothing more to do, and requeuing it would
 // undo its backoff. That echo still wakes a sync that was skipped for waiting on it.
+// handleObject does the same for the echo of a Deployment write.
 func (c *Controller) onFooUpdate(obj any) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
 		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
 		return
 	}
-	ownWrite, wake := c.writes.Observed(cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
+	ownWrite, wake := c.writes.Observed(writes.Foos, cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
 	if ownWrite && !wake {
 		return
 	}
@@ -321,7 +323,14 @@ func (c *Controller) forgetFoo(obj any) {
 // that controls it, and every Foo that asks for its name: a Foo recreated under the
 // same name, or one waiting for a name another Foo gives up, learns at once that the
 // name is free or taken.
-func (c *Controller) handleObject(ctx context.Context, obj any) {
+//
+// When obj is a Deployment as the informer now holds it (added or updated, not deleted
+// nor replaced) and it is the echo of the controller's own last write of it, the Foo
+// that controls it is not enqueued: the sync that wrote it acted on what the write
+// returned, and a sync on its echo would find nothing to do, as the second of two syncs
+// of every Foo at a cold start, and would undo that Foo's backoff. The echo still wakes
+// a sync skipped for waiting on it.
+func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 	logger := klog.FromContext(ctx)
 	object, ok := obj.(metav1.Object)
 	if !ok {
@@ -337,13 +346,18 @@ func (c *Controller) handleObject(ctx context.Context, obj any) {
 			utilruntime.HandleErrorWithContext(ctx, nil, "Error decoding object tombstone, invalid type", "type", fmt.Sprintf("%T", tombstone.Obj))
 			return
 		}
+		current = false
 	}
+	var echoed types.UID // the Foo whose own write this is, and who need not sync
 	if ref := metav1.GetControllerOf(object); isFooRef(ref) {
 		foo, err := c.foosLister.Foos(object.GetNamespace()).Get(ref.Name)
-		if err == nil && foo.UID == ref.UID {
-			c.enqueueFoo(foo)
-		} else {
+		switch {
+		case err != nil || foo.UID != ref.UID:
 			logger.V(4).Info("Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
+		case current && c.ownEcho(foo, object):
+			echoed = foo.UID
+		default:
+			c.enqueueFoo(foo)
 		}
 	}
 	waiting, err := c.foosIndexer.ByIndex(byDeploymentName, object.GetNamespace()+"/"+object.GetName())
@@ -351,9 +365,19 @@ func (c *Controller) handleObject(ctx context.Context, obj any) {
 		utilruntime.HandleErrorWithContext(ctx, err, "Listing the Foos that ask for a Deployment", "deployment", klog.KObj(object))
 		return
 	}
-	for _, foo := range waiting {
-		c.enqueueFoo(foo)
+	for _, obj := range waiting {
+		if foo, ok := obj.(*samplev1alpha1.Foo); ok && echoed != "" && foo.UID == echoed {
+			continue
+		}
+		c.enqueueFoo(obj)
 	}
+}
+
+// ownEcho tells whether the event of deployment, controlled by foo, is the echo of the
+// controller's own last write of it, with no sync waiting for it.
+func (c *Controller) ownEcho(foo *samplev1alpha1.Foo, deployment metav1.Object) bool {
+	ownWrite, wake := c.writes.Observed(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, deployment.GetResourceVersion())
+	return ownWrite && !wake
 }
 
 // cachedFoos lists the Foos in the cache, once it has synced.

@@ -89,9 +89,76 @@ func TestHandleObject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, []*samplev1alpha1.Foo{foo, waiting, alsoWaiting}, nil, nil)
 			_, ctx := ktesting.NewTestContext(t)
-			f.controller.handleObject(ctx, tc.obj)
+			f.controller.handleObject(ctx, tc.obj, true)
 			byName := cmpopts.SortSlices(func(a, b cache.ObjectName) bool { return a.String() < b.String() })
 			if diff := cmp.Diff(tc.want, queued(f.controller), byName); diff != "" {
+				t.Errorf("queued mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHandleObjectOwnDeploymentWrite checks that the echo of the controller's own
+// Deployment write enqueues neither the Foo that controls the Deployment nor, as one
+// that asks for its name, that Foo again; that others asking for the name still learn
+// of it; and that the echo still wakes a sync skipped for waiting on it.
+func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	key := cache.MetaObjectToName(foo)
+	// Another Foo asking for the same name, which foo holds.
+	rival := modifiedFoo(newFoo("rival", nil), func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web" })
+	echo := modified(availableDeployment(foo), func(d *appsv1.Deployment) { d.ResourceVersion = "1001" })
+	at := func(rv string) *appsv1.Deployment {
+		return modified(echo, func(d *appsv1.Deployment) { d.ResourceVersion = rv })
+	}
+	_, ctx := ktesting.NewTestContext(t)
+
+	t.Run("the echo", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo, rival}, nil, nil)
+		c := f.controller
+		c.writes.WroteDeployment(key, foo.UID, "1001")
+		c.handleObject(ctx, echo, true)
+		if diff := cmp.Diff([]cache.ObjectName{{Namespace: "default", Name: "rival"}}, queued(c)); diff != "" {
+			t.Errorf("queued mismatch (-want +got):\n%s", diff)
+		}
+		// Seen once: the same version again (a relist) is no longer taken for it.
+		c.handleObject(ctx, echo, true)
+		if got := queued(c); len(got) != 2 {
+			t.Errorf("the echo delivered twice queued %v the second time, want both Foos", got)
+		}
+	})
+
+	t.Run("the echo awaited by a skipped sync", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{at("1000")}, nil)
+		c := f.controller
+		c.writes.WroteDeployment(key, foo.UID, "1001")
+		if err := f.sync(foo); !errors.Is(err, errStaleCache) {
+			t.Fatalf("sync: err = %v, want errStaleCache", err)
+		}
+		if err := c.deploymentsIndexer.Update(echo); err != nil {
+			t.Fatal(err)
+		}
+		c.handleObject(ctx, echo, true)
+		if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
+			t.Errorf("queued mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	for _, tc := range []struct {
+		name    string
+		obj     any
+		current bool
+	}{
+		{"someone else's later change", at("1002"), true},
+		{"the deletion of what was written", echo, false},
+		{"a tombstone of what was written", cache.DeletedFinalStateUnknown{Key: "default/web", Obj: echo}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+			c := f.controller
+			c.writes.WroteDeployment(key, foo.UID, "1001")
+			c.handleObject(ctx, tc.obj, tc.current)
+			if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
 				t.Errorf("queued mismatch (-want +got):\n%s", diff)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -92,6 +93,57 @@ func TestRunStartsOnTheCachesSignal(t *testing.T) {
 		synctest.Wait()
 		if _, err := kubeclient.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{}); err != nil {
 			t.Errorf("once every goroutine waited, %v after the start: %v; want the Deployment made by then", time.Since(start), err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
+}
+
+// TestRunSyncsANewFooOnce runs the controller on a new Foo until everything waits,
+// with every write's event delivered: one sync creates the Deployment and writes the
+// status, and the echoes of those two writes cause no other, nor leave anything
+// behind in the write tracker. The watches lag, as a real one does behind the answer
+// to a write.
+func TestRunSyncsANewFooOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
+		lag := fakeapiserver.WatchFault{Lag: 10 * time.Millisecond}
+		deployments := fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", lag)
+		foos := fakeapiserver.New(client, foosResource, "Foo", lag)
+		if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
+			t.Fatal(err)
+		}
+		syncs := func() float64 { return testutil.ToFloat64(syncsTotal.WithLabelValues(syncSuccess)) }
+		before := syncs()
+		c, done := runController(t, ctx, kubeclient, client, 1)
+
+		time.Sleep(time.Second) // in the bubble: until every watch event is delivered
+		synctest.Wait()
+		foo, err := foos.Get("default", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cached, err := c.foosLister.Foos("default").Get("web"); err != nil || cached.ResourceVersion != foo.(metav1.Object).GetResourceVersion() {
+			t.Fatalf("the status write's event never reached the cache: %v", err)
+		}
+		if _, err := c.deploymentsLister.Deployments("default").Get("web"); err != nil {
+			t.Fatalf("the Deployment's event never reached the cache: %v", err)
+		}
+		if got := (fakeapiserver.RequestCounts{Creates: 1}); deployments.Counts() != got {
+			t.Errorf("Deployment requests %+v, want %+v", deployments.Counts(), got)
+		}
+		if got := (fakeapiserver.RequestCounts{Updates: 1}); foos.Counts() != got {
+			t.Errorf("Foo requests %+v, want %+v (the status)", foos.Counts(), got)
+		}
+		if got := syncs() - before; got != 1 {
+			t.Errorf("%v successful syncs of one new Foo, want 1", got)
+		}
+		if n := c.writes.Len(); n != 0 {
+			t.Errorf("%d write tracker entries left, want 0", n)
 		}
 		cancel()
 		if err := <-done; err != nil {

@@ -1,6 +1,6 @@
 // Package writes tracks a controller's own writes, so that it neither decides on a
 // cache older than what it wrote (KEP-5647, staleness mitigation) nor requeues on the
-// echo of its own status write. The controller of this repository uses it; it is not an
+// echoes of its own writes. The controller of this repository uses it; it is not an
 // API for other programs.
 package writes
 
@@ -35,8 +35,9 @@ type ResourceVersionReader interface {
 // wrote, or update a Deployment from an old copy and fail on a conflict. Such a sync is
 // skipped, and the informer event that brings the write in wakes the Foo.
 //
-// Is an event the echo of the controller's own status write? That echo carries nothing
-// the sync did not know; requeuing on it would undo the Foo's backoff.
+// Is an event the echo of the controller's own write, of the Foo's status or of its
+// Deployment? That echo carries nothing the sync that wrote it did not know; requeuing
+// on it would sync the Foo once more for nothing and undo its backoff.
 type Tracker struct {
 	foos        ResourceVersionReader
 	deployments ResourceVersionReader
@@ -48,8 +49,10 @@ type Tracker struct {
 // fooWrites is what Tracker holds for one Foo.
 type fooWrites struct {
 	uid types.UID
-	// status is the resourceVersion of the last status write, until its echo comes.
-	status string
+	// statusEcho and deploymentEcho are the resourceVersions of the last write of the
+	// Foo's status and of its Deployment, until the event of that write, or of a
+	// later change, comes. Empty when the cache held the write when it was recorded.
+	statusEcho, deploymentEcho string
 	// foo and deployment are the newest resourceVersions written to each resource,
 	// until the cache has caught up with them.
 	foo, deployment string
@@ -79,8 +82,10 @@ func (w *Tracker) WroteStatus(key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
-	r.status = rv
 	r.foo = newer(r.foo, rv)
+	if !holds(w.foos, rv) {
+		r.statusEcho = rv
+	}
 }
 
 // WroteDeployment records a write of the Foo's Deployment, at resourceVersion rv.
@@ -89,6 +94,9 @@ func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
 	r.deployment = newer(r.deployment, rv)
+	if !holds(w.deployments, rv) {
+		r.deploymentEcho = rv
+	}
 }
 
 // CaughtUp tells whether the caches hold the controller's last writes for the Foo
@@ -123,27 +131,46 @@ func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, 
 	return "", true
 }
 
-// Observed is called for each Foo event the informer delivers, after its cache holds
-// it. It tells whether the event is the echo of the controller's own status write, and
-// whether a sync skipped for a stale cache waits for it.
-func (w *Tracker) Observed(key cache.ObjectName, uid types.UID, rv string) (ownWrite, wake bool) {
+// Observed is called for each event of resource (Foos or Deployments) that concerns
+// the Foo named key with UID uid, the Foo itself or the Deployment it controls, after
+// the informer's cache holds it at resourceVersion rv. It tells whether the event is
+// the echo of the controller's own last write of that resource for the Foo, and
+// whether a sync skipped for a stale cache waits for it: such a sync must run again,
+// own write or not.
+//
+// An event of a later change passes the echo, which may never come: a watch that
+// broke and relisted reports only the newest state.
+func (w *Tracker) Observed(resource string, key cache.ObjectName, uid types.UID, rv string) (ownWrite, wake bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
 	if r == nil || r.uid != uid {
 		return false, false
 	}
-	if r.status != "" && r.status == rv {
+	echo, written, store := &r.statusEcho, &r.foo, w.foos
+	if resource == Deployments {
+		echo, written, store = &r.deploymentEcho, &r.deployment, w.deployments
+	}
+	switch {
+	case *echo == "":
+	case *echo == rv:
 		ownWrite = true
-		r.status = ""
+		*echo = ""
+	case later(rv, *echo):
+		*echo = ""
+	}
+	// The cache holds this event: if it holds the write, the next sync need not check.
+	if *written != "" && reached(store, *written) {
+		*written = ""
 	}
 	wake, r.waiting = r.waiting, false
 	w.dropIfEmpty(key, r)
 	return ownWrite, wake
 }
 
-// Wake is called for each Deployment event, after the cache holds it, with the Foo it
-// enqueues. It clears the Foo's waiting mark: the sync that event causes checks again.
+// Wake is called whenever an informer event enqueues the Foo named key, after the
+// cache holds that event. It clears the Foo's waiting mark: the sync the event causes
+// checks again.
 func (w *Tracker) Wake(key cache.ObjectName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -171,7 +198,7 @@ func (w *Tracker) Len() int {
 
 // dropIfEmpty deletes an entry that holds nothing more. The caller holds mu.
 func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
-	if r.status == "" && r.foo == "" && r.deployment == "" && !r.waiting {
+	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting {
 		delete(w.writes, key)
 	}
 }
@@ -186,6 +213,22 @@ func reached(store ResourceVersionReader, rv string) bool {
 	}
 	cmp, err := resourceversion.CompareResourceVersion(rv, read)
 	return err != nil || cmp <= 0
+}
+
+// holds tells whether store is known to have applied resourceVersion rv. The event
+// of a write that the cache already holds was passed to the informer's handlers, or is
+// on its way to them, before the write was recorded: it is not awaited as an echo,
+// which no later event might clear.
+func holds(store ResourceVersionReader, rv string) bool {
+	read := store.LastStoreSyncResourceVersion()
+	cmp, err := resourceversion.CompareResourceVersion(rv, read)
+	return read != "" && err == nil && cmp <= 0
+}
+
+// later tells whether resourceVersion a is newer than b; false when they do not compare.
+func later(a, b string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && cmp > 0
 }
 
 // newer returns the newer of two resourceVersions, b when they do not compare.

@@ -38,9 +38,12 @@ func TestWriteTracker(t *testing.T) {
 		if behind, ok := w.CaughtUp(web, "uid-1"); !ok {
 			t.Errorf("caughtUp = %q, false; want true", behind)
 		}
-		// The status write's echo is still to come.
-		if own, _ := w.Observed(web, "uid-1", "12"); !own {
+		// The echoes of both writes are still to come.
+		if own, _ := w.Observed(Foos, web, "uid-1", "12"); !own {
 			t.Error("observed(own status write) = false, want true")
+		}
+		if own, _ := w.Observed(Deployments, web, "uid-1", "11"); !own {
+			t.Error("observed(own Deployment write) = false, want true")
 		}
 		if n := w.Len(); n != 0 {
 			t.Errorf("%d entries left, want 0", n)
@@ -65,28 +68,131 @@ func TestWriteTracker(t *testing.T) {
 			t.Fatal("caughtUp = true before the echo")
 		}
 		foos.rv = "12"
-		own, wake := w.Observed(web, "uid-1", "12")
+		own, wake := w.Observed(Foos, web, "uid-1", "12")
 		if !own || !wake {
 			t.Errorf("observed = own %v, wake %v; want true, true", own, wake)
 		}
 	})
 
 	t.Run("an echo without a skipped sync wakes nothing", func(t *testing.T) {
-		w := NewTracker(&storeAt{"12"}, &storeAt{"12"})
+		foos := &storeAt{"11"}
+		w := NewTracker(foos, &storeAt{"11"})
 		w.WroteStatus(web, "uid-1", "12")
-		if own, wake := w.Observed(web, "uid-1", "12"); !own || wake {
+		foos.rv = "12"
+		if own, wake := w.Observed(Foos, web, "uid-1", "12"); !own || wake {
 			t.Errorf("observed = own %v, wake %v; want true, false", own, wake)
 		}
 		// Someone else's change is not the controller's write.
-		if own, _ := w.Observed(web, "uid-1", "13"); own {
+		if own, _ := w.Observed(Foos, web, "uid-1", "13"); own {
 			t.Error("observed(another write) = own, want not")
+		}
+	})
+
+	t.Run("the echo of the Deployment write wakes a skipped sync", func(t *testing.T) {
+		deployments := &storeAt{"10"}
+		w := NewTracker(&storeAt{"10"}, deployments)
+		w.WroteDeployment(web, "uid-1", "11")
+		if behind, ok := w.CaughtUp(web, "uid-1"); ok || behind != Deployments {
+			t.Fatalf("caughtUp = %q, %v before the echo; want deployments, false", behind, ok)
+		}
+		deployments.rv = "11"
+		if own, wake := w.Observed(Deployments, web, "uid-1", "11"); !own || !wake {
+			t.Errorf("observed = own %v, wake %v; want true, true", own, wake)
+		}
+		// The Foo's own events are not the Deployment's.
+		w.WroteDeployment(web, "uid-1", "13")
+		if own, _ := w.Observed(Foos, web, "uid-1", "13"); own {
+			t.Error("observed(a Foo event at the Deployment write's version) = own, want not")
+		}
+	})
+
+	// With no sync after them, the echoes alone must leave nothing behind: at a cold
+	// start no other event may ever come for the Foo.
+	t.Run("echoes without a sync after them leave no entry", func(t *testing.T) {
+		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
+		w := NewTracker(foos, deployments)
+		w.WroteDeployment(web, "uid-1", "11")
+		w.WroteStatus(web, "uid-1", "12")
+		foos.rv, deployments.rv = "12", "11"
+		if own, wake := w.Observed(Deployments, web, "uid-1", "11"); !own || wake {
+			t.Errorf("observed(Deployment echo) = own %v, wake %v; want true, false", own, wake)
+		}
+		if own, wake := w.Observed(Foos, web, "uid-1", "12"); !own || wake {
+			t.Errorf("observed(status echo) = own %v, wake %v; want true, false", own, wake)
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
+		}
+	})
+
+	// A watch that broke and relisted reports only the newest state: the echo of the
+	// write never comes, and the entry must not wait for it for ever.
+	t.Run("an event of a later change passes an echo that never came", func(t *testing.T) {
+		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
+		w := NewTracker(foos, deployments)
+		w.WroteDeployment(web, "uid-1", "11")
+		w.WroteStatus(web, "uid-1", "12")
+		foos.rv, deployments.rv = "14", "15"
+		if own, _ := w.Observed(Deployments, web, "uid-1", "15"); own {
+			t.Error("observed(later Deployment change) = own, want not")
+		}
+		if own, _ := w.Observed(Foos, web, "uid-1", "14"); own {
+			t.Error("observed(later Foo change) = own, want not")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
+		}
+	})
+
+	t.Run("an event older than the write leaves its echo to come", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.WroteDeployment(web, "uid-1", "13")
+		if own, _ := w.Observed(Deployments, web, "uid-1", "11"); own {
+			t.Error("observed(older change) = own, want not")
+		}
+		if own, _ := w.Observed(Deployments, web, "uid-1", "13"); !own {
+			t.Error("observed(echo after an older change) = not own, want own")
+		}
+	})
+
+	// The informer can apply a write's event, and hand it to the handlers, before the
+	// writer records the write: an echo awaited then would wait for ever.
+	t.Run("a write whose event the cache already holds awaits no echo", func(t *testing.T) {
+		w := NewTracker(&storeAt{"12"}, &storeAt{"13"})
+		w.WroteDeployment(web, "uid-1", "11")
+		w.WroteStatus(web, "uid-1", "12")
+		if own, _ := w.Observed(Deployments, web, "uid-1", "11"); own {
+			t.Error("observed(Deployment event handled before the record) = own, want not")
+		}
+		if own, _ := w.Observed(Foos, web, "uid-1", "12"); own {
+			t.Error("observed(status event handled before the record) = own, want not")
+		}
+		w = NewTracker(&storeAt{"12"}, &storeAt{"13"})
+		w.WroteDeployment(web, "uid-1", "11")
+		w.WroteStatus(web, "uid-1", "12")
+		if _, ok := w.CaughtUp(web, "uid-1"); !ok {
+			t.Error("caughtUp = false, want true")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left after a sync, want 0", n)
+		}
+	})
+
+	t.Run("versions that do not compare leave the echo to come", func(t *testing.T) {
+		w := NewTracker(&storeAt{""}, &storeAt{""})
+		w.WroteStatus(web, "uid-1", "a")
+		if own, _ := w.Observed(Foos, web, "uid-1", "b"); own {
+			t.Error("observed(another version) = own, want not")
+		}
+		if own, _ := w.Observed(Foos, web, "uid-1", "a"); !own {
+			t.Error("observed(echo) = not own, want own")
 		}
 	})
 
 	t.Run("a Foo recreated under the same name starts afresh", func(t *testing.T) {
 		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
 		w.WroteStatus(web, "uid-1", "12")
-		if own, _ := w.Observed(web, "uid-2", "12"); own {
+		if own, _ := w.Observed(Foos, web, "uid-2", "12"); own {
 			t.Error("observed(other UID) = own, want not")
 		}
 		w.Forget(web, "uid-2") // the delete of another Foo leaves this one's entry
@@ -94,7 +200,7 @@ func TestWriteTracker(t *testing.T) {
 			t.Errorf("%d entries after forgetting another UID, want 1", n)
 		}
 		w.WroteDeployment(web, "uid-2", "13")
-		if own, _ := w.Observed(web, "uid-1", "12"); own {
+		if own, _ := w.Observed(Foos, web, "uid-1", "12"); own {
 			t.Error("the entry of uid-1 survived a write for uid-2")
 		}
 		w.Forget(web, "")
