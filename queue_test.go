@@ -121,7 +121,7 @@ func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
 		if diff := cmp.Diff([]cache.ObjectName{{Namespace: "default", Name: "rival"}}, queued(c)); diff != "" {
 			t.Errorf("queued mismatch (-want +got):\n%s", diff)
 		}
-		// Seen once: the same version again (a relist) is no longer taken for it.
+		// An echo is taken for one once: another event at that version is not.
 		c.handleObject(ctx, echo, true)
 		if got := queued(c); len(got) != 2 {
 			t.Errorf("the echo delivered twice queued %v the second time, want both Foos", got)
@@ -160,6 +160,10 @@ func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
 			c.handleObject(ctx, tc.obj, tc.current)
 			if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
 				t.Errorf("queued mismatch (-want +got):\n%s", diff)
+			}
+			// Nothing is left to await: no other event may come for the Foo.
+			if n := c.writes.Len(); n != 0 {
+				t.Errorf("%d write tracker entries left, want 0", n)
 			}
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +18,7 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -117,9 +117,8 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 		if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
 			t.Fatal(err)
 		}
-		syncs := func() float64 { return testutil.ToFloat64(syncsTotal.WithLabelValues(syncSuccess)) }
-		before := syncs()
-		c, done := runController(t, ctx, kubeclient, client, 1)
+		syncs := &countingScope{}
+		c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) { cfg.Scope = syncs })
 
 		time.Sleep(time.Second) // in the bubble: until every watch event is delivered
 		synctest.Wait()
@@ -139,8 +138,8 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 		if got := (fakeapiserver.RequestCounts{Updates: 1}); foos.Counts() != got {
 			t.Errorf("Foo requests %+v, want %+v (the status)", foos.Counts(), got)
 		}
-		if got := syncs() - before; got != 1 {
-			t.Errorf("%v successful syncs of one new Foo, want 1", got)
+		if got := syncs.n.Load(); got != 1 {
+			t.Errorf("%d syncs of one new Foo, want 1", got)
 		}
 		if n := c.writes.Len(); n != 0 {
 			t.Errorf("%d write tracker entries left, want 0", n)
@@ -150,6 +149,18 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 			t.Errorf("Run() = %v, want nil", err)
 		}
 	})
+}
+
+// countingScope is every Foo's scope, and counts the syncs that ask it, this
+// controller's only: the metrics are the process's.
+type countingScope struct {
+	everyFoo
+	n atomic.Int64
+}
+
+func (s *countingScope) owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool {
+	s.n.Add(1)
+	return s.everyFoo.owns(logger, foo)
 }
 
 // TestRunFinishesInFlightSyncs cancels Run while a sync waits on the API server: the
@@ -210,14 +221,18 @@ func newClientsets(kubeObjects []runtime.Object, foos ...runtime.Object) (*k8sfa
 
 // runController wires a controller to real informers on the fake clientsets, as
 // main does, and runs it until ctx is cancelled. Run's result arrives on the channel.
-func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int) (*Controller, <-chan error) {
+func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int, options ...func(*Config)) (*Controller, <-chan error) {
 	t.Helper()
 	kubeFactory, sampleFactory, _ := newInformerFactories(kubeclient, client, "", 0, nil, "")
-	c, err := NewController(ctx, Config{
+	cfg := Config{
 		KubeClient: kubeclient, SampleClient: client,
 		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
 		Recorder: events.NewFakeRecorder(100),
-	})
+	}
+	for _, option := range options {
+		option(&cfg)
+	}
+	c, err := NewController(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ type fooWrites struct {
 	uid types.UID
 	// statusEcho and deploymentEcho are the resourceVersions of the last write of the
 	// Foo's status and of its Deployment, until the event of that write, or of a
-	// later change, comes. Empty when the cache held the write when it was recorded.
+	// later change, comes, or a sync finds the cache holding it.
 	statusEcho, deploymentEcho string
 	// foo and deployment are the newest resourceVersions written to each resource,
 	// until the cache has caught up with them.
@@ -83,9 +83,7 @@ func (w *Tracker) WroteStatus(key cache.ObjectName, uid types.UID, rv string) {
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
 	r.foo = newer(r.foo, rv)
-	if !holds(w.foos, rv) {
-		r.statusEcho = rv
-	}
+	r.statusEcho = rv
 }
 
 // WroteDeployment records a write of the Foo's Deployment, at resourceVersion rv.
@@ -94,9 +92,7 @@ func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
 	r.deployment = newer(r.deployment, rv)
-	if !holds(w.deployments, rv) {
-		r.deploymentEcho = rv
-	}
+	r.deploymentEcho = rv
 }
 
 // CaughtUp tells whether the caches hold the controller's last writes for the Foo
@@ -127,6 +123,15 @@ func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, 
 	}
 	r.deployment = ""
 	r.waiting = false
+	// An echo the cache holds was applied, and handed to the informer's handlers,
+	// before this sync: at times before the write that caused it was recorded, and
+	// then it never matched. Awaiting it longer could only keep the entry for ever.
+	if r.statusEcho != "" && reached(w.foos, r.statusEcho) {
+		r.statusEcho = ""
+	}
+	if r.deploymentEcho != "" && reached(w.deployments, r.deploymentEcho) {
+		r.deploymentEcho = ""
+	}
 	w.dropIfEmpty(key, r)
 	return "", true
 }
@@ -213,16 +218,6 @@ func reached(store ResourceVersionReader, rv string) bool {
 	}
 	cmp, err := resourceversion.CompareResourceVersion(rv, read)
 	return err != nil || cmp <= 0
-}
-
-// holds tells whether store is known to have applied resourceVersion rv. The event
-// of a write that the cache already holds was passed to the informer's handlers, or is
-// on its way to them, before the write was recorded: it is not awaited as an echo,
-// which no later event might clear.
-func holds(store ResourceVersionReader, rv string) bool {
-	read := store.LastStoreSyncResourceVersion()
-	cmp, err := resourceversion.CompareResourceVersion(rv, read)
-	return read != "" && err == nil && cmp <= 0
 }
 
 // later tells whether resourceVersion a is newer than b; false when they do not compare.
