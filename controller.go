@@ -355,7 +355,7 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 		switch {
 		case err != nil || foo.UID != ref.UID:
 			logger.V(4).Info("Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
-		case c.ownEcho(foo, object) && current:
+		case c.ownEcho(foo, object) && current: // ownEcho first: every event passes the tracker
 			echoed = foo.UID
 		default:
 			c.enqueueFoo(foo)
