@@ -291,18 +291,17 @@ func (c *Controller) updateFoo(old, new any) {
 // onFooUpdate enqueues a Foo that changed, unless the change is the controller's own
 // status write: the sync that wrote it had nothing more to do, and requeuing it would
 // undo its backoff. That echo still wakes a sync that was skipped for waiting on it.
-// handleObject does the same for the echo of a Deployment write.
+// handleObject does the same for the echo of a Deployment write. An event that comes
+// while a sync of the Foo runs is held until it ends (see syncHandler).
 func (c *Controller) onFooUpdate(obj any) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
 		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
 		return
 	}
-	ownWrite, wake := c.writes.Observed(writes.Foos, cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
-	if ownWrite && !wake {
-		return
+	if c.writes.Observed(writes.Foos, cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion) {
+		c.enqueueFoo(foo)
 	}
-	c.enqueueFoo(foo)
 }
 
 // forgetFoo drops what the controller remembers of its writes for a deleted Foo,
@@ -355,7 +354,9 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 		switch {
 		case err != nil || foo.UID != ref.UID:
 			logger.V(4).Info("Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
-		case c.ownEcho(foo, object) && current: // ownEcho first: every event passes the tracker
+		case !c.writes.Observed(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, object.GetResourceVersion()) && current:
+			// Observed first: every event of the Deployment passes the tracker, a
+			// deletion too, whose later version passes the echo.
 			echoed = foo.UID
 		default:
 			c.enqueueFoo(foo)
@@ -372,14 +373,6 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 		}
 		c.enqueueFoo(obj)
 	}
-}
-
-// ownEcho tells whether the event of deployment, controlled by foo, is the echo of the
-// controller's own last write of it, with no sync waiting for it. Every event of a
-// Foo's Deployment goes through it, a deletion too: a later one passes the echo.
-func (c *Controller) ownEcho(foo *samplev1alpha1.Foo, deployment metav1.Object) bool {
-	ownWrite, wake := c.writes.Observed(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, deployment.GetResourceVersion())
-	return ownWrite && !wake
 }
 
 // cachedFoos lists the Foos in the cache, once it has synced.
@@ -556,6 +549,15 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// Another slot's: an apiserver that ignores shard selectors sent it.
 		return nil
 	}
+
+	// The echo of a write this sync makes can reach the handlers before the sync has
+	// read the answer and recorded the write: the Foo's events wait until it ends.
+	c.writes.Syncing(key, foo.UID)
+	defer func() {
+		if c.writes.Synced(key, foo.UID) {
+			c.workqueue.Add(key)
+		}
+	}()
 
 	deployment, syncErr := c.syncDeployment(ctx, foo)
 	var retryErr error

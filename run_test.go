@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -104,51 +106,94 @@ func TestRunStartsOnTheCachesSignal(t *testing.T) {
 // TestRunSyncsANewFooOnce runs the controller on a new Foo until everything waits,
 // with every write's event delivered: one sync creates the Deployment and writes the
 // status, and the echoes of those two writes cause no other, nor leave anything
-// behind in the write tracker. The watches lag, as a real one does behind the answer
-// to a write.
+// behind in the write tracker, whether the Deployment's event reaches the handlers
+// after the answer to its create, as when the watch lags, or before.
 func TestRunSyncsANewFooOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
-		ctx, cancel := context.WithCancel(ctx)
-		kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
-		lag := fakeapiserver.WatchFault{Lag: 10 * time.Millisecond}
-		deployments := fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", lag)
-		foos := fakeapiserver.New(client, foosResource, "Foo", lag)
-		if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
-			t.Fatal(err)
-		}
-		syncs := &countingScope{}
-		c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) { cfg.Scope = syncs })
+	for _, tc := range []struct {
+		name string
+		// lag delays the Deployment watch's events; answerLate delays the answer to
+		// the create until its event has been handled.
+		lag        time.Duration
+		answerLate bool
+	}{
+		{name: "the Deployment's event after the answer", lag: 10 * time.Millisecond},
+		{name: "the Deployment's event before the answer", answerLate: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, ctx := ktesting.NewTestContext(t)
+				ctx, cancel := context.WithCancel(ctx)
+				kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
+				deployments := fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", fakeapiserver.WatchFault{Lag: tc.lag})
+				foos := fakeapiserver.New(client, foosResource, "Foo", fakeapiserver.WatchFault{Lag: 10 * time.Millisecond})
+				if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
+					t.Fatal(err)
+				}
+				syncs := &countingScope{}
+				c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
+					cfg.Scope = syncs
+					if tc.answerLate {
+						cfg.KubeClient = lateCreates{kubeclient}
+					}
+				})
 
-		time.Sleep(time.Second) // in the bubble: until every watch event is delivered
-		synctest.Wait()
-		foo, err := foos.Get("default", "web")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cached, err := c.foosLister.Foos("default").Get("web"); err != nil || cached.ResourceVersion != foo.(metav1.Object).GetResourceVersion() {
-			t.Fatalf("the status write's event never reached the cache: %v", err)
-		}
-		if _, err := c.deploymentsLister.Deployments("default").Get("web"); err != nil {
-			t.Fatalf("the Deployment's event never reached the cache: %v", err)
-		}
-		if got := (fakeapiserver.RequestCounts{Creates: 1}); deployments.Counts() != got {
-			t.Errorf("Deployment requests %+v, want %+v", deployments.Counts(), got)
-		}
-		if got := (fakeapiserver.RequestCounts{Updates: 1}); foos.Counts() != got {
-			t.Errorf("Foo requests %+v, want %+v (the status)", foos.Counts(), got)
-		}
-		if got := syncs.n.Load(); got != 1 {
-			t.Errorf("%d syncs of one new Foo, want 1", got)
-		}
-		if n := c.writes.Len(); n != 0 {
-			t.Errorf("%d write tracker entries left, want 0", n)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v, want nil", err)
-		}
-	})
+				time.Sleep(time.Minute) // in the bubble: until every watch event is delivered
+				synctest.Wait()
+				foo, err := foos.Get("default", "web")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cached, err := c.foosLister.Foos("default").Get("web"); err != nil || cached.ResourceVersion != foo.(metav1.Object).GetResourceVersion() {
+					t.Fatalf("the status write's event never reached the cache: %v", err)
+				}
+				if _, err := c.deploymentsLister.Deployments("default").Get("web"); err != nil {
+					t.Fatalf("the Deployment's event never reached the cache: %v", err)
+				}
+				if n := len(deployments.List()); n != 1 {
+					t.Errorf("%d Deployments, want 1", n)
+				}
+				if got := (fakeapiserver.RequestCounts{Updates: 1}); foos.Counts() != got {
+					t.Errorf("Foo requests %+v, want %+v (the status)", foos.Counts(), got)
+				}
+				if got := syncs.n.Load(); got != 1 {
+					t.Errorf("%d syncs of one new Foo, want 1", got)
+				}
+				if n := c.writes.Len(); n != 0 {
+					t.Errorf("%d write tracker entries left, want 0", n)
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run() = %v, want nil", err)
+				}
+			})
+		})
+	}
+}
+
+// lateCreates is a clientset whose Deployment creates return a second after the API
+// server made them: in a bubble of fake time, after the informers have delivered the
+// create's event and every handler has run. (A reactor that slept would hold the fake
+// clientset's lock, which a watch being opened waits for.)
+type lateCreates struct{ kubernetes.Interface }
+
+func (c lateCreates) AppsV1() appsv1client.AppsV1Interface {
+	return lateAppsV1{c.Interface.AppsV1()}
+}
+
+type lateAppsV1 struct{ appsv1client.AppsV1Interface }
+
+func (c lateAppsV1) Deployments(namespace string) appsv1client.DeploymentInterface {
+	return lateDeployments{c.AppsV1Interface.Deployments(namespace)}
+}
+
+type lateDeployments struct {
+	appsv1client.DeploymentInterface
+}
+
+func (c lateDeployments) Create(ctx context.Context, d *appsv1.Deployment, opts metav1.CreateOptions) (*appsv1.Deployment, error) {
+	created, err := c.DeploymentInterface.Create(ctx, d, opts)
+	time.Sleep(time.Second)
+	return created, err
 }
 
 // countingScope is every Foo's scope, and counts the syncs that ask it, this

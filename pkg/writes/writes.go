@@ -37,7 +37,10 @@ type ResourceVersionReader interface {
 //
 // Is an event the echo of the controller's own write, of the Foo's status or of its
 // Deployment? That echo carries nothing the sync that wrote it did not know; requeuing
-// on it would sync the Foo once more for nothing and undo its backoff.
+// on it would sync the Foo once more for nothing and undo its backoff. The echo can
+// reach the informer's handlers before the sync that wrote has read the answer and
+// recorded the write (one connection carries both), so a Foo's events are held while
+// a sync of it runs and sorted when it ends.
 type Tracker struct {
 	foos        ResourceVersionReader
 	deployments ResourceVersionReader
@@ -58,7 +61,14 @@ type fooWrites struct {
 	foo, deployment string
 	// waiting is set when a sync was skipped: the next event for the Foo wakes it.
 	waiting bool
+	// syncing is set while a sync of the Foo runs; held are the events that came
+	// meanwhile, sorted when it ends.
+	syncing bool
+	held    []event
 }
+
+// event is an informer event held while a sync runs.
+type event struct{ resource, rv string }
 
 // NewTracker returns a Tracker that reads how far the caches have come from foos and
 // deployments.
@@ -123,9 +133,11 @@ func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, 
 	}
 	r.deployment = ""
 	r.waiting = false
-	// An echo the cache holds was applied, and handed to the informer's handlers,
-	// before this sync: at times before the write that caused it was recorded, and
-	// then it never matched. Awaiting it longer could only keep the entry for ever.
+	// An echo the cache holds has been applied: its event was handled, or is on its
+	// way to the handlers. It may never match: a write that changed nothing brings no
+	// event, and one recorded outside Syncing and Synced can be handled before it is
+	// recorded. Awaiting it longer could keep the entry for ever; at worst, the event
+	// on its way syncs the Foo once more.
 	if r.statusEcho != "" && reached(w.foos, r.statusEcho) {
 		r.statusEcho = ""
 	}
@@ -136,22 +148,66 @@ func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, 
 	return "", true
 }
 
+// Syncing marks the start of a sync of the Foo named key with UID uid, once it has
+// passed CaughtUp: until Synced, the Foo's events are held.
+func (w *Tracker) Syncing(key cache.ObjectName, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.record(key, uid).syncing = true
+}
+
+// Synced marks the end of the sync that Syncing started. It sorts the events held
+// meanwhile, and tells whether the Foo must be synced again: one of them was not the
+// echo of the controller's own last write.
+func (w *Tracker) Synced(key cache.ObjectName, uid types.UID) (again bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.writes[key]
+	if r == nil || r.uid != uid || !r.syncing {
+		// Forgotten meanwhile: the Foo was deleted.
+		return false
+	}
+	r.syncing = false
+	for _, e := range r.held {
+		if !w.pass(r, e.resource, e.rv) {
+			again = true
+		}
+	}
+	r.held = nil
+	w.dropIfEmpty(key, r)
+	return again
+}
+
 // Observed is called for each event of resource (Foos or Deployments) that concerns
 // the Foo named key with UID uid, the Foo itself or the Deployment it controls, after
-// the informer's cache holds it at resourceVersion rv. It tells whether the event is
-// the echo of the controller's own last write of that resource for the Foo, and
-// whether a sync skipped for a stale cache waits for it: such a sync must run again,
-// own write or not.
+// the informer's cache holds it at resourceVersion rv. It tells whether the event must
+// enqueue the Foo: it is not the echo of the controller's own last write of that
+// resource for the Foo, or a sync skipped for a stale cache waits for it. An event
+// that comes while a sync of the Foo runs is held, and Synced decides on it.
 //
 // An event of a later change passes the echo, which may never come: a watch that
 // broke and relisted reports only the newest state.
-func (w *Tracker) Observed(resource string, key cache.ObjectName, uid types.UID, rv string) (ownWrite, wake bool) {
+func (w *Tracker) Observed(resource string, key cache.ObjectName, uid types.UID, rv string) (enqueue bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
 	if r == nil || r.uid != uid {
-		return false, false
+		return true
 	}
+	if r.syncing {
+		r.held = append(r.held, event{resource: resource, rv: rv})
+		return false
+	}
+	own := w.pass(r, resource, rv)
+	wake := r.waiting
+	r.waiting = false
+	w.dropIfEmpty(key, r)
+	return !own || wake
+}
+
+// pass applies an event of resource at rv, which the cache holds, to r, and tells
+// whether it is the echo of the last write of that resource. The caller holds mu.
+func (w *Tracker) pass(r *fooWrites, resource, rv string) (own bool) {
 	echo, written, store := &r.statusEcho, &r.foo, w.foos
 	if resource == Deployments {
 		echo, written, store = &r.deploymentEcho, &r.deployment, w.deployments
@@ -159,7 +215,7 @@ func (w *Tracker) Observed(resource string, key cache.ObjectName, uid types.UID,
 	switch {
 	case *echo == "":
 	case *echo == rv:
-		ownWrite = true
+		own = true
 		*echo = ""
 	case later(rv, *echo):
 		*echo = ""
@@ -168,9 +224,7 @@ func (w *Tracker) Observed(resource string, key cache.ObjectName, uid types.UID,
 	if *written != "" && reached(store, *written) {
 		*written = ""
 	}
-	wake, r.waiting = r.waiting, false
-	w.dropIfEmpty(key, r)
-	return ownWrite, wake
+	return own
 }
 
 // Wake is called whenever an informer event enqueues the Foo named key, after the
@@ -203,7 +257,7 @@ func (w *Tracker) Len() int {
 
 // dropIfEmpty deletes an entry that holds nothing more. The caller holds mu.
 func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
-	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting {
+	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting && !r.syncing {
 		delete(w.writes, key)
 	}
 }

@@ -62,9 +62,8 @@ func TestWriteTracker(t *testing.T) {
 			t.Fatal("caughtUp = true before the echo")
 		}
 		foos.rv = "12"
-		own, wake := w.Observed(Foos, web, "uid-1", "12")
-		if !own || !wake {
-			t.Errorf("observed = own %v, wake %v; want true, true", own, wake)
+		if !w.Observed(Foos, web, "uid-1", "12") {
+			t.Error("observed(awaited echo) = false, want true: the skipped sync must run")
 		}
 	})
 
@@ -73,12 +72,12 @@ func TestWriteTracker(t *testing.T) {
 		w := NewTracker(foos, &storeAt{"11"})
 		w.WroteStatus(web, "uid-1", "12")
 		foos.rv = "12"
-		if own, wake := w.Observed(Foos, web, "uid-1", "12"); !own || wake {
-			t.Errorf("observed = own %v, wake %v; want true, false", own, wake)
+		if w.Observed(Foos, web, "uid-1", "12") {
+			t.Error("observed(own echo) = true, want false: the controller's own")
 		}
 		// Someone else's change is not the controller's write.
-		if own, _ := w.Observed(Foos, web, "uid-1", "13"); own {
-			t.Error("observed(another write) = own, want not")
+		if !w.Observed(Foos, web, "uid-1", "13") {
+			t.Error("observed(another write) = false, want true: not the controller's own")
 		}
 	})
 
@@ -90,13 +89,13 @@ func TestWriteTracker(t *testing.T) {
 			t.Fatalf("caughtUp = %q, %v before the echo; want deployments, false", behind, ok)
 		}
 		deployments.rv = "11"
-		if own, wake := w.Observed(Deployments, web, "uid-1", "11"); !own || !wake {
-			t.Errorf("observed = own %v, wake %v; want true, true", own, wake)
+		if !w.Observed(Deployments, web, "uid-1", "11") {
+			t.Error("observed(awaited echo) = false, want true: the skipped sync must run")
 		}
 		// The Foo's own events are not the Deployment's.
 		w.WroteDeployment(web, "uid-1", "13")
-		if own, _ := w.Observed(Foos, web, "uid-1", "13"); own {
-			t.Error("observed(a Foo event at the Deployment write's version) = own, want not")
+		if !w.Observed(Foos, web, "uid-1", "13") {
+			t.Error("observed(a Foo event at the Deployment write's version) = false, want true: not the controller's own")
 		}
 	})
 
@@ -108,11 +107,11 @@ func TestWriteTracker(t *testing.T) {
 		w.WroteDeployment(web, "uid-1", "11")
 		w.WroteStatus(web, "uid-1", "12")
 		foos.rv, deployments.rv = "12", "11"
-		if own, wake := w.Observed(Deployments, web, "uid-1", "11"); !own || wake {
-			t.Errorf("observed(Deployment echo) = own %v, wake %v; want true, false", own, wake)
+		if w.Observed(Deployments, web, "uid-1", "11") {
+			t.Error("observed(Deployment echo) = true, want false: the controller's own")
 		}
-		if own, wake := w.Observed(Foos, web, "uid-1", "12"); !own || wake {
-			t.Errorf("observed(status echo) = own %v, wake %v; want true, false", own, wake)
+		if w.Observed(Foos, web, "uid-1", "12") {
+			t.Error("observed(status echo) = true, want false: the controller's own")
 		}
 		if n := w.Len(); n != 0 {
 			t.Errorf("%d entries left, want 0", n)
@@ -127,11 +126,11 @@ func TestWriteTracker(t *testing.T) {
 		w.WroteDeployment(web, "uid-1", "11")
 		w.WroteStatus(web, "uid-1", "12")
 		foos.rv, deployments.rv = "14", "15"
-		if own, _ := w.Observed(Deployments, web, "uid-1", "15"); own {
-			t.Error("observed(later Deployment change) = own, want not")
+		if !w.Observed(Deployments, web, "uid-1", "15") {
+			t.Error("observed(later Deployment change) = false, want true: not the controller's own")
 		}
-		if own, _ := w.Observed(Foos, web, "uid-1", "14"); own {
-			t.Error("observed(later Foo change) = own, want not")
+		if !w.Observed(Foos, web, "uid-1", "14") {
+			t.Error("observed(later Foo change) = false, want true: not the controller's own")
 		}
 		if n := w.Len(); n != 0 {
 			t.Errorf("%d entries left, want 0", n)
@@ -141,11 +140,11 @@ func TestWriteTracker(t *testing.T) {
 	t.Run("an event older than the write leaves its echo to come", func(t *testing.T) {
 		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
 		w.WroteDeployment(web, "uid-1", "13")
-		if own, _ := w.Observed(Deployments, web, "uid-1", "11"); own {
-			t.Error("observed(older change) = own, want not")
+		if !w.Observed(Deployments, web, "uid-1", "11") {
+			t.Error("observed(older change) = false, want true: not the controller's own")
 		}
-		if own, _ := w.Observed(Deployments, web, "uid-1", "13"); !own {
-			t.Error("observed(echo after an older change) = not own, want own")
+		if w.Observed(Deployments, web, "uid-1", "13") {
+			t.Error("observed(echo after an older change) = true, want false: the controller's own")
 		}
 	})
 
@@ -156,8 +155,8 @@ func TestWriteTracker(t *testing.T) {
 		w := NewTracker(&storeAt{"10"}, deployments)
 		deployments.rv = "11"
 		w.WroteDeployment(web, "uid-1", "11")
-		if own, _ := w.Observed(Deployments, web, "uid-1", "11"); !own {
-			t.Error("observed(echo applied before the record) = not own, want own")
+		if w.Observed(Deployments, web, "uid-1", "11") {
+			t.Error("observed(echo applied before the record) = true, want false: the controller's own")
 		}
 	})
 
@@ -165,8 +164,8 @@ func TestWriteTracker(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
 		w := NewTracker(foos, deployments)
 		foos.rv, deployments.rv = "12", "11"
-		if own, _ := w.Observed(Deployments, web, "uid-1", "11"); own {
-			t.Error("observed(event before any record) = own, want not")
+		if !w.Observed(Deployments, web, "uid-1", "11") {
+			t.Error("observed(event before any record) = false, want true: not the controller's own")
 		}
 		w.WroteDeployment(web, "uid-1", "11")
 		w.WroteStatus(web, "uid-1", "12")
@@ -182,26 +181,96 @@ func TestWriteTracker(t *testing.T) {
 	t.Run("versions that do not compare leave the echo to come", func(t *testing.T) {
 		w := NewTracker(&storeAt{""}, &storeAt{""})
 		w.WroteStatus(web, "uid-1", "a")
-		if own, _ := w.Observed(Foos, web, "uid-1", "b"); own {
-			t.Error("observed(another version) = own, want not")
+		if !w.Observed(Foos, web, "uid-1", "b") {
+			t.Error("observed(another version) = false, want true: not the controller's own")
 		}
-		if own, _ := w.Observed(Foos, web, "uid-1", "a"); !own {
-			t.Error("observed(echo) = not own, want own")
+		if w.Observed(Foos, web, "uid-1", "a") {
+			t.Error("observed(echo) = true, want false: the controller's own")
+		}
+	})
+
+	// One connection carries the answer to a write and the watch event of it: the
+	// handler can see the echo before the sync has recorded the write.
+	t.Run("echoes that come during the sync that wrote are its own", func(t *testing.T) {
+		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
+		w := NewTracker(foos, deployments)
+		w.Syncing(web, "uid-1")
+		deployments.rv = "11"
+		if w.Observed(Deployments, web, "uid-1", "11") {
+			t.Error("observed(Deployment echo before the record) = true, want it held")
+		}
+		w.WroteDeployment(web, "uid-1", "11")
+		foos.rv = "12"
+		if w.Observed(Foos, web, "uid-1", "12") {
+			t.Error("observed(status echo before the record) = true, want it held")
+		}
+		w.WroteStatus(web, "uid-1", "12")
+		if w.Synced(web, "uid-1") {
+			t.Error("synced = true, want false: every held event was the sync's own echo")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
+		}
+	})
+
+	t.Run("another change held during a sync brings the Foo back", func(t *testing.T) {
+		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
+		w := NewTracker(foos, deployments)
+		w.Syncing(web, "uid-1")
+		w.WroteDeployment(web, "uid-1", "11")
+		foos.rv = "12" // someone changed the Foo's spec
+		if w.Observed(Foos, web, "uid-1", "12") {
+			t.Error("observed(spec change during a sync) = true, want it held")
+		}
+		w.WroteStatus(web, "uid-1", "13")
+		if !w.Synced(web, "uid-1") {
+			t.Error("synced = false, want true: the spec change must be synced")
+		}
+		// Events after the sync are sorted at once.
+		deployments.rv, foos.rv = "11", "13"
+		if w.Observed(Deployments, web, "uid-1", "11") || w.Observed(Foos, web, "uid-1", "13") {
+			t.Error("observed(echo after the sync) = true, want false")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
+		}
+	})
+
+	t.Run("a sync whose Foo was deleted meanwhile ends with nothing to do", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.Syncing(web, "uid-1")
+		w.Observed(Foos, web, "uid-1", "11")
+		w.Forget(web, "uid-1")
+		if w.Synced(web, "uid-1") {
+			t.Error("synced = true for a Foo that is gone, want false")
+		}
+		w.Syncing(web, "uid-2") // created again under the same name
+		if !w.Observed(Foos, web, "uid-1", "12") {
+			t.Error("observed(the first Foo's event during the second's sync) = false, want true")
+		}
+		if w.Synced(web, "uid-1") {
+			t.Error("synced(the first Foo) = true, want false")
+		}
+		if w.Synced(web, "uid-2") {
+			t.Error("synced(the second Foo, nothing held) = true, want false")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
 		}
 	})
 
 	t.Run("a Foo recreated under the same name starts afresh", func(t *testing.T) {
 		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
 		w.WroteStatus(web, "uid-1", "12")
-		if own, _ := w.Observed(Foos, web, "uid-2", "12"); own {
-			t.Error("observed(other UID) = own, want not")
+		if !w.Observed(Foos, web, "uid-2", "12") {
+			t.Error("observed(other UID) = false, want true: not the controller's own")
 		}
 		w.Forget(web, "uid-2") // the delete of another Foo leaves this one's entry
 		if n := w.Len(); n != 1 {
 			t.Errorf("%d entries after forgetting another UID, want 1", n)
 		}
 		w.WroteDeployment(web, "uid-2", "13")
-		if own, _ := w.Observed(Foos, web, "uid-1", "12"); own {
+		if !w.Observed(Foos, web, "uid-1", "12") {
 			t.Error("the entry of uid-1 survived a write for uid-2")
 		}
 		w.Forget(web, "")
