@@ -329,7 +329,9 @@ func (c *Controller) forgetFoo(obj any) {
 // returned. A sync on the echo would find nothing to do (without a Deployment
 // controller, as in the bench, it was the second of two syncs of every Foo at a cold
 // start), and, after a sync that failed once it had written, would retry it before its
-// backoff allows. The echo still wakes a sync skipped for waiting on it.
+// backoff allows. The echo still wakes a sync skipped for waiting on it. While a sync
+// of that Foo runs, its Deployment's events are held, and the sync's end decides on
+// them (see syncHandler); a deletion enqueues it at once as well.
 func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 	logger := klog.FromContext(ctx)
 	object, ok := obj.(metav1.Object)

@@ -133,7 +133,7 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 				c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
 					cfg.Scope = syncs
 					if tc.answerLate {
-						cfg.KubeClient = lateCreates{kubeclient}
+						cfg.KubeClient = lateCreates{Interface: kubeclient}
 					}
 				})
 
@@ -149,8 +149,8 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 				if _, err := c.deploymentsLister.Deployments("default").Get("web"); err != nil {
 					t.Fatalf("the Deployment's event never reached the cache: %v", err)
 				}
-				if n := len(deployments.List()); n != 1 {
-					t.Errorf("%d Deployments, want 1", n)
+				if got := (fakeapiserver.RequestCounts{Creates: 1}); deployments.Counts() != got {
+					t.Errorf("Deployment requests %+v, want %+v", deployments.Counts(), got)
 				}
 				if got := (fakeapiserver.RequestCounts{Updates: 1}); foos.Counts() != got {
 					t.Errorf("Foo requests %+v, want %+v (the status)", foos.Counts(), got)
@@ -172,28 +172,93 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 
 // lateCreates is a clientset whose Deployment creates return a second after the API
 // server made them: in a bubble of fake time, after the informers have delivered the
-// create's event and every handler has run. (A reactor that slept would hold the fake
+// create's event and every handler has run. during, when set, runs right after the
+// create, as someone else's write. (A reactor that slept would hold the fake
 // clientset's lock, which a watch being opened waits for.)
-type lateCreates struct{ kubernetes.Interface }
-
-func (c lateCreates) AppsV1() appsv1client.AppsV1Interface {
-	return lateAppsV1{c.Interface.AppsV1()}
+type lateCreates struct {
+	kubernetes.Interface
+	during func()
 }
 
-type lateAppsV1 struct{ appsv1client.AppsV1Interface }
+func (c lateCreates) AppsV1() appsv1client.AppsV1Interface {
+	return lateAppsV1{c.Interface.AppsV1(), c.during}
+}
+
+type lateAppsV1 struct {
+	appsv1client.AppsV1Interface
+	during func()
+}
 
 func (c lateAppsV1) Deployments(namespace string) appsv1client.DeploymentInterface {
-	return lateDeployments{c.AppsV1Interface.Deployments(namespace)}
+	return lateDeployments{c.AppsV1Interface.Deployments(namespace), c.during}
 }
 
 type lateDeployments struct {
 	appsv1client.DeploymentInterface
+	during func()
 }
 
 func (c lateDeployments) Create(ctx context.Context, d *appsv1.Deployment, opts metav1.CreateOptions) (*appsv1.Deployment, error) {
 	created, err := c.DeploymentInterface.Create(ctx, d, opts)
+	if c.during != nil {
+		c.during()
+	}
 	time.Sleep(time.Second)
 	return created, err
+}
+
+// TestRunSyncsAgainOnAChangeDuringTheSync: the Foo is scaled while the sync that
+// creates its Deployment runs. That sync's status write finds a new generation and
+// leaves it to the next sync; the spec change's event, held until the sync ends, must
+// bring the Foo back, or the Deployment keeps the old replica count for good.
+func TestRunSyncsAgainOnAChangeDuringTheSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
+		lag := fakeapiserver.WatchFault{Lag: 10 * time.Millisecond}
+		deployments := fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", lag)
+		foos := fakeapiserver.New(client, foosResource, "Foo", lag)
+		if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
+			t.Fatal(err)
+		}
+		scale := func() {
+			if err := foos.Edit("default", "web", func(obj runtime.Object) {
+				obj.(*samplev1alpha1.Foo).Spec.Replicas = ptr.To[int32](3)
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		syncs := &countingScope{}
+		_, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
+			cfg.Scope = syncs
+			cfg.KubeClient = lateCreates{Interface: kubeclient, during: scale}
+		})
+
+		time.Sleep(time.Minute) // in the bubble: until every watch event is delivered
+		synctest.Wait()
+		d, err := deployments.Get("default", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := *d.(*appsv1.Deployment).Spec.Replicas; got != 3 {
+			t.Errorf("Deployment replicas = %d, want 3", got)
+		}
+		foo, err := foos.Get("default", "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := foo.(*samplev1alpha1.Foo).Status.ObservedGeneration; got != 2 {
+			t.Errorf("Foo status.observedGeneration = %d, want 2", got)
+		}
+		if got := syncs.n.Load(); got != 2 {
+			t.Errorf("%d syncs, want 2", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
 }
 
 // countingScope is every Foo's scope, and counts the syncs that ask it, this

@@ -37,10 +37,11 @@ type ResourceVersionReader interface {
 //
 // Is an event the echo of the controller's own write, of the Foo's status or of its
 // Deployment? That echo carries nothing the sync that wrote it did not know; requeuing
-// on it would sync the Foo once more for nothing and undo its backoff. The echo can
+// on it would sync the Foo once more for nothing and undo its backoff. The API server
+// sends the answer to a write and its watch event independently, so the echo can
 // reach the informer's handlers before the sync that wrote has read the answer and
-// recorded the write (one connection carries both), so a Foo's events are held while
-// a sync of it runs and sorted when it ends.
+// recorded the write: the events Observed is given for a Foo are held while a sync of
+// it runs, and sorted when it ends.
 type Tracker struct {
 	foos        ResourceVersionReader
 	deployments ResourceVersionReader
@@ -135,9 +136,8 @@ func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, 
 	r.waiting = false
 	// An echo the cache holds has been applied: its event was handled, or is on its
 	// way to the handlers. It may never match: a write that changed nothing brings no
-	// event, and one recorded outside Syncing and Synced can be handled before it is
-	// recorded. Awaiting it longer could keep the entry for ever; at worst, the event
-	// on its way syncs the Foo once more.
+	// event. Awaiting it longer could keep the entry for ever; at worst, the event on
+	// its way syncs the Foo once more.
 	if r.statusEcho != "" && reached(w.foos, r.statusEcho) {
 		r.statusEcho = ""
 	}
@@ -163,8 +163,13 @@ func (w *Tracker) Synced(key cache.ObjectName, uid types.UID) (again bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
-	if r == nil || r.uid != uid || !r.syncing {
-		// Forgotten meanwhile: the Foo was deleted.
+	if r == nil || r.uid != uid {
+		return false
+	}
+	if !r.syncing {
+		// Forgotten meanwhile, for the Foo was deleted, and made again by a write
+		// recorded after that: no event of the Foo will come to clear it.
+		delete(w.writes, key)
 		return false
 	}
 	r.syncing = false

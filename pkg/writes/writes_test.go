@@ -236,6 +236,33 @@ func TestWriteTracker(t *testing.T) {
 		}
 	})
 
+	t.Run("a sync whose Foo was deleted after it wrote leaves no entry", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.Syncing(web, "uid-1")
+		w.Forget(web, "uid-1")
+		w.WroteStatus(web, "uid-1", "11") // its echo will find no Foo in the cache
+		if w.Synced(web, "uid-1") {
+			t.Error("synced = true for a Foo that is gone, want false")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d entries left, want 0", n)
+		}
+	})
+
+	t.Run("the end of a sync of an earlier Foo of the same name ends no other's", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.Syncing(web, "uid-2")
+		if w.Synced(web, "uid-1") {
+			t.Error("synced(uid-1) = true, want false")
+		}
+		if w.Observed(Foos, web, "uid-2", "11") {
+			t.Error("observed(uid-2's event after uid-1's sync ended) = true, want it held for uid-2's sync")
+		}
+		if !w.Synced(web, "uid-2") {
+			t.Error("synced(uid-2) = false, want true: its held event is someone else's change")
+		}
+	})
+
 	t.Run("a sync whose Foo was deleted meanwhile ends with nothing to do", func(t *testing.T) {
 		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
 		w.Syncing(web, "uid-1")
