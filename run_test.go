@@ -103,6 +103,52 @@ func TestRunStartsOnTheCachesSignal(t *testing.T) {
 	})
 }
 
+// settledRun is a run of the controller, in a bubble of fake time, on one new Foo
+// "web" with one replica, over fake API servers, after every watch event has been
+// delivered and every goroutine waits.
+type settledRun struct {
+	deployments, foos *fakeapiserver.Server
+	controller        *Controller
+	syncs             *countingScope
+	stop              func()
+}
+
+// runSettled makes a settledRun inside synctest.Test. The Foo watch lags by 10 ms, the
+// Deployment watch by deploymentsLag; wrap, when set, wraps the clientset the
+// controller writes Deployments with. stop cancels the run and checks that it ended
+// well.
+func runSettled(t *testing.T, deploymentsLag time.Duration, wrap func(kube kubernetes.Interface, foos *fakeapiserver.Server) kubernetes.Interface) settledRun {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
+	r := settledRun{
+		deployments: fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", fakeapiserver.WatchFault{Lag: deploymentsLag}),
+		foos:        fakeapiserver.New(client, foosResource, "Foo", fakeapiserver.WatchFault{Lag: 10 * time.Millisecond}),
+		syncs:       &countingScope{},
+	}
+	if _, err := r.foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
+		t.Fatal(err)
+	}
+	c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
+		cfg.Scope = r.syncs
+		if wrap != nil {
+			cfg.KubeClient = wrap(kubeclient, r.foos)
+		}
+	})
+	r.controller = c
+	r.stop = func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	}
+	time.Sleep(time.Minute) // in the bubble: until every watch event is delivered
+	synctest.Wait()
+	return r
+}
+
 // TestRunSyncsANewFooOnce runs the controller on a new Foo until everything waits,
 // with every write's event delivered: one sync creates the Deployment and writes the
 // status, and the echoes of those two writes cause no other, nor leave anything
@@ -121,25 +167,16 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				_, ctx := ktesting.NewTestContext(t)
-				ctx, cancel := context.WithCancel(ctx)
-				kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
-				deployments := fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", fakeapiserver.WatchFault{Lag: tc.lag})
-				foos := fakeapiserver.New(client, foosResource, "Foo", fakeapiserver.WatchFault{Lag: 10 * time.Millisecond})
-				if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
-					t.Fatal(err)
-				}
-				syncs := &countingScope{}
-				c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
-					cfg.Scope = syncs
-					if tc.answerLate {
-						cfg.KubeClient = lateCreates{Interface: kubeclient}
+				var wrap func(kubernetes.Interface, *fakeapiserver.Server) kubernetes.Interface
+				if tc.answerLate {
+					wrap = func(kube kubernetes.Interface, _ *fakeapiserver.Server) kubernetes.Interface {
+						return lateCreates{Interface: kube}
 					}
-				})
-
-				time.Sleep(time.Minute) // in the bubble: until every watch event is delivered
-				synctest.Wait()
-				foo, err := foos.Get("default", "web")
+				}
+				r := runSettled(t, tc.lag, wrap)
+				defer r.stop()
+				c := r.controller
+				foo, err := r.foos.Get("default", "web")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -149,21 +186,17 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 				if _, err := c.deploymentsLister.Deployments("default").Get("web"); err != nil {
 					t.Fatalf("the Deployment's event never reached the cache: %v", err)
 				}
-				if got := (fakeapiserver.RequestCounts{Creates: 1}); deployments.Counts() != got {
-					t.Errorf("Deployment requests %+v, want %+v", deployments.Counts(), got)
+				if got := (fakeapiserver.RequestCounts{Creates: 1}); r.deployments.Counts() != got {
+					t.Errorf("Deployment requests %+v, want %+v", r.deployments.Counts(), got)
 				}
-				if got := (fakeapiserver.RequestCounts{Updates: 1}); foos.Counts() != got {
-					t.Errorf("Foo requests %+v, want %+v (the status)", foos.Counts(), got)
+				if got := (fakeapiserver.RequestCounts{Updates: 1}); r.foos.Counts() != got {
+					t.Errorf("Foo requests %+v, want %+v (the status)", r.foos.Counts(), got)
 				}
-				if got := syncs.n.Load(); got != 1 {
+				if got := r.syncs.n.Load(); got != 1 {
 					t.Errorf("%d syncs of one new Foo, want 1", got)
 				}
 				if n := c.writes.Len(); n != 0 {
 					t.Errorf("%d write tracker entries left, want 0", n)
-				}
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run() = %v, want nil", err)
 				}
 			})
 		})
@@ -213,50 +246,32 @@ func (c lateDeployments) Create(ctx context.Context, d *appsv1.Deployment, opts 
 // bring the Foo back, or the Deployment keeps the old replica count for good.
 func TestRunSyncsAgainOnAChangeDuringTheSync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		_, ctx := ktesting.NewTestContext(t)
-		ctx, cancel := context.WithCancel(ctx)
-		kubeclient, client := k8sfake.NewClientset(), fake.NewClientset()
-		lag := fakeapiserver.WatchFault{Lag: 10 * time.Millisecond}
-		deployments := fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", lag)
-		foos := fakeapiserver.New(client, foosResource, "Foo", lag)
-		if _, err := foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
-			t.Fatal(err)
-		}
-		scale := func() {
-			if err := foos.Edit("default", "web", func(obj runtime.Object) {
-				obj.(*samplev1alpha1.Foo).Spec.Replicas = ptr.To[int32](3)
-			}); err != nil {
-				t.Error(err)
-			}
-		}
-		syncs := &countingScope{}
-		_, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
-			cfg.Scope = syncs
-			cfg.KubeClient = lateCreates{Interface: kubeclient, during: scale}
+		r := runSettled(t, 10*time.Millisecond, func(kube kubernetes.Interface, foos *fakeapiserver.Server) kubernetes.Interface {
+			return lateCreates{Interface: kube, during: func() {
+				if err := foos.Edit("default", "web", func(obj runtime.Object) {
+					obj.(*samplev1alpha1.Foo).Spec.Replicas = ptr.To[int32](3)
+				}); err != nil {
+					t.Error(err)
+				}
+			}}
 		})
-
-		time.Sleep(time.Minute) // in the bubble: until every watch event is delivered
-		synctest.Wait()
-		d, err := deployments.Get("default", "web")
+		defer r.stop()
+		d, err := r.deployments.Get("default", "web")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := *d.(*appsv1.Deployment).Spec.Replicas; got != 3 {
 			t.Errorf("Deployment replicas = %d, want 3", got)
 		}
-		foo, err := foos.Get("default", "web")
+		foo, err := r.foos.Get("default", "web")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := foo.(*samplev1alpha1.Foo).Status.ObservedGeneration; got != 2 {
 			t.Errorf("Foo status.observedGeneration = %d, want 2", got)
 		}
-		if got := syncs.n.Load(); got != 2 {
+		if got := r.syncs.n.Load(); got != 2 {
 			t.Errorf("%d syncs, want 2", got)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v, want nil", err)
 		}
 	})
 }
