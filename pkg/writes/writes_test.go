@@ -189,8 +189,8 @@ func TestWriteTracker(t *testing.T) {
 		}
 	})
 
-	// One connection carries the answer to a write and the watch event of it: the
-	// handler can see the echo before the sync has recorded the write.
+	// The API server sends the answer to a write and its watch event independently:
+	// the handler can see the echo before the sync has recorded the write.
 	t.Run("echoes that come during the sync that wrote are its own", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
 		w := NewTracker(foos, deployments)
