@@ -59,7 +59,7 @@ func TestPlan(t *testing.T) {
 			"ours-sharded-3 300 in 40 namespaces: cold start, sharded",
 			"ours-unsharded 300 in half in one namespace: cold start, sharded",
 			"ours-sharded-3 300 in half in one namespace: cold start, sharded",
-			"ratio ours 1 1000: cold start, rss, steady, reaction 25/s, reaction 100/s",
+			"ratio ours 1 1000: cold start, rss, reaction 25/s, reaction 100/s, steady",
 			"ratio limit 1 1000: cold start, reaction 25/s, reaction 100/s",
 			"ratio limit 2 1000: cold start, reaction 25/s, reaction 100/s",
 			"ratio ours 2 1000: cold start, rss, reaction 25/s, reaction 100/s",

@@ -72,10 +72,12 @@ func splitAlso(also []string) (flags, env []string) {
 // ratioPlan is the ratio case's sessions: for every size, pairs of our controller and
 // the limit (triples with our controller with the flags also, when there are any) in
 // rotating order, all on one cluster. After its cold start, every side reacts to spec
-// changes at each of rates; our controller's sides first have their RSS read and, in
-// the first pair of each size, their writes counted at steady state, which the limit,
-// doing nothing once done, has no counterpart of. A watching limit reacts to its Foo
-// informer's events, as a controller does.
+// changes at each of rates; our controller's sides first have their RSS read. In the
+// first pair of each size, ours then has its writes counted at steady state, which the
+// limit, doing nothing once done, has no counterpart of: after its reactions, so that
+// every side's reactions follow its cold start alike (a window 65 s later would find
+// the apiserver's watch caches resized, its cold start's events having aged). A
+// watching limit reacts to its Foo informer's events, as a controller does.
 func ratioPlan(ours controller, sizes []int, pairs int, also []string, watchingLimit bool, rates []int) []sessionPlan {
 	shared := &sharedCluster{}
 	sides := []ratioSide{{Ours: &ours}}
@@ -99,14 +101,15 @@ func ratioPlan(ours controller, sizes []int, pairs int, also []string, watchingL
 				cases := []benchCase{coldStartCase{record: true, events: true}}
 				if side.Ours != nil {
 					cases = append(cases, rssCase{})
-					if pair == 1 {
-						cases = append(cases, steadyCase{})
-					}
+				}
+				cases = append(cases, reactions...)
+				if side.Ours != nil && pair == 1 {
+					cases = append(cases, steadyCase{})
 				}
 				out = append(out, sessionPlan{
 					driver: side,
 					foos:   n,
-					cases:  append(cases, reactions...),
+					cases:  cases,
 					shared: shared,
 				})
 			}
