@@ -28,15 +28,15 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/namewatch"
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	informers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/namewatch"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
-	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
-	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 const controllerAgentName = "sample-controller"

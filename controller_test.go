@@ -16,10 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
+	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
-	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 func TestSyncHandler(t *testing.T) {

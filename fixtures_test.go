@@ -26,9 +26,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // newFoo returns a Foo named name in namespace default, whose deploymentName is name.

@@ -10,8 +10,8 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // FuzzSyncHandler syncs a Foo against a Deployment of its name in any state: owned by

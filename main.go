@@ -34,20 +34,19 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
+	"github.com/seed-e6610ed6/sample-controller/internal/eventrecording"
+	"github.com/seed-e6610ed6/sample-controller/internal/metrics"
+	"github.com/seed-e6610ed6/sample-controller/internal/outage"
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/serving"
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/internal/version"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/election"
-	"github.com/seed-e6610ed6/sample-controller/pkg/eventrecording"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
-	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
-	"github.com/seed-e6610ed6/sample-controller/pkg/outage"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
-	"github.com/seed-e6610ed6/sample-controller/pkg/secureserving"
-	"github.com/seed-e6610ed6/sample-controller/pkg/serving"
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
-	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
-	"github.com/seed-e6610ed6/sample-controller/pkg/version"
 )
 
 func init() {
@@ -68,7 +67,7 @@ type options struct {
 	gracefulShutdownTimeout time.Duration
 	metricsBindAddress      string
 	metricsSecure           bool
-	secureServing           *secureserving.Options
+	secureServing           *serving.Options
 	healthProbeBindAddress  string
 	profiling               bool
 
@@ -94,7 +93,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.gracefulShutdownTimeout, "graceful-shutdown-timeout", defaultShutdownTimeout, "On SIGTERM or SIGINT, how long in-flight syncs may take to finish before they are cancelled.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8443", "Address to serve Prometheus metrics on, at /metrics. 0 turns it off.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve the metrics address over HTTPS, to callers whose bearer token the API server authenticates (TokenReview) and who may get the path (SubjectAccessReview). false serves plain HTTP to anyone, for local runs.")
-	o.secureServing = secureserving.NewOptions(controllerAgentName)
+	o.secureServing = serving.NewOptions(controllerAgentName)
 	o.secureServing.AddFlags(fs)
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", "Address to serve /healthz and /readyz on, over plain HTTP and to anyone. 0 turns it off.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles at /debug/pprof/ on the metrics address; with --metrics-secure, to callers who may get /debug/pprof/*.")

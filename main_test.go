@@ -26,8 +26,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/outage"
-	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
+	"github.com/seed-e6610ed6/sample-controller/internal/outage"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
 func TestRestConfigRateLimits(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
-	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 // The controller's own metrics. client-go's, for the work queue and the REST

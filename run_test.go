@@ -24,8 +24,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 )
 

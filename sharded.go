@@ -17,13 +17,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/eventrecording"
+	"github.com/seed-e6610ed6/sample-controller/internal/metrics"
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/eventrecording"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
-	"github.com/seed-e6610ed6/sample-controller/pkg/metrics"
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
-	"github.com/seed-e6610ed6/sample-controller/pkg/tenure"
 )
 
 // SlotLabel marks, in sharded mode, each Deployment with the slot of its Foo, so that

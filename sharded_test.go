@@ -23,10 +23,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 )
 
 // TestSlotScope: a slot's controller acts only on its own Foos, whatever the apiserver

@@ -20,10 +20,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
+	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
-	"github.com/seed-e6610ed6/sample-controller/pkg/writes"
 )
 
 // TestRunOnStaleState runs the controller on informers that see the API server late,

@@ -25,7 +25,7 @@ if [[ -z "${REVISION:-}" ]]; then
     REVISION=unknown
   fi
 fi
-VERSION_PKG=github.com/seed-e6610ed6/sample-controller/pkg/version
+VERSION_PKG=github.com/seed-e6610ed6/sample-controller/internal/version
 cd "${REPO_ROOT}"
 CGO_ENABLED=0 go build -trimpath \
   -ldflags "-s -w -X '${VERSION_PKG}.version=${VERSION}' -X '${VERSION_PKG}.revision=${REVISION}'" \

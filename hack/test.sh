@@ -109,7 +109,7 @@ unit_tests() {
 # written under the package's testdata/fuzz, and committing it makes it a regression test.
 fuzz_tests() {
   local pkg target
-  for pkg in . ./pkg/reconcile; do
+  for pkg in . ./internal/reconcile; do
     for target in $(go test -list '^Fuzz' "${pkg}" | grep '^Fuzz'); do
       go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZ_TIME:-10s}" "${pkg}"
     done

@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // limit is the bench making our controller's writes itself, with no watch, no cache

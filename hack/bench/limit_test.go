@@ -20,10 +20,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	samplefake "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 	samplescheme "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/scheme"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // The limit's Event is the one our controller's recorder writes when it has created a

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
 )
 
 // TestShardSelectorFiltersFoos checks the arithmetic of pkg/slots against the pinned

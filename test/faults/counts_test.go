@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 

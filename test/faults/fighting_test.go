@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
 

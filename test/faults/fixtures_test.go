@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )

@@ -24,7 +24,7 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 
-	"github.com/seed-e6610ed6/sample-controller/pkg/slots"
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )

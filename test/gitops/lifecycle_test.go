@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
-	"github.com/seed-e6610ed6/sample-controller/pkg/reconcile"
 )
 
 // moment is a Foo as the API server serves it at one point of its life, and how the

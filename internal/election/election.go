@@ -1,0 +1,234 @@
+// Package election runs work only while this process holds a Lease, with client-go's
+// leader election, in the order that keeps two holders from ever working at once: on
+// cancellation the work stops first and the Lease is released after; a Lease lost
+// while the work runs, or still finishes after being asked to stop, is reported at once
+// and not released.
+package election
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+)
+
+// Config is one election.
+type Config struct {
+	Lock resourcelock.Interface
+	// Name names the election in client-go's metrics and logs.
+	Name                                      string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	WatchDog                                  *leaderelection.HealthzAdaptor
+	// OnLost is called when the Lease is lost while the work runs, also when it was
+	// asked to stop and its last writes are still finishing. It must end every write of
+	// the work at once: the controller exits. The work's context is cancelled too, but
+	// a standby may take the Lease before the work has noticed.
+	OnLost func()
+	// OnNewLeader, if set, is told every holder the election observes.
+	OnNewLeader func(identity string)
+	// Tenure is kept from the election's Lease writes and reads (tenure.Lock), and the
+	// work's context carries it, so that its writes pass a tenure.Gate only while it is
+	// valid. A read of the Lease that shows another holder while the work runs ends the
+	// tenure and the election at once, and is reported to OnLost. Nil keeps one of the
+	// election's own.
+	Tenure *tenure.Tenure
+}
+
+// Result is how an election ended.
+type Result struct {
+	// Worked is whether the work ran: this process held the Lease.
+	Worked bool
+	// Err is the work's.
+	Err error
+	// ReleaseErr is the release's, once the work returned or the wait was cancelled:
+	// another holder then waits for the Lease to expire.
+	ReleaseErr error
+}
+
+// Run runs work only while this process holds the Lease, until ctx is cancelled or the
+// work returns. On cancellation the work stops first and the Lease is released after,
+// so that the next holder never works alongside this one; releasing hands over in
+// about one retry period instead of a lease duration. Cancelling ctx before the Lease
+// is held ends the wait.
+func Run(ctx context.Context, cfg Config, work func(context.Context) error) Result {
+	if cfg.Tenure == nil {
+		cfg.Tenure = tenure.New(clock.RealClock{})
+	}
+	// Once, whichever of the elector and the tenure's lock sees the loss first.
+	reportLost := func() {}
+	if cfg.OnLost != nil {
+		reportLost = sync.OnceFunc(cfg.OnLost)
+	}
+	// The election outlives ctx: it ends when work has returned, or when ctx is
+	// cancelled before this process ever held the Lease.
+	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var (
+		mu       sync.Mutex
+		working  bool // work has started
+		worked   bool // work has returned
+		over     bool // the elector has returned: work may no longer start
+		workDone = make(chan struct{})
+		result   Result
+	)
+	stopWaiting := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !working {
+			endElection()
+		}
+	})
+	defer stopWaiting()
+
+	lock := &tenure.Lock{
+		Interface: cfg.Lock,
+		Tenure:    cfg.Tenure,
+		OnForeign: func() {
+			mu.Lock()
+			lost := working && !worked
+			mu.Unlock()
+			// Now, not after client-go's renew deadline; and the elector stops leading.
+			if lost {
+				reportLost()
+				endElection()
+			}
+		},
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   cfg.LeaseDuration,
+		RenewDeadline:   cfg.RenewDeadline,
+		RetryPeriod:     cfg.RetryPeriod,
+		ReleaseOnCancel: false, // released below, once work has returned
+		WatchDog:        cfg.WatchDog,
+		Name:            cfg.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				// client-go runs this on a goroutine of its own, which may start after
+				// the elector has already stopped leading.
+				mu.Lock()
+				if ctx.Err() != nil || over || leaderCtx.Err() != nil {
+					mu.Unlock()
+					endElection()
+					return
+				}
+				working = true
+				mu.Unlock()
+				defer close(workDone)
+				// A Lease this process had to create may have been deleted under a
+				// holder still writing: the tenure begins a Lease duration later.
+				if wait := cfg.Tenure.Pending(); wait > 0 {
+					klog.FromContext(ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", cfg.Name, "wait", wait)
+					timer := time.NewTimer(wait)
+					select {
+					case <-timer.C:
+					case <-leaderCtx.Done():
+						timer.Stop()
+					}
+				}
+				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its
+				// writes are held to the tenure.
+				workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, cfg.Tenure))
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				err := work(workCtx)
+				mu.Lock()
+				worked, result.Err = true, err
+				mu.Unlock()
+				endElection()
+			},
+			OnStoppedLeading: func() {
+				mu.Lock()
+				lost := working && !worked
+				mu.Unlock()
+				// Lost while working, also while the work drains after ctx was
+				// cancelled: its last writes could land after the next holder's first.
+				if lost {
+					reportLost()
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if cfg.OnNewLeader != nil {
+					cfg.OnNewLeader(identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Name, err)}
+	}
+	elector.Run(electionCtx)
+
+	mu.Lock()
+	over = true
+	started := working
+	mu.Unlock()
+	if started {
+		// The elector cancelled the work's context when it stopped leading; this
+		// returns only once the work has, so that the caller may hand the slot on.
+		<-workDone
+	}
+	mu.Lock()
+	result.Worked = worked
+	askedOnly := !working && ctx.Err() != nil
+	mu.Unlock()
+	if !result.Worked && !askedOnly {
+		return result
+	}
+	// Released with the tenure's lock, which ends the tenure before the Lease is
+	// given up: the work has returned, and no write of it may follow.
+	release := &tenure.Lock{Interface: cfg.Lock, Tenure: cfg.Tenure}
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
+	defer cancel()
+	// When the work ran, the Lease is handed over now rather than after it expires.
+	// When the wait for it was cancelled, a create or update of it whose answer the
+	// cancellation cut off may still have been committed, naming this process as the
+	// holder of a Lease that nobody renews: it is released too, or the next holder
+	// waits for it to expire.
+	_, result.ReleaseErr = Release(releaseCtx, release, cfg.Lock.Identity())
+	return result
+}
+
+// Release empties the Lease if identity still holds it, with a duration of one second,
+// as client-go's elector does when it releases on cancel, and tells whether it did.
+//
+// A renewal of this process whose answer was cut off, its context cancelled as the work
+// stopped, may still commit between the read and the update here: the update then
+// conflicts with this process's own write. It reads the Lease again and retries while
+// the Lease names identity, so that the next holder need not wait for it to expire.
+func Release(ctx context.Context, lock resourcelock.Interface, identity string) (bool, error) {
+	released := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		record, _, err := lock.Get(ctx)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the lease: %w", err)
+		}
+		if record.HolderIdentity != identity {
+			return nil
+		}
+		now := metav1.NewTime(time.Now())
+		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions:    record.LeaderTransitions,
+			LeaseDurationSeconds: 1,
+			AcquireTime:          now,
+			RenewTime:            now,
+		})
+		released = err == nil
+		return err
+	})
+	return released, err
+}

@@ -1,0 +1,301 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
+)
+
+// TestCancelledAcquisitionIsReleased cancels an election while its create of the
+// Lease is in flight, after the apiserver committed it: the Lease names this process,
+// which will never renew it. Run releases it, so that the next holder need not wait a
+// whole Lease duration for it to expire.
+func TestCancelledAcquisitionIsReleased(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	client.PrependReactor("create", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		create := action.(clienttesting.CreateAction)
+		// Committed; then the caller gives up on the answer.
+		if err := client.Tracker().Create(leases, create.GetObject(), create.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		cancel()
+		return true, nil, context.Canceled
+	})
+	lock := testLock(client)
+	result := Run(ctx, Config{
+		Lock: lock, Name: "slot-0",
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond,
+	}, func(context.Context) error {
+		t.Error("the work ran, though the election was cancelled before it held the Lease")
+		return nil
+	})
+	if result.Worked || result.ReleaseErr != nil {
+		t.Errorf("Run = %+v, want not worked and released", result)
+	}
+	if holder := testHolder(t, client); holder != "" {
+		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	}
+}
+
+// TestCancelledWaitLeavesOthersLeases cancels an election waiting for another's
+// Lease: the Lease stays as it was.
+func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("b"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+		},
+	})
+	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	lock := testLock(client)
+	result := Run(ctx, Config{
+		Lock: lock, Name: "slot-0",
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond,
+	}, func(context.Context) error {
+		t.Error("the work ran while b held the Lease")
+		return nil
+	})
+	if result.Worked || result.ReleaseErr != nil {
+		t.Errorf("Run = %+v, want not worked, nothing to release", result)
+	}
+	if holder := testHolder(t, client); holder != "b" {
+		t.Errorf("the Lease names %q, want b's untouched", holder)
+	}
+}
+
+// TestLostWhileDrainingIsReported loses the Lease while the work drains after ctx was
+// cancelled (its in-flight writes finish before it returns): the loss is reported,
+// since those writes could land after the next holder's first, and Run returns only
+// once the work has.
+func TestLostWhileDrainingIsReported(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	var cut atomic.Bool
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if cut.Load() {
+			return true, nil, errors.New("cut off from the apiserver")
+		}
+		return false, nil, nil
+	})
+	lock := testLock(client)
+	started := make(chan struct{})
+	var lost atomic.Bool
+	var workReturned time.Time
+	result := make(chan Result)
+	go func() {
+		result <- Run(ctx, Config{
+			Lock: lock, Name: "slot-0",
+			LeaseDuration: 2 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond,
+			OnLost: func() { lost.Store(true) },
+		}, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(1500 * time.Millisecond) // in-flight writes finishing
+			workReturned = time.Now()
+			return nil
+		})
+	}()
+	<-started
+	cut.Store(true)
+	cancel()
+	r := <-result
+	if returned := time.Now(); returned.Before(workReturned) || workReturned.IsZero() {
+		t.Errorf("Run returned before the work did")
+	}
+	if !lost.Load() {
+		t.Error("the Lease was lost while the work drained, and OnLost was not called")
+	}
+	if !r.Worked {
+		t.Errorf("Run = %+v, want worked", r)
+	}
+}
+
+// TestTakenOverWhileWorking has another replica take the Lease while this one works,
+// as after this process was frozen for longer than the Lease: its next renewal is
+// refused (the resourceVersion moved) and its read shows the other holder. The work's
+// tenure, which its context carries, ends at that read, and so does the election: the
+// loss is reported at once, not after client-go's renew deadline.
+func TestTakenOverWhileWorking(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Released before: taking it is an update, and the tenure begins at once.
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
+	})
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	// The fake does not check resourceVersions: refuse an update while another holds
+	// the Lease, as the apiserver would refuse the stale one.
+	// Once b has taken over, every update of a's is refused.
+	var takingOver atomic.Bool
+	client.PrependReactor("update", "leases", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if takingOver.Load() {
+			return true, nil, apierrors.NewConflict(leases.GroupResource(), "slot-0", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	lock := testLock(client)
+	const renewDeadline = 3 * time.Second
+	working := make(chan *tenure.Tenure, 1)
+	lost := make(chan time.Time, 1)
+	result := make(chan Result, 1)
+	go func() {
+		result <- Run(ctx, Config{
+			Lock: lock, Name: "slot-0",
+			LeaseDuration: 4 * time.Second, RenewDeadline: renewDeadline, RetryPeriod: 50 * time.Millisecond,
+			OnLost: func() { lost <- time.Now() },
+		}, func(ctx context.Context) error {
+			working <- tenure.FromContext(ctx)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	held := <-working
+	if held == nil || !held.Valid() {
+		t.Fatalf("the work started with tenure %v, want a valid one", held)
+	}
+	takingOver.Store(true)
+	// A renewal already past the reactor lands before b's write, not after it.
+	time.Sleep(100 * time.Millisecond)
+	lease, err := client.CoordinationV1().Leases("system").Get(ctx, "slot-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.HolderIdentity = ptr.To("b")
+	if err := client.Tracker().Update(leases, lease, "system"); err != nil {
+		t.Fatal(err)
+	}
+	takenOver := time.Now()
+	select {
+	case at := <-lost:
+		if late := at.Sub(takenOver); late > renewDeadline/3 {
+			t.Errorf("the loss was reported %v after the takeover, want within %v (the renew deadline is %v)", late, renewDeadline/3, renewDeadline)
+		}
+	case <-time.After(2 * renewDeadline):
+		t.Fatal("the loss was never reported")
+	}
+	if held.Valid() {
+		t.Error("the tenure is still valid after the Lease was seen held by another")
+	}
+	if r := <-result; !r.Worked {
+		t.Errorf("Run = %+v, want worked", r)
+	}
+	if holder := testHolder(t, client); holder != "b" {
+		t.Errorf("the Lease names %q, want b's untouched", holder)
+	}
+}
+
+// TestCreatedLeaseWaitsADuration runs an election with no Lease: this process creates
+// it, and its work starts a whole Lease duration later, with a valid tenure, in case
+// the Lease was deleted under a holder that still writes.
+func TestCreatedLeaseWaitsADuration(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const duration = 2 * time.Second
+	began := time.Now()
+	var started time.Time
+	var valid bool
+	result := Run(ctx, Config{
+		Lock: testLock(fake.NewClientset()), Name: "slot-0",
+		LeaseDuration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+	}, func(ctx context.Context) error {
+		started, valid = time.Now(), tenure.FromContext(ctx).Valid()
+		return nil
+	})
+	if !result.Worked {
+		t.Fatalf("Run = %+v, want worked", result)
+	}
+	if waited := started.Sub(began); waited < duration {
+		t.Errorf("the work started %v after the election, want at least the Lease duration %v", waited, duration)
+	}
+	if !valid {
+		t.Error("the work started without a valid tenure")
+	}
+}
+
+// testLock is member a's lock of the Lease system/slot-0.
+func testLock(client *fake.Clientset) *resourcelock.LeaseLock {
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
+	}
+}
+
+// testHolder is the holder the Lease system/slot-0 names.
+func testHolder(t *testing.T, client *fake.Clientset) string {
+	t.Helper()
+	lease, err := client.CoordinationV1().Leases("system").Get(context.Background(), "slot-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
+}
+
+// TestReleaseAfterOwnRenewalCommitted releases a Lease while a renewal of this process,
+// whose answer its cancelled context cut off, commits between the release's read and its
+// update: the update conflicts with this process's own write. Release reads the Lease
+// again and empties it, or the next holder would wait a whole Lease duration.
+func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	client := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system", ResourceVersion: fakeapiserver.NextResourceVersion()},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+		},
+	})
+	fakeapiserver.Versioned(client, leases)
+	var late atomic.Bool
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if late.Swap(true) {
+			return false, nil, nil
+		}
+		// The renewal lands first, as the apiserver committed it: a new resourceVersion.
+		stored, err := client.Tracker().Get(leases, "system", "slot-0")
+		if err != nil {
+			return true, nil, err
+		}
+		renewed := stored.(*coordinationv1.Lease).DeepCopy()
+		renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		renewed.ResourceVersion = fakeapiserver.NextResourceVersion()
+		if err := client.Tracker().Update(leases, renewed, "system"); err != nil {
+			return true, nil, err
+		}
+		return false, nil, nil
+	})
+	released, err := Release(ctx, testLock(client), "a")
+	if !released || err != nil {
+		t.Errorf("Release = %v, %v; want released", released, err)
+	}
+	if holder := testHolder(t, client); holder != "" {
+		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	}
+}

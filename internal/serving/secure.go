@@ -1,0 +1,170 @@
+package serving
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/authorization/path"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// The defaults of kube-controller-manager's flags, which this package does not
+	// expose: answers are cached briefly, for responsiveness, yet long enough that a
+	// scrape every few seconds costs the API server one review per caller and TTL.
+	cacheTTL = 10 * time.Second
+	// reviewTimeout bounds each TokenReview and SubjectAccessReview.
+	reviewTimeout = 10 * time.Second
+)
+
+// reviewBackoff is how a failed review is retried within one request (that of
+// k8s.io/apiserver's options): 5 tries over about 4 s.
+var reviewBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
+
+// Secure is secure serving once configured: the TLS configuration, which serves the
+// current certificate, and the checks every request goes through.
+type Secure struct {
+	// TLSConfig serves HTTP/1.1 only. Scrapers do not need HTTP/2, and without it none
+	// of HTTP/2's denial-of-service exposure (rapid reset and the like) applies.
+	TLSConfig *tls.Config
+
+	alwaysAllow   authorizer.Authorizer
+	authenticator authenticator.Request
+	authorizer    authorizer.Authorizer
+	logger        klog.Logger
+}
+
+// New loads the serving certificate, or generates a self-signed one for localhost and
+// the IP address of bindAddress, and builds the authenticator and authorizer, which
+// ask the API server named by the kubeconfig flags, or by own when those are empty. A
+// certificate read from files is reloaded when they change, until ctx ends.
+func (o *Options) New(ctx context.Context, bindAddress string, own *rest.Config) (*Secure, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Secure{logger: klog.FromContext(ctx)}
+	var err error
+	if s.TLSConfig, err = o.tlsConfig(ctx, bindAddress); err != nil {
+		return nil, err
+	}
+	if s.alwaysAllow, err = path.NewAuthorizer(o.AlwaysAllowPaths); err != nil {
+		return nil, err
+	}
+
+	authnClient, err := reviewClient(o.AuthenticationKubeconfig, own)
+	if err != nil {
+		return nil, fmt.Errorf("loading --authentication-kubeconfig: %w", err)
+	}
+	// Bearer tokens only: no client certificates, no front proxy, and no anonymous
+	// user, so that a request without a token is refused with 401.
+	s.authenticator, _, err = authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: false},
+		TokenAccessReviewClient:  authnClient.AuthenticationV1(),
+		TokenAccessReviewTimeout: reviewTimeout,
+		WebhookRetryBackoff:      &reviewBackoff,
+		CacheTTL:                 cacheTTL,
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("building the delegating authenticator: %w", err)
+	}
+
+	authzClient, err := reviewClient(o.AuthorizationKubeconfig, own)
+	if err != nil {
+		return nil, fmt.Errorf("loading --authorization-kubeconfig: %w", err)
+	}
+	s.authorizer, err = authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: authzClient.AuthorizationV1(),
+		AllowCacheTTL:             cacheTTL,
+		DenyCacheTTL:              cacheTTL,
+		WebhookRetryBackoff:       &reviewBackoff,
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("building the delegating authorizer: %w", err)
+	}
+	return s, nil
+}
+
+// reviewClient is a client from kubeconfig, or else from own.
+func reviewClient(kubeconfig string, own *rest.Config) (kubernetes.Interface, error) {
+	cfg := own
+	if kubeconfig != "" {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}
+		var err error
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, err
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = reviewTimeout
+	// No client-side limit: the caches bound the reviews, and a limit here would only
+	// delay scrapes behind each other.
+	cfg.QPS = -1
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Handler serves h to requests for an always-allowed path, and to others once the
+// caller's bearer token is authenticated (else 401) and the caller is authorized for
+// the method, as a verb, on the path (else 403), as kube-controller-manager does for
+// requests that are not for API resources.
+func (s *Secure) Handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		attrs := authorizer.AttributesRecord{Verb: strings.ToLower(r.Method), Path: r.URL.Path}
+		if decision, _, _ := s.alwaysAllow.Authorize(ctx, attrs); decision == authorizer.DecisionAllow {
+			h.ServeHTTP(w, r)
+			return
+		}
+
+		resp, ok, err := s.authenticator.AuthenticateRequest(r)
+		if err != nil || !ok {
+			if err != nil {
+				s.logger.V(2).Info("Refused a request: authentication failed", "path", r.URL.Path, "remoteAddr", r.RemoteAddr, "err", err)
+			}
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		attrs.User = resp.User
+		decision, reason, err := s.authorizer.Authorize(ctx, attrs)
+		switch {
+		case decision == authorizer.DecisionAllow:
+			h.ServeHTTP(w, r)
+		case err != nil:
+			s.logger.Error(err, "Authorizing a request", "user", attrs.User.GetName(), "verb", attrs.Verb, "path", attrs.Path)
+			http.Error(w, "Internal Server Error: authorization failed", http.StatusInternalServerError)
+		default:
+			msg := fmt.Sprintf("Forbidden: user %q cannot %s path %q", attrs.User.GetName(), attrs.Verb, attrs.Path)
+			if reason != "" {
+				msg += ": " + reason
+			}
+			http.Error(w, msg, http.StatusForbidden)
+		}
+	})
+}
+
+// hostIP is the IP address of a bind address, or nil when it names none in particular.
+func hostIP(bindAddress string) net.IP {
+	host, _, err := net.SplitHostPort(bindAddress)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return nil
+	}
+	return ip
+}

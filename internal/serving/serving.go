@@ -1,0 +1,104 @@
+// Package serving serves the controller's own endpoints: the health probes over plain
+// HTTP, and /metrics with Go's profiles, which it serves as kube-controller-manager
+// serves its own: over HTTPS, to callers that the API server authenticates
+// (TokenReview) and authorizes for the request's path (SubjectAccessReview, a
+// non-resource URL check such as get on /metrics), or over plain HTTP for local runs.
+//
+// Secure serving builds on the same pieces of k8s.io/apiserver that the options of
+// k8s.io/apiserver/pkg/server/options put together (the delegating authenticator and
+// authorizer, the dynamic serving certificate), and takes its flags with the same
+// names, but not those options themselves: importing them, or the filters of
+// k8s.io/apiserver/pkg/endpoints, installs component-base's work-queue metrics
+// provider in an init function, before a controller can install its own.
+package serving
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/metrics"
+)
+
+// Servers are the servers Serve started.
+type Servers []*http.Server
+
+// ProbesHandler serves /healthz, which fails when healthz (if any) does, and /readyz,
+// which fails until synced says the caches have synced.
+func ProbesHandler(synced func() bool, healthz func(*http.Request) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if healthz != nil {
+			if err := healthz(r); err != nil {
+				http.Error(w, fmt.Sprintf("leader election: %v", err), http.StatusInternalServerError)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !synced() {
+			http.Error(w, "informer caches have not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// MetricsHandler serves /metrics from metrics.Gatherer, and with profiling Go's
+// profiles under /debug/pprof/.
+func MetricsHandler(profiling bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer, promhttp.HandlerOpts{}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// Serve listens on addr, so that a taken port fails at once, and serves handler in the
+// background: over HTTPS with tlsConfig, else over plain HTTP. name is for the logs.
+func Serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config) (*http.Server, error) {
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for %s on %s: %w", name, addr, err)
+	}
+	scheme := "http"
+	if tlsConfig != nil {
+		listener = tls.NewListener(listener, tlsConfig)
+		scheme = "https"
+	}
+	logger := klog.FromContext(ctx)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		logger.Info("Serving "+name, "address", listener.Addr().String(), "scheme", scheme)
+		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "Server stopped", "server", name)
+		}
+	}()
+	return srv, nil
+}
+
+// Shutdown stops the servers, giving open requests a few seconds.
+func (s Servers) Shutdown(logger klog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range s {
+		if err := srv.Shutdown(ctx); err != nil {
+			logger.Error(err, "Shutting down an HTTP server")
+		}
+	}
+}
