@@ -1,3 +1,8 @@
+// The Foo controller: the informers' events put Foo keys on a rate-limited work queue
+// (enqueueFoo, handleObject), workers take them off (processNextWorkItem), and
+// syncHandler makes each Foo's Deployment match its spec and writes its status. Read it
+// top-down, in the order the data flows.
+
 package main
 
 import (
@@ -18,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	appsinformers "k8s.io/client-go/informers/apps/v1"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
@@ -35,7 +39,6 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
-	informers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	listers "github.com/seed-e6610ed6/sample-controller/pkg/generated/listers/samplecontroller/v1alpha1"
 )
 
@@ -43,15 +46,6 @@ const controllerAgentName = "sample-controller"
 
 // fieldManager names this controller in the managedFields of what it writes.
 const fieldManager = controllerAgentName
-
-// byControllerUID indexes the cached Deployments by the UID of the Foo that controls
-// them, so a sync finds a Foo's Deployments without scanning its namespace.
-const byControllerUID = "byControllerUID"
-
-// byDeploymentName indexes the cached Foos by the namespace and name of the Deployment
-// they ask for, so that a Deployment that goes away or changes hands wakes every Foo
-// waiting for its name.
-const byDeploymentName = "byDeploymentName"
 
 // notOwnedRecheckInterval is how often a Foo whose Deployment name is taken looks
 // again. A Deployment the controller never labelled, or another slot's, is not in the
@@ -90,6 +84,7 @@ type Controller struct {
 	sampleclientset clientset.Interface
 
 	// Reads come from the informers' caches.
+	informers          *informers
 	deploymentsLister  appslisters.DeploymentLister
 	deploymentsIndexer cache.Indexer
 	foosLister         listers.FooLister
@@ -107,65 +102,51 @@ type Controller struct {
 	recorder    events.EventRecorder
 	clock       clock.PassiveClock
 
-	// writes remembers the controller's own last writes for each Foo, so that it
-	// neither acts on a cache older than them nor requeues a Foo on their echo.
+	// writes is what the controller remembers of each Foo that its caches do not show
+	// yet: its own last writes, so that it neither acts on a cache older than them nor
+	// requeues a Foo on their echo; the refusal it last reported; the Foo being gone.
 	writes *writes.Tracker
-	// refusals holds, by Foo UID, the cause of the last refusal reported by an Event,
-	// until a sync goes through: one Event per cause, not one per try.
-	refusals sync.Map // types.UID -> string
-	// gone holds the UIDs of Foos the API server answered were gone (a status write or
-	// a read found none, or another Foo under the name) until the informer brings
-	// their deletion: a sync on the cache until then would create a Deployment for a
-	// Foo that no longer exists.
-	gone sync.Map // types.UID -> struct{}
 	// nameWatches wakes the Foos whose Deployment name is taken by a Deployment
 	// outside the cache when it goes away.
 	nameWatches *namewatch.Watcher
+	// sync is syncHandler, in a field so that a test can wrap it, as
+	// kube-controller-manager's controllers let theirs.
+	sync func(ctx context.Context, key cache.ObjectName) error
 
 	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled.
 	shutdownTimeout time.Duration
 
-	// scope is the Foos this controller acts on: every one it sees, or in sharded
-	// mode one slot's.
-	scope scope
+	// scope is the Foos this controller acts on: every one it sees (nil), or in
+	// sharded mode one slot's.
+	scope *scope
 }
-
-// scope decides which Foos a controller acts on, and marks the Deployments it writes
-// so that its Deployment informer, selecting by that mark, sees them.
-type scope interface {
-	// owns tells whether foo is the controller's to act on.
-	owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool
-	// label marks d as the scope's, and tells whether that changed it.
-	label(d *appsv1.Deployment) bool
-}
-
-// everyFoo is the scope of a controller that acts on every Foo its informer holds.
-type everyFoo struct{}
-
-func (everyFoo) owns(klog.Logger, *samplev1alpha1.Foo) bool { return true }
-func (everyFoo) label(*appsv1.Deployment) bool              { return false }
 
 // Config is what a Controller is made of.
 type Config struct {
 	// QueueName names the work queue in its metrics; "foos" when empty.
 	QueueName string
-	// KubeClient and SampleClient are what the controller writes with.
+	// KubeClient and SampleClient are what the controller watches and writes with.
 	KubeClient   kubernetes.Interface
 	SampleClient clientset.Interface
-	// Deployments should list only the Deployments the controller manages (see
-	// newInformerFactories); Foos, the Foos it may act on.
-	Deployments appsinformers.DeploymentInformer
-	Foos        informers.FooInformer
-	Recorder    events.EventRecorder
+	// Namespace is the one namespace whose Foos and Deployments it watches; all when
+	// empty. ResyncPeriod is how often its informers replay their caches; 0 never.
+	Namespace    string
+	ResyncPeriod time.Duration
+	// InformerName, unless empty, names its informers in client-go's informer
+	// metrics.
+	InformerName string
+	Recorder     events.EventRecorder
 	// ShutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled; 30 s when zero.
 	ShutdownTimeout time.Duration
 	// Scope is the Foos it acts on; every Foo it sees when nil.
-	Scope scope
+	Scope *scope
 }
 
-// NewController wires the controller to its informers.
+// NewController builds the controller and its informers, and wires them together.
+// The informers run from StartInformers to ShutdownInformers, apart from Run, so that
+// a replica that is not the leader keeps its caches warm.
 func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.QueueName == "" {
 		cfg.QueueName = "foos"
@@ -173,14 +154,13 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = defaultShutdownTimeout
 	}
-	if cfg.Scope == nil {
-		cfg.Scope = everyFoo{}
-	}
-	deploymentInformer, fooInformer := cfg.Deployments, cfg.Foos
+	informers := newInformers(cfg.KubeClient, cfg.SampleClient, cfg.Namespace, cfg.ResyncPeriod, cfg.Scope, cfg.InformerName)
+	deploymentInformer, fooInformer := informers.deployments, informers.foos
 	rateLimiter := newRateLimiter()
 	c := &Controller{
 		kubeclientset:      cfg.KubeClient,
 		sampleclientset:    cfg.SampleClient,
+		informers:          informers,
 		deploymentsLister:  deploymentInformer.Lister(),
 		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
 		foosLister:         fooInformer.Lister(),
@@ -197,13 +177,11 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		scope:           cfg.Scope,
 	}
 
+	c.sync = c.syncHandler
 	c.nameWatches = namewatch.New(ctx, cfg.KubeClient, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
 
-	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
-		return nil, fmt.Errorf("adding the Deployment index: %w", err)
-	}
-	if err := fooInformer.Informer().AddIndexers(cache.Indexers{byDeploymentName: indexByDeploymentName}); err != nil {
-		return nil, fmt.Errorf("adding the Foo index: %w", err)
+	if err := informers.addIndexers(); err != nil {
+		return nil, err
 	}
 
 	fooRegistration, err := fooInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -304,18 +282,23 @@ func (c *Controller) onFooUpdate(obj any) {
 	}
 }
 
-// forgetFoo drops what the controller remembers of its writes for a deleted Foo,
-// whose echo the informer may never deliver.
+// forgetFoo drops what the controller remembers of a deleted Foo, whose echoes the
+// informer may never deliver, and stops watching for its Deployment name.
 func (c *Controller) forgetFoo(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
 	if foo, ok := obj.(*samplev1alpha1.Foo); ok {
-		c.writes.Forget(cache.MetaObjectToName(foo), foo.UID)
-		c.refusals.Delete(foo.UID)
-		c.gone.Delete(foo.UID)
-		c.nameWatches.Done(cache.MetaObjectToName(foo))
+		c.forget(cache.MetaObjectToName(foo), foo.UID)
 	}
+}
+
+// forget drops the controller's record of the Foo named key with UID uid (any UID
+// when empty) and its name watch. A sync that runs meanwhile drops whatever it records
+// after this when it ends (writes.Tracker.Synced), so that nothing outlives the Foo.
+func (c *Controller) forget(key cache.ObjectName, uid types.UID) {
+	c.writes.Forget(key, uid)
+	c.nameWatches.Done(key)
 }
 
 // handleObject enqueues, for a Deployment that was added, changed or deleted, the Foo
@@ -375,6 +358,18 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 		}
 		c.enqueueFoo(obj)
 	}
+}
+
+// StartInformers starts the controller's informers until ctx ends.
+func (c *Controller) StartInformers(ctx context.Context) { c.informers.start(ctx) }
+
+// ShutdownInformers waits for the informers to stop, once the context StartInformers
+// was given has ended.
+func (c *Controller) ShutdownInformers() { c.informers.shutdown() }
+
+// cachedCounts counts the objects in the controller's caches, by resource.
+func (c *Controller) cachedCounts() (foos, deployments int) {
+	return len(c.foosIndexer.ListKeys()), len(c.deploymentsIndexer.ListKeys())
 }
 
 // cachedFoos lists the Foos in the cache, once it has synced.
@@ -471,7 +466,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	start := time.Now()
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	err := c.syncHandler(syncCtx, key)
+	err := c.sync(syncCtx, key)
 	syncDuration.Observe(time.Since(start).Seconds())
 	switch {
 	case err == nil:
@@ -524,8 +519,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	if apierrors.IsNotFound(err) {
 		// Deleted: the garbage collector removes its Deployments.
 		logger.V(4).Info("Foo no longer exists")
-		c.writes.Forget(key, "")
-		c.nameWatches.Done(key)
+		c.forget(key, "")
 		return nil
 	}
 	if err != nil {
@@ -542,7 +536,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// fight the garbage collector.
 		return nil
 	}
-	if _, gone := c.gone.Load(foo.UID); gone {
+	if c.writes.IsGone(key, foo.UID) {
 		// Its deletion event, which is on its way, ends the wait.
 		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
 		return fmt.Errorf("%w: the API server said the Foo is gone", errStaleCache)
@@ -565,7 +559,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	var retryErr error
 	switch {
 	case syncErr == nil:
-		c.refusals.Delete(foo.UID)
+		c.writes.Accepted(key, foo.UID)
 		c.nameWatches.Done(key)
 		if err := c.deleteStaleDeployments(ctx, foo); err != nil {
 			return err
@@ -688,7 +682,7 @@ func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) er
 	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
 		// Gone, and syncs of it wait until the informer brings the deletion, or the
 		// Foo that took the name.
-		c.gone.Store(foo.UID, struct{}{})
+		c.writes.Gone(cache.MetaObjectToName(foo), foo.UID)
 	case err != nil:
 		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	case current.DeletionTimestamp == nil:
@@ -750,7 +744,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 				return err
 			}
 			if fresh.UID != foo.UID {
-				c.gone.Store(foo.UID, struct{}{})
+				c.writes.Gone(cache.MetaObjectToName(foo), foo.UID)
 			}
 			if fresh.UID != foo.UID || fresh.Generation != generation || fresh.DeletionTimestamp != nil {
 				// Another Foo under the same name, or a new spec: this sync's view of
@@ -773,7 +767,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 	})
 	if apierrors.IsNotFound(err) {
 		// No Foo of that name, so none of this UID, which is never reused.
-		c.gone.Store(foo.UID, struct{}{})
+		c.writes.Gone(cache.MetaObjectToName(foo), foo.UID)
 		return nil
 	}
 	if err != nil {
@@ -831,10 +825,9 @@ func awaitingCollection(foo *samplev1alpha1.Foo, other *appsv1.Deployment) bool 
 func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
 	message := reconcile.RejectedMessage(foo, err)
 	cause := reconcile.RejectionCause(err)
-	previous, seen := c.refusals.Swap(foo.UID, cause)
 	// Once per cause while this process runs; after a restart, unless the status
 	// already says exactly this.
-	if (!seen || previous != cause) && !reconcile.RejectedReported(foo, message) {
+	if c.writes.Refused(cache.MetaObjectToName(foo), foo.UID, cause) && !reconcile.RejectedReported(foo, message) {
 		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, reconcile.EventDeploymentRejected, "Sync", "%s", message)
 	}
 	return fmt.Errorf("%w: %w", errRejected, err)
@@ -848,27 +841,6 @@ func isFooRef(ref *metav1.OwnerReference) bool {
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	return err == nil && gv.Group == samplecontroller.GroupName
-}
-
-// indexByControllerUID is the index function of byControllerUID.
-func indexByControllerUID(obj any) ([]string, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return nil, nil
-	}
-	if ref := metav1.GetControllerOf(d); isFooRef(ref) {
-		return []string{string(ref.UID)}, nil
-	}
-	return nil, nil
-}
-
-// indexByDeploymentName is the index function of byDeploymentName.
-func indexByDeploymentName(obj any) ([]string, error) {
-	foo, ok := obj.(*samplev1alpha1.Foo)
-	if !ok {
-		return nil, nil
-	}
-	return []string{foo.Namespace + "/" + foo.Spec.DeploymentName}, nil
 }
 
 // sameController tells whether two states of an object name the same controller, by

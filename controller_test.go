@@ -580,7 +580,45 @@ func TestSyncHandlerOnAFooGoneFromTheServer(t *testing.T) {
 
 	// Its deletion reaches the cache: nothing is left of it.
 	f.controller.forgetFoo(foo)
-	if _, kept := f.controller.gone.Load(foo.UID); kept {
-		t.Error("the Foo's UID is still marked gone after its deletion event")
+	if f.controller.writes.IsGone(cache.MetaObjectToName(foo), foo.UID) || f.controller.writes.Len() != 0 {
+		t.Errorf("the Foo is still remembered after its deletion event (%d records)", f.controller.writes.Len())
+	}
+}
+
+// TestNothingOutlivesAFooDeletedMidSync: the Foo's delete event reaches the handlers
+// while a sync of it still runs, and the sync then learns what it would remember until
+// that event (a refusal it reported, the Foo gone from the API server). No event comes
+// after the deletion to forget it: the sync's end must, or the record stays for ever.
+func TestNothingOutlivesAFooDeletedMidSync(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// deleteDuring deletes foo while the sync is at one of its requests.
+		deleteDuring func(f *fixture, foo *samplev1alpha1.Foo)
+	}{{
+		name: "the Deployment create is refused",
+		deleteDuring: func(f *fixture, foo *samplev1alpha1.Foo) {
+			f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+				f.controller.forgetFoo(foo)
+				return true, nil, refusal
+			})
+		},
+	}, {
+		name: "the status write finds the Foo gone",
+		deleteDuring: func(f *fixture, foo *samplev1alpha1.Foo) {
+			f.client.PrependReactor("update", "foos", func(core.Action) (bool, runtime.Object, error) {
+				f.controller.forgetFoo(foo)
+				return true, nil, apierrors.NewNotFound(foosResource.GroupResource(), foo.Name)
+			})
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			foo := newFoo("web", ptr.To[int32](1))
+			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+			c.deleteDuring(f, foo)
+			_ = f.sync(foo)
+			if n := f.controller.writes.Len(); n != 0 {
+				t.Errorf("%d records left of a Foo deleted during its sync, want 0", n)
+			}
+		})
 	}
 }

@@ -115,23 +115,18 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		client:     fake.NewClientset(sampleObjects...),
 		recorder:   events.NewFakeRecorder(100),
 	}
-	kubeFactory, sampleFactory, _ := newInformerFactories(f.kubeclient, f.client, "", 0, nil, "")
-	c, err := NewController(ctx, Config{
-		KubeClient: f.kubeclient, SampleClient: f.client,
-		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
-		Recorder: f.recorder,
-	})
+	c, err := NewController(ctx, Config{KubeClient: f.kubeclient, SampleClient: f.client, Recorder: f.recorder})
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}
 	c.clock = testingclock.NewFakePassiveClock(now.Time)
 	for _, foo := range foos {
-		if err := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer().GetIndexer().Add(foo.DeepCopy()); err != nil {
+		if err := c.foosIndexer.Add(foo.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, d := range cached {
-		if err := kubeFactory.Apps().V1().Deployments().Informer().GetIndexer().Add(d.DeepCopy()); err != nil {
+		if err := c.deploymentsIndexer.Add(d.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}

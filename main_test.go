@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
 	"github.com/seed-e6610ed6/sample-controller/internal/outage"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
@@ -54,7 +55,7 @@ func TestRestConfigRateLimits(t *testing.T) {
 		{"a QPS below 0.5 still has a burst", 0.3, 0, 0.3, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, namespace, err := restConfig(options{kubeconfig: kubeconfig, kubeAPIQPS: c.qps, kubeAPIBurst: c.burst})
+			got, namespace, err := clientOptions{kubeconfig: kubeconfig, kubeAPIQPS: c.qps, kubeAPIBurst: c.burst}.restConfig()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,9 +95,10 @@ func TestMetricsFlags(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opts := parseOptions(t, c.args)
-			if opts.metricsSecure != c.wantSecure || opts.metricsBindAddress != c.wantAddress || opts.secureServing.AuthenticationKubeconfig != c.wantAuthn {
+			s := opts.serving
+			if s.MetricsSecure != c.wantSecure || s.MetricsBindAddress != c.wantAddress || s.Secure.AuthenticationKubeconfig != c.wantAuthn {
 				t.Errorf("--metrics-secure=%v on %q, --authentication-kubeconfig=%q; want %v on %q, %q",
-					opts.metricsSecure, opts.metricsBindAddress, opts.secureServing.AuthenticationKubeconfig, c.wantSecure, c.wantAddress, c.wantAuthn)
+					s.MetricsSecure, s.MetricsBindAddress, s.Secure.AuthenticationKubeconfig, c.wantSecure, c.wantAddress, c.wantAuthn)
 			}
 		})
 	}
@@ -152,7 +154,7 @@ func TestWorkersFlag(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opts := parseOptions(t, c.args)
-			if got := workers(opts.workers, opts.shardSlots); got != c.want {
+			if got := workers(opts.controller.workers, opts.lease.shardSlots); got != c.want {
 				t.Errorf("%d workers, want %d", got, c.want)
 			}
 		})
@@ -162,14 +164,11 @@ func TestWorkersFlag(t *testing.T) {
 // leaderWait bounds every wait of these tests; a term takes about a second.
 const leaderWait = 10 * time.Second
 
-// leaderOptions are short election timings, so that a test sees a whole term.
-func leaderOptions() options {
-	return options{
-		leaderElectNamespace:     "kube-system",
-		leaderElectName:          "sample-controller",
-		leaderElectLeaseDuration: time.Second,
-		leaderElectRenewDeadline: 500 * time.Millisecond,
-		leaderElectRetryPeriod:   100 * time.Millisecond,
+// leaderLease has short election timings, so that a test sees a whole term.
+func leaderLease() election.Lease {
+	return election.Lease{
+		Namespace: "kube-system", Name: "sample-controller", Identity: "replica-a",
+		Duration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
 	}
 }
 
@@ -196,7 +195,7 @@ func TestRunAsLeader(t *testing.T) {
 			var releasedBeforeRunReturned bool
 			done := make(chan error, 1)
 			go func() {
-				done <- runAsLeader(ctx, client, leaderOptions(), nil, nil, func(ctx context.Context) error {
+				done <- runAsLeader(ctx, &clients{lease: client}, leaderLease(), nil, nil, func(ctx context.Context) error {
 					close(started)
 					<-ctx.Done()
 					// The Lease is still held while run winds down.
@@ -252,7 +251,7 @@ func TestRunAsLeaderCancelledWhileWaiting(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		done <- runAsLeader(ctx, client, leaderOptions(), nil, nil, func(context.Context) error {
+		done <- runAsLeader(ctx, &clients{lease: client}, leaderLease(), nil, nil, func(context.Context) error {
 			t.Error("run was called while another replica holds the Lease")
 			return nil
 		})

@@ -1,3 +1,7 @@
+// The controller's own Prometheus metrics: its syncs, its stale-cache skips, the writes
+// its tenure held back, its slots, and the Foos it knows by readiness. client-go's
+// (work queues, REST clients, informers, leader election) come from internal/metrics.
+
 package main
 
 import (
@@ -146,9 +150,8 @@ func (c *cachedObjectsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.
 func (c *cachedObjectsCollector) Collect(ch chan<- prometheus.Metric) {
 	var foos, deployments int
 	c.controllers.Range(func(_, v any) bool {
-		controller := v.(*Controller)
-		foos += len(controller.foosIndexer.ListKeys())
-		deployments += len(controller.deploymentsIndexer.ListKeys())
+		f, d := v.(*Controller).cachedCounts()
+		foos, deployments = foos+f, deployments+d
 		return true
 	})
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(foos), writes.Foos)

@@ -252,7 +252,7 @@ func TestFooReplacedWhileTheWatchWasDown(t *testing.T) {
 	c := f.controller
 	key := cache.MetaObjectToName(first)
 	c.writes.WroteDeployment(key, first.UID, "10")
-	c.refusals.Store(first.UID, "a quota")
+	c.writes.Refused(key, first.UID, "a quota")
 
 	if err := c.foosIndexer.Update(second); err != nil {
 		t.Fatal(err)
@@ -261,8 +261,8 @@ func TestFooReplacedWhileTheWatchWasDown(t *testing.T) {
 	if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
 		t.Errorf("queued mismatch (-want +got):\n%s", diff)
 	}
-	if _, kept := c.refusals.Load(first.UID); kept {
-		t.Error("the first Foo's refusal outlived it")
+	if n := c.writes.Len(); n != 0 {
+		t.Errorf("the first Foo's record (its write, its refusal) outlived it: %d records", n)
 	}
 	if err := f.sync(second); errors.Is(err, errStaleCache) {
 		t.Errorf("the second Foo's sync waits for the first Foo's write: %v", err)

@@ -19,8 +19,8 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -109,7 +109,7 @@ func TestRunStartsOnTheCachesSignal(t *testing.T) {
 type settledRun struct {
 	deployments, foos *fakeapiserver.Server
 	controller        *Controller
-	syncs             *countingScope
+	syncs             *atomic.Int64
 	stop              func()
 }
 
@@ -125,15 +125,15 @@ func runSettled(t *testing.T, deploymentsLag time.Duration, wrap func(kube kuber
 	r := settledRun{
 		deployments: fakeapiserver.New(kubeclient, deploymentsResource, "Deployment", fakeapiserver.WatchFault{Lag: deploymentsLag}),
 		foos:        fakeapiserver.New(client, foosResource, "Foo", fakeapiserver.WatchFault{Lag: 10 * time.Millisecond}),
-		syncs:       &countingScope{},
+		syncs:       &atomic.Int64{},
 	}
 	if _, err := r.foos.Create(newFoo("web", ptr.To[int32](1))); err != nil {
 		t.Fatal(err)
 	}
-	c, done := runController(t, ctx, kubeclient, client, 1, func(cfg *Config) {
-		cfg.Scope = r.syncs
+	c, done := runController(t, ctx, kubeclient, client, 1, func(c *Controller) {
+		countSyncs(c, r.syncs)
 		if wrap != nil {
-			cfg.KubeClient = wrap(kubeclient, r.foos)
+			c.kubeclientset = wrap(kubeclient, r.foos)
 		}
 	})
 	r.controller = c
@@ -192,7 +192,7 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 				if got := (fakeapiserver.RequestCounts{Updates: 1}); r.foos.Counts() != got {
 					t.Errorf("Foo requests %+v, want %+v (the status)", r.foos.Counts(), got)
 				}
-				if got := r.syncs.n.Load(); got != 1 {
+				if got := r.syncs.Load(); got != 1 {
 					t.Errorf("%d syncs of one new Foo, want 1", got)
 				}
 				if n := c.writes.Len(); n != 0 {
@@ -270,22 +270,20 @@ func TestRunSyncsAgainOnAChangeDuringTheSync(t *testing.T) {
 		if got := foo.(*samplev1alpha1.Foo).Status.ObservedGeneration; got != 2 {
 			t.Errorf("Foo status.observedGeneration = %d, want 2", got)
 		}
-		if got := r.syncs.n.Load(); got != 2 {
+		if got := r.syncs.Load(); got != 2 {
 			t.Errorf("%d syncs, want 2", got)
 		}
 	})
 }
 
-// countingScope is every Foo's scope, and counts the syncs that ask it, this
-// controller's only: the metrics are the process's.
-type countingScope struct {
-	everyFoo
-	n atomic.Int64
-}
-
-func (s *countingScope) owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool {
-	s.n.Add(1)
-	return s.everyFoo.owns(logger, foo)
+// countSyncs counts c's syncs in n, this controller's only: the metrics are the
+// process's.
+func countSyncs(c *Controller, n *atomic.Int64) {
+	sync := c.sync
+	c.sync = func(ctx context.Context, key cache.ObjectName) error {
+		n.Add(1)
+		return sync(ctx, key)
+	}
 }
 
 // TestRunFinishesInFlightSyncs cancels Run while a sync waits on the API server: the
@@ -344,27 +342,20 @@ func newClientsets(kubeObjects []runtime.Object, foos ...runtime.Object) (*k8sfa
 	return kubeclient, client
 }
 
-// runController wires a controller to real informers on the fake clientsets, as
-// main does, and runs it until ctx is cancelled. Run's result arrives on the channel.
-func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int, options ...func(*Config)) (*Controller, <-chan error) {
+// runController builds a controller with real informers on the fake clientsets, as
+// main does, applies options to it, and runs it until ctx is cancelled. Run's result
+// arrives on the channel.
+func runController(t *testing.T, ctx context.Context, kubeclient *k8sfake.Clientset, client *fake.Clientset, workers int, options ...func(*Controller)) (*Controller, <-chan error) {
 	t.Helper()
-	kubeFactory, sampleFactory, _ := newInformerFactories(kubeclient, client, "", 0, nil, "")
-	cfg := Config{
-		KubeClient: kubeclient, SampleClient: client,
-		Deployments: kubeFactory.Apps().V1().Deployments(), Foos: sampleFactory.Samplecontroller().V1alpha1().Foos(),
-		Recorder: events.NewFakeRecorder(100),
-	}
-	for _, option := range options {
-		option(&cfg)
-	}
-	c, err := NewController(ctx, cfg)
+	c, err := NewController(ctx, Config{KubeClient: kubeclient, SampleClient: client, Recorder: events.NewFakeRecorder(100)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeFactory.Start(ctx.Done())
-	sampleFactory.Start(ctx.Done())
-	t.Cleanup(kubeFactory.Shutdown)
-	t.Cleanup(sampleFactory.Shutdown)
+	for _, option := range options {
+		option(c)
+	}
+	c.StartInformers(ctx)
+	t.Cleanup(c.ShutdownInformers)
 
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, workers) }()

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -38,7 +37,10 @@ func TestSlotScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope := &slotScope{space: space, slot: 2, value: "2"}
+	scope, err := newSlotScope(space, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mine, others := 0, 0
 	for range 200 {
 		foo := &samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: "f", UID: uuid.NewUUID()}}
@@ -79,8 +81,7 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope := &slotScope{space: space, slot: 1, value: "1"}
-	selector, _, err := space.Selector([]int{1})
+	scope, err := newSlotScope(space, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +97,10 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	}
 	sampleClient := fake.NewClientset(objects...)
 	opened := fakeapiserver.WatchesOpened(sampleClient, "foos")
-	_, sampleFactory, _ := newInformerFactories(k8sfake.NewClientset(), sampleClient, "", 0, &informerScope{
-		deploymentLabels: SlotLabel + "=1",
-		shardSelector:    selector,
-		keep:             func(foo *samplev1alpha1.Foo) bool { return scope.owns(klog.FromContext(ctx), foo) },
-	}, "")
-	informer := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
-	sampleFactory.Start(ctx.Done())
-	defer sampleFactory.Shutdown()
+	informers := newInformers(k8sfake.NewClientset(), sampleClient, "", 0, scope, "")
+	informer := informers.foos.Informer()
+	informers.start(ctx)
+	defer informers.shutdown()
 	defer cancel() // before Shutdown, which waits for the informers to stop
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		t.Fatal("the cache did not sync")
@@ -223,7 +220,9 @@ func TestSyncHandlerInSlot(t *testing.T) {
 	}
 	slot := space.Of(mine.UID)
 	f := newFixture(t, []*samplev1alpha1.Foo{mine, other}, nil, nil)
-	f.controller.scope = &slotScope{space: space, slot: slot, value: strconv.Itoa(slot)}
+	if f.controller.scope, err = newSlotScope(space, slot); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := f.sync(mine); err != nil {
 		t.Fatal(err)

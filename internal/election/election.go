@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
@@ -25,10 +26,10 @@ import (
 // Config is one election.
 type Config struct {
 	Lock resourcelock.Interface
-	// Name names the election in client-go's metrics and logs.
-	Name                                      string
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	WatchDog                                  *leaderelection.HealthzAdaptor
+	// Lease is the Lease's settings; its Name also names the election in client-go's
+	// metrics and logs.
+	Lease    Lease
+	WatchDog *leaderelection.HealthzAdaptor
 	// OnLost is called when the Lease is lost while the work runs, also when it was
 	// asked to stop and its last writes are still finishing. It must end every write of
 	// the work at once: the controller exits. The work's context is cancelled too, but
@@ -42,6 +43,28 @@ type Config struct {
 	// tenure and the election at once, and is reported to OnLost. Nil keeps one of the
 	// election's own.
 	Tenure *tenure.Tenure
+}
+
+// Lease is the one shape of the lease settings, in single-leader and sharded mode
+// alike: component-base's LeaderElectionConfiguration's resource namespace and name
+// and client-go's timings, with the identity this process holds Leases under. In
+// sharded mode Name names the group, the prefix of its Leases.
+type Lease struct {
+	Namespace, Name string
+	Identity        string
+	// Duration is how long a Lease lasts without renewal before another replica may
+	// take it; RenewDeadline, how long a holder keeps trying to renew it before it
+	// gives up; RetryPeriod, how often replicas try to acquire or renew it.
+	Duration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Lock is the Lease lock of client-go's leader election for l.
+func (l Lease) Lock(client kubernetes.Interface) *resourcelock.LeaseLock {
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: l.Identity},
+	}
 }
 
 // Result is how an election ended.
@@ -106,12 +129,12 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   cfg.LeaseDuration,
-		RenewDeadline:   cfg.RenewDeadline,
-		RetryPeriod:     cfg.RetryPeriod,
+		LeaseDuration:   cfg.Lease.Duration,
+		RenewDeadline:   cfg.Lease.RenewDeadline,
+		RetryPeriod:     cfg.Lease.RetryPeriod,
 		ReleaseOnCancel: false, // released below, once work has returned
 		WatchDog:        cfg.WatchDog,
-		Name:            cfg.Name,
+		Name:            cfg.Lease.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
 				// client-go runs this on a goroutine of its own, which may start after
@@ -128,7 +151,7 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 				// A Lease this process had to create may have been deleted under a
 				// holder still writing: the tenure begins a Lease duration later.
 				if wait := cfg.Tenure.Pending(); wait > 0 {
-					klog.FromContext(ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", cfg.Name, "wait", wait)
+					klog.FromContext(ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", cfg.Lease.Name, "wait", wait)
 					timer := time.NewTimer(wait)
 					select {
 					case <-timer.C:
@@ -166,7 +189,7 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 		},
 	})
 	if err != nil {
-		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Name, err)}
+		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Lease.Name, err)}
 	}
 	elector.Run(electionCtx)
 
@@ -189,7 +212,7 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	// Released with the tenure's lock, which ends the tenure before the Lease is
 	// given up: the work has returned, and no write of it may follow.
 	release := &tenure.Lock{Interface: cfg.Lock, Tenure: cfg.Tenure}
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewDeadline)
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Lease.RenewDeadline)
 	defer cancel()
 	// When the work ran, the Lease is handed over now rather than after it expires.
 	// When the wait for it was cancelled, a create or update of it whose answer the

@@ -42,8 +42,8 @@ func TestCancelledAcquisitionIsReleased(t *testing.T) {
 	})
 	lock := testLock(client)
 	result := Run(ctx, Config{
-		Lock: lock, Name: "slot-0",
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond,
+		Lock:  lock,
+		Lease: Lease{Name: "slot-0", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond},
 	}, func(context.Context) error {
 		t.Error("the work ran, though the election was cancelled before it held the Lease")
 		return nil
@@ -71,8 +71,8 @@ func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
 	defer cancel()
 	lock := testLock(client)
 	result := Run(ctx, Config{
-		Lock: lock, Name: "slot-0",
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond,
+		Lock:  lock,
+		Lease: Lease{Name: "slot-0", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond},
 	}, func(context.Context) error {
 		t.Error("the work ran while b held the Lease")
 		return nil
@@ -108,8 +108,8 @@ func TestLostWhileDrainingIsReported(t *testing.T) {
 	result := make(chan Result)
 	go func() {
 		result <- Run(ctx, Config{
-			Lock: lock, Name: "slot-0",
-			LeaseDuration: 2 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond,
+			Lock:   lock,
+			Lease:  Lease{Name: "slot-0", Duration: 2 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond},
 			OnLost: func() { lost.Store(true) },
 		}, func(ctx context.Context) error {
 			close(started)
@@ -166,8 +166,8 @@ func TestTakenOverWhileWorking(t *testing.T) {
 	result := make(chan Result, 1)
 	go func() {
 		result <- Run(ctx, Config{
-			Lock: lock, Name: "slot-0",
-			LeaseDuration: 4 * time.Second, RenewDeadline: renewDeadline, RetryPeriod: 50 * time.Millisecond,
+			Lock:   lock,
+			Lease:  Lease{Name: "slot-0", Duration: 4 * time.Second, RenewDeadline: renewDeadline, RetryPeriod: 50 * time.Millisecond},
 			OnLost: func() { lost <- time.Now() },
 		}, func(ctx context.Context) error {
 			working <- tenure.FromContext(ctx)
@@ -222,8 +222,8 @@ func TestCreatedLeaseWaitsADuration(t *testing.T) {
 	var started time.Time
 	var valid bool
 	result := Run(ctx, Config{
-		Lock: testLock(fake.NewClientset()), Name: "slot-0",
-		LeaseDuration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+		Lock:  testLock(fake.NewClientset()),
+		Lease: Lease{Name: "slot-0", Duration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond},
 	}, func(ctx context.Context) error {
 		started, valid = time.Now(), tenure.FromContext(ctx).Valid()
 		return nil

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/metrics"
@@ -30,6 +31,61 @@ import (
 
 // Servers are the servers Serve started.
 type Servers []*http.Server
+
+// Endpoints are where and how the controller serves its endpoints, as its flags say.
+type Endpoints struct {
+	// MetricsBindAddress serves /metrics (and with Profiling, /debug/pprof/); "0"
+	// serves neither.
+	MetricsBindAddress string
+	// MetricsSecure serves them over HTTPS, to callers that the API server
+	// authenticates and authorizes, as Secure configures it.
+	MetricsSecure bool
+	Secure        *Options
+	Profiling     bool
+	// HealthProbeBindAddress serves /healthz and /readyz; "0" serves neither.
+	HealthProbeBindAddress string
+}
+
+// Start listens on the metrics and probe addresses, so that a taken port fails the
+// start, and serves in the background until ctx ends:
+//
+//   - /metrics: Prometheus metrics. With MetricsSecure, over HTTPS to callers that the
+//     API server of cfg (or of the --authentication-kubeconfig and
+//     --authorization-kubeconfig) authenticates and authorizes.
+//   - /healthz: liveness, failing when healthz (if any) does: a leader that has not
+//     renewed its Lease in time, so that the kubelet restarts it.
+//   - /readyz: readiness, failing until synced says the caches have synced.
+//   - /debug/pprof/: Go's profiles, on the metrics address, with Profiling only.
+//
+// The probes stay plain HTTP without authentication: the kubelet has no token to send.
+func (e Endpoints) Start(ctx context.Context, cfg *rest.Config, synced func() bool, healthz func(*http.Request) error) (Servers, error) {
+	var servers Servers
+	if e.MetricsBindAddress != "0" {
+		handler := MetricsHandler(e.Profiling)
+		var tlsConfig *tls.Config
+		if e.MetricsSecure {
+			secure, err := e.Secure.New(ctx, e.MetricsBindAddress, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("configuring secure serving of metrics: %w", err)
+			}
+			handler, tlsConfig = secure.Handler(handler), secure.TLSConfig
+		}
+		srv, err := Serve(ctx, "metrics", e.MetricsBindAddress, handler, tlsConfig)
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, srv)
+	}
+	if e.HealthProbeBindAddress != "0" {
+		srv, err := Serve(ctx, "health probes", e.HealthProbeBindAddress, ProbesHandler(synced, healthz), nil)
+		if err != nil {
+			servers.Shutdown(klog.FromContext(ctx))
+			return nil, err
+		}
+		servers = append(servers, srv)
+	}
+	return servers, nil
+}
 
 // ProbesHandler serves /healthz, which fails when healthz (if any) does, and /readyz,
 // which fails until synced says the caches have synced.

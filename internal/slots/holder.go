@@ -19,12 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// LeaseTimings are the fencing Leases' timings, as client-go's leader election takes
-// them.
-type LeaseTimings struct {
-	Duration, RenewDeadline, RetryPeriod time.Duration
-}
-
 // Holder runs work for the slots assigned to this member, each slot only while this
 // member holds the slot's Lease: it asks for a slot's Lease when the assignment gives it
 // the slot, and when the assignment takes the slot away it stops the slot's work, waits
@@ -35,10 +29,9 @@ type Holder struct {
 	Space      Space
 	Membership *Membership
 	Client     kubernetes.Interface
-	Namespace  string
-	Group      string
-	Identity   string
-	Timings    LeaseTimings
+	// Lease is the group's: its Leases' namespace, the group's name (their prefix),
+	// this member's identity and the timings of every slot's Lease.
+	Lease election.Lease
 	// Work runs while the slot is held, until its context ends; it returns once every
 	// write it started has ended.
 	Work func(ctx context.Context, slot int) error
@@ -68,7 +61,7 @@ func (h *Holder) Unheld(slot int) (time.Duration, bool) {
 	h.mu.Lock()
 	o := h.observer
 	h.mu.Unlock()
-	at, ok := o.lastForeign(SlotLeaseName(h.Group, slot, h.Space.Len()))
+	at, ok := o.lastForeign(SlotLeaseName(h.Lease.Name, slot, h.Space.Len()))
 	if !ok {
 		return 0, false
 	}
@@ -138,7 +131,7 @@ func (h *Holder) follow(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	h.mu.Lock()
 	h.running, h.stopping, h.stopped = map[int]*slotRun{}, map[int]*slotRun{}, make(chan struct{}, 1)
-	h.observer = newObserver(h.Client, h.Namespace, h.Group, h.Identity, clock.RealClock{})
+	h.observer = newObserver(h.Client, h.Lease.Namespace, h.Lease.Name, h.Lease.Identity, clock.RealClock{})
 	h.mu.Unlock()
 	// The slot Leases are followed for as long as this member runs, whether it holds
 	// them or not, so that it can tell a dead holder's Lease expired the moment it has.
@@ -150,7 +143,7 @@ func (h *Holder) follow(ctx context.Context) {
 	// Replicas started together announce themselves moments apart. One that took slots
 	// before it saw the others would start those slots' informers, listing their Foos,
 	// only to hand most of them over: let the announcements arrive first.
-	if !sleep(ctx, h.Timings.RetryPeriod, nil) {
+	if !sleep(ctx, h.Lease.RetryPeriod, nil) {
 		return
 	}
 	for {
@@ -159,7 +152,7 @@ func (h *Holder) follow(ctx context.Context) {
 		members, act := h.Membership.Live()
 		switch {
 		case act:
-			h.apply(ctx, SlotsOf(h.Space.Assign(members), h.Identity))
+			h.apply(ctx, SlotsOf(h.Space.Assign(members), h.Lease.Identity))
 		case h.Membership.HasSynced():
 			// Told not to act (an older member divides the Foos otherwise): whatever
 			// this member acts on, it stops.
@@ -231,7 +224,7 @@ func (h *Holder) waitStopped() {
 // nobody, and the slot's next holder would wait for it to expire. A slot still
 // stopping is left to its own run, which releases it once its work has returned.
 func (h *Holder) releaseOrphans(ctx context.Context) {
-	for _, name := range h.observer.heldBy(h.Identity) {
+	for _, name := range h.observer.heldBy(h.Lease.Identity) {
 		slot, ok := h.slotOf(name)
 		if !ok {
 			continue
@@ -243,12 +236,12 @@ func (h *Holder) releaseOrphans(ctx context.Context) {
 			continue
 		}
 		lock := &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Namespace},
+			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Lease.Namespace},
 			Client:     h.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Identity},
+			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Lease.Identity},
 		}
-		releaseCtx, cancel := context.WithTimeout(ctx, h.Timings.RenewDeadline)
-		released, err := election.Release(releaseCtx, lock, h.Identity)
+		releaseCtx, cancel := context.WithTimeout(ctx, h.Lease.RenewDeadline)
+		released, err := election.Release(releaseCtx, lock, h.Lease.Identity)
 		cancel()
 		logger := klog.FromContext(ctx).WithValues("slot", slot)
 		switch {
@@ -262,10 +255,10 @@ func (h *Holder) releaseOrphans(ctx context.Context) {
 
 // slotOf is the slot of this member's count whose Lease is name.
 func (h *Holder) slotOf(name string) (int, bool) {
-	rest, _ := strings.CutPrefix(name, h.Group+"-slot-")
+	rest, _ := strings.CutPrefix(name, h.Lease.Name+"-slot-")
 	slot, _, _ := strings.Cut(rest, "-of-")
 	n, err := strconv.Atoi(slot)
-	if err != nil || SlotLeaseName(h.Group, n, h.Space.Len()) != name || n < 0 || n >= h.Space.Len() {
+	if err != nil || SlotLeaseName(h.Lease.Name, n, h.Space.Len()) != name || n < 0 || n >= h.Space.Len() {
 		return 0, false
 	}
 	return n, true
@@ -298,7 +291,7 @@ func (h *Holder) admit(ctx context.Context) bool {
 	said := false
 	for {
 		changed := h.observer.changes()
-		lease, err := h.Client.CoordinationV1().Leases(h.Namespace).Get(ctx, CountLeaseName(h.Group), metav1.GetOptions{})
+		lease, err := h.Client.CoordinationV1().Leases(h.Lease.Namespace).Get(ctx, CountLeaseName(h.Lease.Name), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			lease, err = nil, nil
 		}
@@ -337,7 +330,7 @@ func (h *Holder) admit(ctx context.Context) bool {
 			// Read it again: another member may have set it meanwhile.
 			continue
 		}
-		wait := h.Timings.RetryPeriod
+		wait := h.Lease.RetryPeriod
 		if !others.next.IsZero() {
 			wait = min(wait, max(others.next.Sub(h.observer.clock.Now()), 0))
 		}
@@ -366,9 +359,9 @@ func (h *Holder) fence(ctx context.Context, leases []coordinationv1.Lease) (bool
 		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
 		lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 		if ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) < 1 {
-			lease.Spec.LeaseDurationSeconds = ptr.To(int32(h.Timings.Duration / time.Second))
+			lease.Spec.LeaseDurationSeconds = ptr.To(int32(h.Lease.Duration / time.Second))
 		}
-		_, err := h.Client.CoordinationV1().Leases(h.Namespace).Update(ctx, &lease, metav1.UpdateOptions{})
+		_, err := h.Client.CoordinationV1().Leases(h.Lease.Namespace).Update(ctx, &lease, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			return false, nil
@@ -394,7 +387,7 @@ func (h *Holder) waitAdmissible(ctx context.Context) bool {
 		}
 		// The membership's changes are the holder loop's; it is read again every retry
 		// period.
-		if !sleep(ctx, h.Timings.RetryPeriod, changed) {
+		if !sleep(ctx, h.Lease.RetryPeriod, changed) {
 			return false
 		}
 	}
@@ -404,7 +397,7 @@ func (h *Holder) waitAdmissible(ctx context.Context) bool {
 // another number of slots than this member's may still be acted on, and which must be
 // fenced (observer.othersHeld).
 func (h *Holder) othersHeld(ctx context.Context) (otherLeases, error) {
-	leases, err := h.Client.CoordinationV1().Leases(h.Namespace).List(ctx, metav1.ListOptions{LabelSelector: h.observer.selector().String()})
+	leases, err := h.Client.CoordinationV1().Leases(h.Lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: h.observer.selector().String()})
 	if err != nil {
 		return otherLeases{}, err
 	}
@@ -421,7 +414,7 @@ func (h *Holder) waitCountChanged(ctx context.Context) {
 	caughtUp := false
 	// One ticker for the whole wait: the observer's other changes must not put the
 	// poll off.
-	poll := time.NewTicker(h.Timings.RetryPeriod)
+	poll := time.NewTicker(h.Lease.RetryPeriod)
 	defer poll.Stop()
 	for {
 		count, changed := h.observer.currentCount()
@@ -437,7 +430,7 @@ func (h *Holder) waitCountChanged(ctx context.Context) {
 			if caughtUp {
 				continue
 			}
-			lease, err := h.Client.CoordinationV1().Leases(h.Namespace).Get(ctx, CountLeaseName(h.Group), metav1.GetOptions{})
+			lease, err := h.Client.CoordinationV1().Leases(h.Lease.Namespace).Get(ctx, CountLeaseName(h.Lease.Name), metav1.GetOptions{})
 			if err == nil && countOf(lease) != n && countOf(lease) != 0 {
 				return
 			}
@@ -451,16 +444,16 @@ func (h *Holder) waitCountChanged(ctx context.Context) {
 // member's number of slots. Another member that set it first is no error: the caller
 // reads it again.
 func (h *Holder) setCount(ctx context.Context, lease *coordinationv1.Lease) error {
-	leases := h.Client.CoordinationV1().Leases(h.Namespace)
+	leases := h.Client.CoordinationV1().Leases(h.Lease.Namespace)
 	n := strconv.Itoa(h.Space.Len())
 	var err error
 	previous := ""
 	if lease == nil {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:        CountLeaseName(h.Group),
-				Labels:      map[string]string{SlotOfLabel: h.Group},
-				Annotations: map[string]string{SlotsAnnotation: n, SetByAnnotation: h.Identity},
+				Name:        CountLeaseName(h.Lease.Name),
+				Labels:      map[string]string{SlotOfLabel: h.Lease.Name},
+				Annotations: map[string]string{SlotsAnnotation: n, SetByAnnotation: h.Lease.Identity},
 			},
 		}, metav1.CreateOptions{})
 	} else {
@@ -468,9 +461,9 @@ func (h *Holder) setCount(ctx context.Context, lease *coordinationv1.Lease) erro
 		lease = lease.DeepCopy()
 		// The label too, which the observers' watch selects by: one removed by hand
 		// would hide the count from them.
-		metav1.SetMetaDataLabel(&lease.ObjectMeta, SlotOfLabel, h.Group)
+		metav1.SetMetaDataLabel(&lease.ObjectMeta, SlotOfLabel, h.Lease.Name)
 		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, n)
-		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SetByAnnotation, h.Identity)
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SetByAnnotation, h.Lease.Identity)
 		// Conditional on the resourceVersion read.
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 	}
@@ -489,13 +482,13 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	ctx, stop := context.WithCancel(context.WithoutCancel(parent))
 	run := &slotRun{stop: stop, done: make(chan struct{})}
 	logger := klog.FromContext(parent).WithValues("slot", slot)
-	name := SlotLeaseName(h.Group, slot, h.Space.Len())
+	name := SlotLeaseName(h.Lease.Name, slot, h.Space.Len())
 	lock := &observedLock{
 		LeaseLock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Namespace},
+			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Lease.Namespace},
 			Client:     h.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Identity},
-			Labels:     map[string]string{SlotOfLabel: h.Group},
+			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Lease.Identity},
+			Labels:     map[string]string{SlotOfLabel: h.Lease.Name},
 		},
 		observer: h.observer,
 	}
@@ -522,12 +515,11 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 			if !h.observer.waitTakeable(ctx, name) {
 				return
 			}
+			lease := h.Lease
+			lease.Name = name
 			result := election.Run(ctx, election.Config{
-				Lock:          lock,
-				Name:          name,
-				LeaseDuration: h.Timings.Duration,
-				RenewDeadline: h.Timings.RenewDeadline,
-				RetryPeriod:   h.Timings.RetryPeriod,
+				Lock:  lock,
+				Lease: lease,
 				OnLost: func() {
 					if h.OnLost != nil {
 						h.OnLost(slot)
@@ -560,7 +552,7 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 				return
 			}
 			// Not at once: a failing start would loop.
-			if !sleep(ctx, h.Timings.RetryPeriod, nil) {
+			if !sleep(ctx, h.Lease.RetryPeriod, nil) {
 				return
 			}
 		}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 )
@@ -90,7 +91,7 @@ type testMember struct {
 	identity       string
 	space          Space
 	memberDuration time.Duration
-	timings        LeaseTimings
+	timings        election.Lease
 	log            *workLog
 	onLost         func(slot int)
 	// drain is how long the member's work takes to return once asked to stop; 50 ms
@@ -124,8 +125,12 @@ func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
 		onLost = func(slot int) { t.Errorf("%s lost slot %d", m.identity, slot) }
 	}
 	h := &Holder{
-		Space: m.space, Membership: membership, Client: m.client, Namespace: testNamespace, Group: testGroup, Identity: m.identity,
-		Timings: m.timings, Work: work, OnLost: onLost,
+		Space: m.space, Membership: membership, Client: m.client,
+		Lease: election.Lease{
+			Namespace: testNamespace, Name: testGroup, Identity: m.identity,
+			Duration: m.timings.Duration, RenewDeadline: m.timings.RenewDeadline, RetryPeriod: m.timings.RetryPeriod,
+		},
+		Work: work, OnLost: onLost,
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.Run(runCtx) })
@@ -146,7 +151,7 @@ func TestHolderHandsSlotsOver(t *testing.T) {
 	client := fake.NewClientset()
 	space := mustSpace(t, 8)
 	log := newWorkLog()
-	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 
 	start := func(identity string) (stop func()) {
 		_, stop = testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
@@ -221,7 +226,7 @@ func TestHolderTakesADeadMembersSlotsAtOnce(t *testing.T) {
 	// have expired when the assignment moves their slots. Their duration is what tells
 	// the observer's take from the elector's own count below: long enough that a loaded
 	// machine's delays stay well under it.
-	timings := LeaseTimings{Duration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 6 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	holders := map[string]*Holder{}
 	start := func(identity string, client kubernetes.Interface, onLost func(int)) {
 		holders[identity], _ = testMember{client: client, identity: identity, space: space, memberDuration: memberDuration, timings: timings, log: log, onLost: onLost}.start(ctx, t)
@@ -335,7 +340,7 @@ func TestHolderReleasesAnOrphanedSlotLease(t *testing.T) {
 	}
 	client := fake.NewClientset(leases...)
 	log := newWorkLog()
-	timings := LeaseTimings{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	start := func(identity string) {
 		testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
 	}
@@ -379,7 +384,7 @@ func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 	client := fake.NewClientset()
 	space := mustSpace(t, 12)
 	log := newWorkLog()
-	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	start := func(identity string, drained <-chan struct{}) func() {
 		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drained: drained}.start(ctx, t)
 		return stop
@@ -458,7 +463,7 @@ func TestHolderWithdrawsAfterDraining(t *testing.T) {
 	client := fake.NewClientset()
 	space := mustSpace(t, 4)
 	log := newWorkLog()
-	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	const drain = 2 * time.Second
 	_, stop := testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drain: drain}.start(ctx, t)
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -500,7 +505,7 @@ func TestHolderStopsWhenToldNotToAct(t *testing.T) {
 	client := fake.NewClientset()
 	space := mustSpace(t, 4)
 	log := newWorkLog()
-	timings := LeaseTimings{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 	testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
 	waitFor := func(what string, done func([]string) bool) {
 		t.Helper()
@@ -591,7 +596,7 @@ func TestHolderCountsNeverOverlap(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
 	log := &rangeLog{active: map[string][2]int{}, started: map[string]int{}}
-	timings := LeaseTimings{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
 	ahead := &skewedClock{}
 	ahead.offset.Store(int64(time.Minute))
 	member := func(identity string, n int, clk clock.WithDelayedExecution) testMember {
@@ -730,7 +735,7 @@ func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
 	})
 
 	log := &tenureLog{valid: map[string][2]int{}}
-	timings := LeaseTimings{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+	timings := election.Lease{Duration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
 	var lost atomic.Int32
 	member := func(identity string, client kubernetes.Interface, n int, clk clock.WithDelayedExecution, onLost func(int)) testMember {
 		return testMember{client: client, identity: identity, space: mustSpace(t, n), memberDuration: 2 * time.Second,

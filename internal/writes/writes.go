@@ -1,6 +1,8 @@
-// Package writes tracks a controller's own writes, so that it neither decides on a
-// cache older than what it wrote (KEP-5647, staleness mitigation) nor requeues on the
-// echoes of its own writes.
+// Package writes remembers, for each Foo, what the controller did or learned that its
+// informer caches do not show yet: its own last writes, so that it neither decides on
+// a cache older than them (KEP-5647, staleness mitigation) nor requeues on their
+// echoes; the refusal it last reported; and that the API server said the Foo is gone.
+// It is one record per Foo, by name and UID, forgotten in one call when the Foo goes.
 package writes
 
 import (
@@ -65,6 +67,15 @@ type fooWrites struct {
 	// meanwhile, sorted when it ends.
 	syncing bool
 	held    []event
+	// refusal is the cause of the last refusal of the Foo's Deployment write that the
+	// controller reported, until a write goes through: one report per cause, not one
+	// per try.
+	refusal string
+	// gone is set when the API server answered that the Foo is gone (a status write
+	// or a read found none, or another Foo under its name) while the cache still has
+	// it: a sync on the cache would create a Deployment for a Foo that no longer
+	// exists. The informer's delete event, which forgets the record, ends it.
+	gone bool
 }
 
 // event is an informer event held while a sync runs.
@@ -166,8 +177,9 @@ func (w *Tracker) Synced(key cache.ObjectName, uid types.UID) (again bool) {
 		return false
 	}
 	if !r.syncing {
-		// Forgotten meanwhile, for the Foo was deleted, and made again by a write
-		// recorded after that: no event of the Foo will come to clear it.
+		// Forgotten meanwhile, for the Foo was deleted, and made again by what the
+		// sync recorded after that (a write, a refusal, the Foo gone): no event of the
+		// Foo will come to clear it.
 		delete(w.writes, key)
 		return false
 	}
@@ -243,7 +255,45 @@ func (w *Tracker) Wake(key cache.ObjectName) {
 	}
 }
 
-// Forget drops the entry of a Foo that is gone; an empty uid matches any.
+// Refused records that the controller reported the refusal of the Foo's Deployment
+// write for cause, and tells whether the last report, if any, gave another cause.
+func (w *Tracker) Refused(key cache.ObjectName, uid types.UID, cause string) (newCause bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.record(key, uid)
+	newCause = r.refusal != cause
+	r.refusal = cause
+	return newCause
+}
+
+// Accepted records that the Foo's Deployment write went through: the next refusal is
+// reported again.
+func (w *Tracker) Accepted(key cache.ObjectName, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.writes[key]; r != nil && r.uid == uid {
+		r.refusal = ""
+		w.dropIfEmpty(key, r)
+	}
+}
+
+// Gone records that the API server said the Foo is gone, until its deletion reaches
+// the cache and Forget.
+func (w *Tracker) Gone(key cache.ObjectName, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.record(key, uid).gone = true
+}
+
+// IsGone tells whether the API server said the Foo is gone.
+func (w *Tracker) IsGone(key cache.ObjectName, uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.writes[key]
+	return r != nil && r.uid == uid && r.gone
+}
+
+// Forget drops the record of a Foo that is gone; an empty uid matches any.
 func (w *Tracker) Forget(key cache.ObjectName, uid types.UID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -261,7 +311,8 @@ func (w *Tracker) Len() int {
 
 // dropIfEmpty deletes an entry that holds nothing more. The caller holds mu.
 func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
-	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting && !r.syncing {
+	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting && !r.syncing &&
+		r.refusal == "" && !r.gone {
 		delete(w.writes, key)
 	}
 }

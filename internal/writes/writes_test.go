@@ -333,3 +333,53 @@ func TestWriteTracker(t *testing.T) {
 		}
 	})
 }
+
+func TestRefusalsAndGone(t *testing.T) {
+	web := cache.ObjectName{Namespace: "default", Name: "web"}
+
+	t.Run("a refusal is new once per cause until a write goes through", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		for i, c := range []struct {
+			cause string
+			want  bool
+		}{{"a quota", true}, {"a quota", false}, {"a policy", true}, {"a policy", false}} {
+			if got := w.Refused(web, "uid-1", c.cause); got != c.want {
+				t.Errorf("refusal %d (%s): new = %v, want %v", i, c.cause, got, c.want)
+			}
+		}
+		w.Accepted(web, "uid-1")
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d records after the write went through, want 0", n)
+		}
+		if !w.Refused(web, "uid-1", "a policy") {
+			t.Error("the same cause after a write went through is not new")
+		}
+	})
+
+	t.Run("gone lasts until the Foo is forgotten, for its UID only", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.Gone(web, "uid-1")
+		if _, ok := w.CaughtUp(web, "uid-1"); !ok || !w.IsGone(web, "uid-1") {
+			t.Errorf("gone = %v after a caught-up check, want true", w.IsGone(web, "uid-1"))
+		}
+		if w.IsGone(web, "uid-2") {
+			t.Error("another Foo of the name is gone too")
+		}
+		w.Forget(web, "uid-1")
+		if w.IsGone(web, "uid-1") || w.Len() != 0 {
+			t.Errorf("gone = %v and %d records after forget, want false and 0", w.IsGone(web, "uid-1"), w.Len())
+		}
+	})
+
+	t.Run("what a sync learns after its Foo was forgotten ends with the sync", func(t *testing.T) {
+		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w.Syncing(web, "uid-1")
+		w.Forget(web, "uid-1") // the delete event, mid-sync
+		w.Refused(web, "uid-1", "a quota")
+		w.Gone(web, "uid-1")
+		w.Synced(web, "uid-1")
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d records after the sync of a forgotten Foo, want 0", n)
+		}
+	})
+}

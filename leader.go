@@ -1,0 +1,116 @@
+// The mode of one active replica: alone, or, with --leader-elect, the leader of
+// several, whose writes are held to its tenure of the Lease. Sharded mode, where every
+// replica acts on its slots, is in sharded.go.
+
+package main
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
+	"github.com/seed-e6610ed6/sample-controller/internal/eventrecording"
+	"github.com/seed-e6610ed6/sample-controller/internal/metrics"
+	"github.com/seed-e6610ed6/sample-controller/internal/serving"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+)
+
+// runReplica runs one controller over every Foo until ctx ends: at once, or with
+// lease.leaderElect only while this replica holds the Lease.
+func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoints, opts controllerOptions, lease leaseOptions) error {
+	logger := klog.FromContext(ctx)
+	// With leader election, the Lease's tenure; without, none.
+	var leading *tenure.Tenure
+	if lease.leaderElect {
+		leading = tenure.New(clock.RealClock{})
+	}
+	eventRecording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, leading)
+	if err != nil {
+		return err
+	}
+	// Runs once the workers have stopped: the Events of the last syncs are written
+	// before the process exits (as a leader, before it releases the Lease).
+	defer eventRecording.Shutdown(ctx, eventrecording.FlushTimeout)
+
+	cfg := opts.config(clients)
+	cfg.Recorder, cfg.InformerName = eventRecording.Recorder(), controllerAgentName
+	controller, err := NewController(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	metrics.Registry.MustRegister(newFooReadyCollector(controller.cachedFoos))
+
+	// Leader election reports a leader that cannot renew its Lease as unhealthy, so
+	// that the kubelet restarts it.
+	var watchdog *leaderelection.HealthzAdaptor
+	var healthz func(*http.Request) error
+	if lease.leaderElect {
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+		healthz = watchdog.Check
+	}
+	servers, err := endpoints.Start(ctx, clients.config, controller.HasSynced, healthz)
+	if err != nil {
+		return err
+	}
+	defer servers.Shutdown(logger)
+
+	// The caches fill on every replica, leader or not, so that a new leader starts
+	// from a warm cache. Their shutdown waits for the informers' goroutines; it runs
+	// after the workers stop.
+	defer controller.ShutdownInformers()
+	controller.StartInformers(ctx)
+
+	work := func(ctx context.Context) error {
+		err := controller.Run(ctx, opts.workers)
+		eventRecording.Shutdown(ctx, eventrecording.FlushTimeout)
+		return err
+	}
+	if !lease.leaderElect {
+		return work(ctx)
+	}
+	return runAsLeader(ctx, clients, lease.Lease, leading, watchdog, work)
+}
+
+// runAsLeader runs work only while this process holds the Lease, until ctx is
+// cancelled (election.Run): on cancellation work stops first and the Lease is
+// released after; a process that loses the Lease while it works, also while its last
+// syncs finish after being asked to stop, exits at once and does not release it, so
+// that a standby never starts while this process still works. work's writes are held
+// to the tenure held, which the election keeps from its Lease writes and reads.
+func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, held *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Waiting to become the leader", "lease", klog.KRef(lease.Namespace, lease.Name), "identity", lease.Identity)
+	result := election.Run(ctx, election.Config{
+		Lock:     lease.Lock(clients.lease),
+		Lease:    lease,
+		WatchDog: watchdog,
+		Tenure:   held,
+		OnLost: func() {
+			logger.Error(nil, "Lost the lease; exiting so that two leaders never act at once", "identity", lease.Identity)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		},
+		OnNewLeader: func(current string) {
+			if current != lease.Identity {
+				logger.Info("Another replica leads", "leader", current)
+			}
+		},
+	}, func(ctx context.Context) error {
+		logger.Info("Became the leader", "identity", lease.Identity)
+		return work(ctx)
+	})
+	if !result.Worked {
+		return result.Err
+	}
+	if result.ReleaseErr != nil {
+		logger.Error(result.ReleaseErr, "Releasing the lease; another replica takes over once it expires", "identity", lease.Identity)
+	} else {
+		logger.Info("Released the lease", "identity", lease.Identity)
+	}
+	metrics.LeaderElectionEnded(lease.Name)
+	return result.Err
+}
