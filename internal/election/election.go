@@ -87,48 +87,27 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	if cfg.Tenure == nil {
 		cfg.Tenure = tenure.New(clock.RealClock{})
 	}
+	t := &term{ctx: ctx, cfg: cfg, work: work, workDone: make(chan struct{}), reportLost: func() {}}
 	// Once, whichever of the elector and the tenure's lock sees the loss first.
-	reportLost := func() {}
 	if cfg.OnLost != nil {
-		reportLost = sync.OnceFunc(cfg.OnLost)
+		t.reportLost = sync.OnceFunc(cfg.OnLost)
 	}
 	// The election outlives ctx: it ends when work has returned, or when ctx is
 	// cancelled before this process ever held the Lease.
 	electionCtx, endElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer endElection()
-	var (
-		mu       sync.Mutex
-		working  bool // work has started
-		worked   bool // work has returned
-		over     bool // the elector has returned: work may no longer start
-		workDone = make(chan struct{})
-		result   Result
-	)
+	t.endElection = endElection
 	stopWaiting := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !working {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if !t.working {
 			endElection()
 		}
 	})
 	defer stopWaiting()
 
-	lock := &tenure.Lock{
-		Interface: cfg.Lock,
-		Tenure:    cfg.Tenure,
-		OnForeign: func() {
-			mu.Lock()
-			lost := working && !worked
-			mu.Unlock()
-			// Now, not after client-go's renew deadline; and the elector stops leading.
-			if lost {
-				reportLost()
-				endElection()
-			}
-		},
-	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
+		Lock:            &tenure.Lock{Interface: cfg.Lock, Tenure: cfg.Tenure, OnForeign: t.onForeign},
 		LeaseDuration:   cfg.Lease.Duration,
 		RenewDeadline:   cfg.Lease.RenewDeadline,
 		RetryPeriod:     cfg.Lease.RetryPeriod,
@@ -136,51 +115,8 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 		WatchDog:        cfg.WatchDog,
 		Name:            cfg.Lease.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leaderCtx context.Context) {
-				// client-go runs this on a goroutine of its own, which may start after
-				// the elector has already stopped leading.
-				mu.Lock()
-				if ctx.Err() != nil || over || leaderCtx.Err() != nil {
-					mu.Unlock()
-					endElection()
-					return
-				}
-				working = true
-				mu.Unlock()
-				defer close(workDone)
-				// A Lease this process had to create may have been deleted under a
-				// holder still writing: the tenure begins a Lease duration later.
-				if wait := cfg.Tenure.Pending(); wait > 0 {
-					klog.FromContext(ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", cfg.Lease.Name, "wait", wait)
-					timer := time.NewTimer(wait)
-					select {
-					case <-timer.C:
-					case <-leaderCtx.Done():
-						timer.Stop()
-					}
-				}
-				// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its
-				// writes are held to the tenure.
-				workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, cfg.Tenure))
-				defer cancel()
-				stop := context.AfterFunc(ctx, cancel)
-				defer stop()
-				err := work(workCtx)
-				mu.Lock()
-				worked, result.Err = true, err
-				mu.Unlock()
-				endElection()
-			},
-			OnStoppedLeading: func() {
-				mu.Lock()
-				lost := working && !worked
-				mu.Unlock()
-				// Lost while working, also while the work drains after ctx was
-				// cancelled: its last writes could land after the next holder's first.
-				if lost {
-					reportLost()
-				}
-			},
+			OnStartedLeading: t.startedLeading,
+			OnStoppedLeading: t.stoppedLeading,
 			OnNewLeader: func(identity string) {
 				if cfg.OnNewLeader != nil {
 					cfg.OnNewLeader(identity)
@@ -192,34 +128,116 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Lease.Name, err)}
 	}
 	elector.Run(electionCtx)
+	return t.end()
+}
 
-	mu.Lock()
-	over = true
-	started := working
-	mu.Unlock()
+// term is one election's state, shared by the elector's callbacks.
+type term struct {
+	ctx         context.Context
+	cfg         Config
+	work        func(context.Context) error
+	reportLost  func()
+	endElection context.CancelFunc
+
+	mu       sync.Mutex
+	working  bool // work has started
+	worked   bool // work has returned
+	over     bool // the elector has returned: work may no longer start
+	workDone chan struct{}
+	result   Result
+}
+
+// onForeign is told by the tenure's lock that a read of the Lease shows another
+// holder: if the work runs, the Lease is lost now, not after client-go's renew
+// deadline, and the elector stops leading.
+func (t *term) onForeign() {
+	t.mu.Lock()
+	lost := t.working && !t.worked
+	t.mu.Unlock()
+	if lost {
+		t.reportLost()
+		t.endElection()
+	}
+}
+
+// startedLeading runs the work while the Lease is held. client-go runs it on a
+// goroutine of its own, which may start after the elector has already stopped leading.
+func (t *term) startedLeading(leaderCtx context.Context) {
+	t.mu.Lock()
+	if t.ctx.Err() != nil || t.over || leaderCtx.Err() != nil {
+		t.mu.Unlock()
+		t.endElection()
+		return
+	}
+	t.working = true
+	t.mu.Unlock()
+	defer close(t.workDone)
+	// A Lease this process had to create may have been deleted under a holder still
+	// writing: the tenure begins a Lease duration later.
+	if wait := t.cfg.Tenure.Pending(); wait > 0 {
+		klog.FromContext(t.ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", t.cfg.Lease.Name, "wait", wait)
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-leaderCtx.Done():
+			timer.Stop()
+		}
+	}
+	// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its writes
+	// are held to the tenure.
+	workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, t.cfg.Tenure))
+	defer cancel()
+	stop := context.AfterFunc(t.ctx, cancel)
+	defer stop()
+	err := t.work(workCtx)
+	t.mu.Lock()
+	t.worked, t.result.Err = true, err
+	t.mu.Unlock()
+	t.endElection()
+}
+
+// stoppedLeading reports a Lease lost while working, also while the work drains after
+// ctx was cancelled: its last writes could land after the next holder's first.
+func (t *term) stoppedLeading() {
+	t.mu.Lock()
+	lost := t.working && !t.worked
+	t.mu.Unlock()
+	if lost {
+		t.reportLost()
+	}
+}
+
+// end waits, once the elector has returned, for the work to return, releases the
+// Lease when this process held it or may have, and returns the result.
+func (t *term) end() Result {
+	t.mu.Lock()
+	t.over = true
+	started := t.working
+	t.mu.Unlock()
 	if started {
 		// The elector cancelled the work's context when it stopped leading; this
 		// returns only once the work has, so that the caller may hand the slot on.
-		<-workDone
+		<-t.workDone
 	}
-	mu.Lock()
-	result.Worked = worked
-	askedOnly := !working && ctx.Err() != nil
-	mu.Unlock()
+	t.mu.Lock()
+	result := t.result
+	result.Worked = t.worked
+	askedOnly := !t.working && t.ctx.Err() != nil
+	t.mu.Unlock()
 	if !result.Worked && !askedOnly {
 		return result
 	}
 	// Released with the tenure's lock, which ends the tenure before the Lease is
 	// given up: the work has returned, and no write of it may follow.
-	release := &tenure.Lock{Interface: cfg.Lock, Tenure: cfg.Tenure}
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Lease.RenewDeadline)
+	release := &tenure.Lock{Interface: t.cfg.Lock, Tenure: t.cfg.Tenure}
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.cfg.Lease.RenewDeadline)
 	defer cancel()
 	// When the work ran, the Lease is handed over now rather than after it expires.
 	// When the wait for it was cancelled, a create or update of it whose answer the
 	// cancellation cut off may still have been committed, naming this process as the
 	// holder of a Lease that nobody renews: it is released too, or the next holder
 	// waits for it to expire.
-	_, result.ReleaseErr = Release(releaseCtx, release, cfg.Lock.Identity())
+	_, result.ReleaseErr = Release(releaseCtx, release, t.cfg.Lock.Identity())
 	return result
 }
 

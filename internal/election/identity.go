@@ -1,3 +1,5 @@
+// The identity a process takes in Leases.
+
 package election
 
 import (

@@ -1,3 +1,5 @@
+// The reasons of the Events the controller records on Foos.
+
 package reconcile
 
 // Reasons of the events the controller records on a Foo. Events mark changes and

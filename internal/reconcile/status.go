@@ -1,3 +1,6 @@
+// The Foo's status, computed from its Deployment and the last sync's outcome, and the
+// messages of its conditions.
+
 package reconcile
 
 import (

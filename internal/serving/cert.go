@@ -1,3 +1,6 @@
+// The serving certificate of secure serving: from files, from --cert-dir, or
+// self-signed in memory.
+
 package serving
 
 import (

@@ -1,3 +1,5 @@
+// The flags of secure serving, named as k8s.io/apiserver's options name them.
+
 package serving
 
 import (

@@ -1,3 +1,6 @@
+// Secure serving: HTTPS, with callers authenticated by TokenReview and authorized by
+// SubjectAccessReview against the API server.
+
 package serving
 
 import (

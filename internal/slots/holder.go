@@ -1,3 +1,6 @@
+// Holder: this member's share of the slots, each slot's work run only while its Lease
+// is held.
+
 package slots
 
 import (
@@ -66,6 +69,44 @@ func (h *Holder) Unheld(slot int) (time.Duration, bool) {
 		return 0, false
 	}
 	return o.clock.Since(at), true
+}
+
+// elect runs the slot's work while this member holds the slot's Lease, once: until
+// ctx ends, the work returns, or the Lease is lost.
+func (h *Holder) elect(ctx context.Context, slot int, lock *observedLock, logger klog.Logger) {
+	lease := h.Lease
+	lease.Name = lock.LeaseMeta.Name
+	result := election.Run(ctx, election.Config{
+		Lock:  lock,
+		Lease: lease,
+		OnLost: func() {
+			if h.OnLost != nil {
+				h.OnLost(slot)
+			}
+		},
+	}, func(ctx context.Context) error {
+		if !h.admit(ctx) {
+			return nil
+		}
+		// Until the count Lease names another count: the replicas of that count wait
+		// for this Lease's release before they act.
+		ctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			h.waitCountChanged(ctx)
+			stop()
+		}()
+		logger.V(2).Info("Holding the slot")
+		return h.Work(ctx, slot)
+	})
+	switch {
+	case result.Err != nil:
+		logger.Error(result.Err, "The slot's work ended")
+	case result.ReleaseErr != nil:
+		logger.Error(result.ReleaseErr, "Releasing the slot; the next holder takes it once it expires")
+	case result.Worked:
+		logger.V(2).Info("Released the slot")
+	}
 }
 
 // SlotLeaseName is the fencing Lease of a slot of a space of n slots. It names n:
@@ -515,39 +556,7 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 			if !h.observer.waitTakeable(ctx, name) {
 				return
 			}
-			lease := h.Lease
-			lease.Name = name
-			result := election.Run(ctx, election.Config{
-				Lock:  lock,
-				Lease: lease,
-				OnLost: func() {
-					if h.OnLost != nil {
-						h.OnLost(slot)
-					}
-				},
-			}, func(ctx context.Context) error {
-				if !h.admit(ctx) {
-					return nil
-				}
-				// Until the count Lease names another count: the replicas of that
-				// count wait for this Lease's release before they act.
-				ctx, stop := context.WithCancel(ctx)
-				defer stop()
-				go func() {
-					h.waitCountChanged(ctx)
-					stop()
-				}()
-				logger.V(2).Info("Holding the slot")
-				return h.Work(ctx, slot)
-			})
-			switch {
-			case result.Err != nil:
-				logger.Error(result.Err, "The slot's work ended")
-			case result.ReleaseErr != nil:
-				logger.Error(result.ReleaseErr, "Releasing the slot; the next holder takes it once it expires")
-			case result.Worked:
-				logger.V(2).Info("Released the slot")
-			}
+			h.elect(ctx, slot, lock, logger)
 			if ctx.Err() != nil {
 				return
 			}

@@ -1,3 +1,5 @@
+// Membership: which replicas are live, from their member Leases.
+
 package slots
 
 import (

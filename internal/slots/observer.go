@@ -1,3 +1,6 @@
+// The observer: what this member has seen of the group's Leases, and when, by its own
+// clock.
+
 package slots
 
 import (

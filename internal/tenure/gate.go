@@ -1,3 +1,5 @@
+// Gate: the HTTP round tripper that sends a write only inside a valid tenure.
+
 package tenure
 
 import (

@@ -1,3 +1,5 @@
+// Lock: client-go's Lease lock, keeping the Tenure from its writes and reads.
+
 package tenure
 
 import (

@@ -1,3 +1,5 @@
+// Watches of the fake API server that open, lag and coalesce as real ones can.
+
 package fakeapiserver
 
 import (
