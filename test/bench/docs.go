@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -13,70 +12,70 @@ import (
 	"time"
 )
 
-// The bench writes what it printed into a page of the docs itself, so that nobody
-// retypes a figure: one block per command line, between markers that name it, replaced
-// by the next run of the same command line and added at the end of the page otherwise.
+// The bench writes its table into a page itself, so that nobody retypes a figure:
+// between these two lines of the page, replacing whatever was there.
 const (
-	docsBegin = "<!-- bench: %s -->"
-	docsEnd   = "<!-- end of bench: %s -->"
+	docsBegin = "<!-- bench -->"
+	docsEnd   = "<!-- end of bench -->"
 )
 
-// docsBlock is the block for a run: what was run, when, on what and from which commit,
-// then the tables as printed.
-func docsBlock(args, tables string, finished time.Time, machine, commit string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, docsBegin+"\n\n", args)
-	fmt.Fprintf(&b, "`make bench BENCH_ARGS='%s'` on %s, %s, the controller from commit %s. Written by the bench; run it again to replace it.\n\n",
-		args, finished.UTC().Format("2006-01-02 15:04 MST"), machine, commit)
-	b.WriteString(strings.TrimRight(tables, "\n"))
-	fmt.Fprintf(&b, "\n\n"+docsEnd+"\n", args)
-	return b.String()
+// docsBlock is what was run, when, on what and from which commit, then the table.
+func docsBlock(args, table string, finished time.Time, machine, commit string) string {
+	command := "make bench"
+	if args != "" {
+		command += " BENCH_ARGS='" + args + "'"
+	}
+	return fmt.Sprintf("\n`%s` on %s, %s, commit %s; each figure is the median of the pairs, with their range. Written by the bench; run it again to replace it.\n\n%s\n\n",
+		command, finished.UTC().Format("2006-01-02 15:04 MST"), machine, commit, strings.TrimRight(table, "\n"))
 }
 
-// replaceBlock puts block into page in place of the block of the same args, or at the
-// end.
-func replaceBlock(page []byte, args, block string) []byte {
-	begin, end := fmt.Sprintf(docsBegin, args), fmt.Sprintf(docsEnd, args)
-	i := bytes.Index(page, []byte(begin))
-	j := bytes.Index(page, []byte(end))
-	if i < 0 || j < i {
-		out := bytes.TrimRight(page, "\n")
-		return append(append(out, "\n\n"...), block...)
+// replaceBlock puts block into page between the marker lines, in place of what was
+// there. The page must hold each marker once, as a line of its own, the beginning
+// first.
+func replaceBlock(page []byte, block string) ([]byte, error) {
+	lines := bytes.SplitAfter(page, []byte("\n"))
+	var begins, ends []int
+	for i, line := range lines {
+		switch string(bytes.TrimRight(line, "\r\n")) {
+		case docsBegin:
+			begins = append(begins, i)
+		case docsEnd:
+			ends = append(ends, i)
+		}
 	}
-	j += len(end)
-	if j < len(page) && page[j] == '\n' {
-		j++
+	if len(begins) != 1 || len(ends) != 1 || ends[0] < begins[0] {
+		return nil, fmt.Errorf("the bench writes its table only between the lines %s and %s, once each and in this order; the page has %d and %d",
+			docsBegin, docsEnd, len(begins), len(ends))
 	}
-	return slices.Concat(page[:i], []byte(block), page[j:])
+	return slices.Concat(slices.Concat(lines[:begins[0]+1]...), []byte(block), slices.Concat(lines[ends[0]:]...)), nil
 }
 
-// writeDocs writes the run's tables into the page at path; commit is the repository's
-// when the run began, the one its controller was built from.
-func writeDocs(path, args, tables string, finished time.Time, commit string) error {
+// writeDocs writes the run's table into the page at path; commit is the one the
+// controller was built from.
+func writeDocs(path, args, table string, finished time.Time, commit string) error {
 	page, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	block := docsBlock(args, tables, finished, machine(), commit)
-	if err := os.WriteFile(path, replaceBlock(page, args, block), 0o644); err != nil {
+	out, err := replaceBlock(page, docsBlock(args, table, finished, machine(), commit))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
 		return err
 	}
-	progressf("wrote the tables into %s", path)
+	progressf("wrote the table into %s", path)
 	return nil
 }
 
-// machine says what the bench ran on: the CPU model, cores and memory.
+// machine says what the bench ran on: the cores, the memory and the CPU model.
 func machine() string {
 	model, memory := "", ""
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		s := bufio.NewScanner(f)
-		for s.Scan() {
-			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				model = strings.TrimSpace(v)
-				break
-			}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		if _, rest, ok := strings.Cut(string(data), "\nmodel name"); ok {
+			line, _, _ := strings.Cut(rest, "\n")
+			model = " (" + strings.TrimSpace(strings.TrimLeft(line, " \t:")) + ")"
 		}
-		_ = f.Close()
 	}
 	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kib int64
@@ -84,11 +83,7 @@ func machine() string {
 			memory = fmt.Sprintf(", %.0f GiB", float64(kib)/(1<<20))
 		}
 	}
-	cores := fmt.Sprintf("%d cores", runtime.NumCPU())
-	if model != "" {
-		cores += " (" + model + ")"
-	}
-	return runtime.GOOS + "/" + runtime.GOARCH + ", " + cores + memory
+	return fmt.Sprintf("%s/%s, %d cores%s%s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), model, memory)
 }
 
 // commit is the repository's commit, with "-dirty" for uncommitted changes.

@@ -13,26 +13,29 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.foos, []int{100, 1000, 5000}) || !slices.Equal(cfg.rates, []int{25, 100, 1000}) {
+	if !slices.Equal(cfg.foos, []int{1000, 10000}) || !slices.Equal(cfg.rates, []int{25, 100, 1000}) {
 		t.Errorf("foos %v, rates %v", cfg.foos, cfg.rates)
 	}
-	if cfg.steadyFoos != 1000 || cfg.unrelated != 10000 || cfg.workers != 32 || cfg.steadyWindow != 65*time.Second {
+	if cfg.pairs != 3 || cfg.steadyFoos != 1000 || cfg.unrelated != 10000 || cfg.workers != 32 || cfg.steadyWindow != 65*time.Second {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for _, c := range allCases {
-		if cfg.cases[c] != (c != caseTenure) {
-			t.Errorf("case %s on by default: %v", c, cfg.cases[c])
+		if !cfg.cases[c] {
+			t.Errorf("case %s is not on by default", c)
 		}
 	}
-	if cfg.flags["steady-window"] != "1m5s" || cfg.flags["foos"] != "100,1000,5000" {
-		t.Errorf("flags for results.json: %v", cfg.flags)
+	if len(cfg.args) != 0 {
+		t.Errorf("flags given: %q, want none", cfg.args)
 	}
 
 	cfg, err = parseFlags([]string{"--controller-binary=/x/sample-controller-classic"})
 	if err != nil || cfg.controllerName != "sample-controller-classic" {
 		t.Errorf("controllerName = %q, %v", cfg.controllerName, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--sharded-replicas=0"}, {"--shard-slots=0"}, {"--cases=nope"}, {"--tenure-pairs=0"}, {"--ratio-pairs=0"}, {"--ratio-foos=0"}, {"--workers=0"}, {"extra"}} {
+	if cfg, err := parseFlags([]string{"--cases="}); err != nil || len(cfg.cases) != 0 {
+		t.Errorf("--cases= gave %v, %v; want cold starts alone", cfg.cases, err)
+	}
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -46,57 +49,47 @@ func TestPlan(t *testing.T) {
 		other bool
 		want  []string
 	}{{
-		name: "every case: limits first, the later cases on the cluster of --steady-foos",
-		args: []string{"--foos=100,1000", "--rates=25,100", "--sharded-foos=300", "--sharded-replicas=3", "--ratio-foos=1000", "--ratio-pairs=2"},
+		name: "every case: pairs in rotating order, the later cases at --steady-foos, reactions first",
+		args: []string{"--foos=100,1000", "--rates=25,100", "--pairs=2"},
 		want: []string{
-			"limit 100: cold start",
-			"limit with events 100: cold start",
-			"ours 100: cold start",
-			"limit 1000: cold start, reaction 25/s, reaction 100/s",
-			"limit with events 1000: cold start",
-			"ours 1000: cold start, steady, memory, reaction 25/s, reaction 100/s",
-			"ours-unsharded 300 in 40 namespaces: cold start, sharded",
-			"ours-sharded-3 300 in 40 namespaces: cold start, sharded",
-			"ours-unsharded 300 in half in one namespace: cold start, sharded",
-			"ours-sharded-3 300 in half in one namespace: cold start, sharded",
-			"ratio ours 1 1000: cold start, rss, reaction 25/s, reaction 100/s, steady",
-			"ratio limit 1 1000: cold start, reaction 25/s, reaction 100/s",
-			"ratio limit 2 1000: cold start, reaction 25/s, reaction 100/s",
-			"ratio ours 2 1000: cold start, rss, reaction 25/s, reaction 100/s",
+			"ours 100 pair 1: cold start",
+			"limit watching 100 pair 1: cold start",
+			"limit 100 pair 1: cold start",
+			"limit watching 100 pair 2: cold start",
+			"limit 100 pair 2: cold start",
+			"ours 100 pair 2: cold start",
+			"ours 1000 pair 1: cold start, reaction 25/s, reaction 100/s, steady, memory",
+			"limit watching 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
+			"limit 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
+			"limit watching 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
+			"limit 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
+			"ours 1000 pair 2: cold start, reaction 25/s, reaction 100/s, steady, memory",
 		},
 	}, {
-		name: "the sharded case: one unsharded replica, then each number of sharded ones, for each layout",
-		args: []string{"--cases=sharded", "--sharded-foos=50", "--sharded-replicas=1,2"},
+		name: "the steady-state size runs though it is not a cold-start size",
+		args: []string{"--foos=50, 10", "--steady-foos=20", "--cases=steady", "--pairs=1"},
 		want: []string{
-			"ours-unsharded 50 in 40 namespaces: cold start, sharded",
-			"ours-sharded-1 50 in 40 namespaces: cold start, sharded",
-			"ours-sharded-2 50 in 40 namespaces: cold start, sharded",
-			"ours-unsharded 50 in half in one namespace: cold start, sharded",
-			"ours-sharded-1 50 in half in one namespace: cold start, sharded",
-			"ours-sharded-2 50 in half in one namespace: cold start, sharded",
+			"ours 10 pair 1: cold start",
+			"ours 20 pair 1: cold start, steady",
+			"ours 50 pair 1: cold start",
 		},
 	}, {
-		name: "the steady-state size runs once though it is not a cold-start size",
-		args: []string{"--foos=50, 10", "--steady-foos=20", "--cases=steady,limit"},
+		name: "without later cases, no extra size",
+		args: []string{"--foos=10", "--steady-foos=20", "--cases=limit", "--pairs=1"},
 		want: []string{
-			"limit 10: cold start",
-			"limit with events 10: cold start",
-			"ours 20: cold start (unreported), steady",
-			"limit 50: cold start",
-			"limit with events 50: cold start",
+			"ours 10 pair 1: cold start",
+			"limit watching 10 pair 1: cold start",
+			"limit 10 pair 1: cold start",
 		},
 	}, {
-		name: "the reaction case alone brings its limit",
-		args: []string{"--steady-foos=20", "--rates=5", "--cases=reaction"},
-		want: []string{
-			"limit 20: cold start (unreported), reaction 5/s",
-			"ours 20: cold start (unreported), reaction 5/s",
-		},
-	}, {
-		name:  "cold starts of two controllers",
-		args:  []string{"--foos=10", "--cases=coldstart"},
+		name:  "two controllers alternate too",
+		args:  []string{"--foos=10", "--cases=", "--pairs=3"},
 		other: true,
-		want:  []string{"ours 10: cold start", "classic 10: cold start"},
+		want: []string{
+			"ours 10 pair 1: cold start", "classic 10 pair 1: cold start",
+			"classic 10 pair 2: cold start", "ours 10 pair 2: cold start",
+			"ours 10 pair 3: cold start", "classic 10 pair 3: cold start",
+		},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,16 +102,12 @@ func TestPlan(t *testing.T) {
 				controllers = append(controllers, controller{Name: "classic"})
 			}
 			var got []string
-			for _, p := range plan(cfg, controllers, controller{Name: ourName}) {
+			for _, p := range plan(cfg, controllers) {
 				var cases []string
 				for _, c := range p.cases {
 					cases = append(cases, describeCase(c))
 				}
-				where := ""
-				if p.layout != nil {
-					where = " in " + p.layout.Name
-				}
-				got = append(got, fmt.Sprintf("%s %d%s: %s", p.driver.column(), p.foos, where, strings.Join(cases, ", ")))
+				got = append(got, fmt.Sprintf("%s %d pair %d: %s", p.driver.column(), p.foos, p.pair, strings.Join(cases, ", ")))
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("plan =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
@@ -130,20 +119,13 @@ func TestPlan(t *testing.T) {
 func describeCase(c benchCase) string {
 	switch c := c.(type) {
 	case coldStartCase:
-		if !c.record {
-			return "cold start (unreported)"
-		}
 		return "cold start"
 	case steadyCase:
 		return "steady"
 	case memoryCase:
 		return "memory"
-	case rssCase:
-		return "rss"
 	case reactionCase:
 		return fmt.Sprintf("reaction %d/s", c.rate)
-	case shardedCase:
-		return "sharded"
 	}
 	return fmt.Sprintf("%T", c)
 }
@@ -173,6 +155,11 @@ func TestControllerArgs(t *testing.T) {
 	if other.rule() != ruleWritten || ours.rule() != ruleReady || other.Ours || !ours.Ours {
 		t.Errorf("ours %+v, other %+v", ours, other)
 	}
+	// Ours and the limits are done only with their Events; the other controller's
+	// Events are not ours to wait for.
+	if !ours.events() || other.events() || !(limit{}).events() || !(limit{Watching: true}).events() {
+		t.Errorf("events: ours %v, other %v, limits %v and %v", ours.events(), other.events(), limit{}.events(), limit{Watching: true}.events())
+	}
 
 	// With no args, the other controller gets only the kubeconfig.
 	cfg.controllerArgs = ""
@@ -181,24 +168,21 @@ func TestControllerArgs(t *testing.T) {
 	}
 }
 
-// TestTenurePlan checks that the tenure case alternates its variants, AB BA AB, each
-// session a cold start and then the reaction case.
-func TestTenurePlan(t *testing.T) {
-	cfg, err := parseFlags([]string{"--cases=tenure", "--tenure-pairs=3", "--tenure-foos=500", "--tenure-rate=25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours := controller{Name: ourName, Binary: "/bin/sample-controller", Ours: true}
-	var got []string
-	for _, p := range plan(cfg, []driver{ours}, ours) {
-		v, ok := p.driver.(tenureVariant)
-		if !ok || p.foos != 500 || len(p.cases) != 2 || p.cases[1] != (reactionCase{rate: 25}) {
-			t.Fatalf("session %+v, want a tenure variant of 500 Foos with a cold start and the reaction case at 25/s", p)
+func TestSessionName(t *testing.T) {
+	for description, want := range map[string]string{
+		"ours 1000 1":                         "ours-1000-1",
+		"limit watching 10000 3":              "limit-watching-10000-3",
+		"sample-controller-classic 100 2":     "sample-controller-classic-100-2",
+		"My_Controller (v2) 100 1":            "my-controller-v2-100-1",
+		"--odd-- 1":                           "odd-1",
+		"limit+events 1000":                   "limit-events-1000",
+		"ratio ours --workers=8 2-10000":      "ratio-ours-workers-8-2-10000",
+		"ratio ours 1-1000":                   "ratio-ours-1-1000",
+		"tenure elected 1-10000":              "tenure-elected-1-10000",
+		"sample-controller-classic 100 2 ---": "sample-controller-classic-100-2",
+	} {
+		if got := sessionName(description); got != want {
+			t.Errorf("sessionName(%q) = %q, want %q", description, got, want)
 		}
-		got = append(got, v.column())
-	}
-	want := []string{"tenure unelected 1", "tenure elected 1", "tenure elected 2", "tenure unelected 2", "tenure unelected 3", "tenure elected 3"}
-	if !slices.Equal(got, want) {
-		t.Errorf("sessions %q, want %q", got, want)
 	}
 }

@@ -11,34 +11,27 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"k8s.io/utils/ptr"
 )
 
 // results is everything measured, as written to results.json.
 type results struct {
-	Started  time.Time         `json:"started"`
-	Finished time.Time         `json:"finished"`
-	Flags    map[string]string `json:"flags"`
-	Runs     []runResult       `json:"runs"`
+	Started  time.Time   `json:"started"`
+	Finished time.Time   `json:"finished"`
+	Args     []string    `json:"args"`
+	Runs     []runResult `json:"runs"`
 }
 
-// runResult is what one session measured: one column of the table, at one size.
+// runResult is what one session measured: one side, at one size, in one pair.
 type runResult struct {
 	Column    string           `json:"column"`
 	Limit     bool             `json:"limit"`
 	Driver    driver           `json:"driver"`
 	Foos      int              `json:"foos"`
+	Pair      int              `json:"pair"`
 	ColdStart *coldStartResult `json:"coldStart,omitempty"`
 	Steady    *steadyResult    `json:"steady,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
-	RSS       *rssResult       `json:"rss,omitempty"`
 	Reactions []reactionResult `json:"reactions,omitempty"`
-	Sharded   *shardedResult   `json:"sharded,omitempty"`
-	// APIServerRestart is how the shared apiserver was made fresh for this run.
-	APIServerRestart *apiserverRestart `json:"apiserverRestart,omitempty"`
-	// Skipped says why the cases after the cold start did not run.
-	Skipped string `json:"skipped,omitempty"`
 }
 
 func writeResults(dir string, res *results) error {
@@ -62,25 +55,22 @@ const (
 	sectionReaction
 )
 
-// rowKey names a row and places it: by section, then size or rate, then its place in
-// the case's figures, then name.
+// rowKey names a row and places it: by section, size or rate, place, then name.
 type rowKey struct {
 	section, n, sub int
 	name            string
 }
 
-// row is the key of a row, its name formatted from format and args.
 func row(section, n, sub int, format string, args ...any) rowKey {
 	return rowKey{section, n, sub, fmt.Sprintf(format, args...)}
 }
 
-// table is the report: one row per figure, one column per controller and per limit.
+// table is the report: one row per figure, one column per side.
 type table struct {
 	columns []string // in the order of the runs
 	limits  map[string]bool
-	cells   map[rowKey]map[string]cell
-	// ratios are rows whose cells are each controller's figure in another row
-	// divided by a limit's figure there.
+	cells   map[rowKey]map[string]*cell
+	// ratios are rows of each side's figure in another row ÷ a limit's, pair by pair.
 	ratios map[rowKey]ratioOf
 }
 
@@ -89,185 +79,164 @@ type ratioOf struct {
 	limit string
 }
 
-func (t *table) set(k rowKey, column string, c cell) {
-	if t.cells[k] == nil {
-		t.cells[k] = map[string]cell{}
-	}
-	t.cells[k][column] = c
+// cell is one side's figures in one row, by pair, and the texts of the pairs that
+// gave one instead ("timed out: ..."). A nil cell is empty.
+type cell struct {
+	pairs map[int]float64
+	texts map[int]string
 }
 
 // buildTable lays out every figure of res.
 func buildTable(res *results) *table {
-	t := &table{limits: map[string]bool{}, cells: map[rowKey]map[string]cell{}, ratios: map[rowKey]ratioOf{}}
+	t := &table{limits: map[string]bool{}, cells: map[rowKey]map[string]*cell{}, ratios: map[rowKey]ratioOf{}}
 	// Every cold start of a size shows every request key any of them made.
 	keys := map[int][]string{}
 	for _, r := range res.Runs {
-		if _, ratio := r.Driver.(ratioSide); ratio {
-			continue
-		}
-		if _, sharded := r.Driver.(replicaSet); sharded {
-			continue
-		}
 		if cs := r.ColdStart; cs != nil {
 			keys[cs.Foos] = slices.AppendSeq(keys[cs.Foos], maps.Keys(cs.PerFoo))
 		}
 	}
 	for _, r := range res.Runs {
-		if _, sharded := r.Driver.(replicaSet); sharded {
-			continue // shardedMarkdown's
-		}
-		if _, tenure := r.Driver.(tenureVariant); tenure {
-			continue // tenureMarkdown's
-		}
-		if _, ratio := r.Driver.(ratioSide); ratio {
-			continue // ratioMarkdown's
-		}
 		if !slices.Contains(t.columns, r.Column) {
 			t.columns = append(t.columns, r.Column)
 			t.limits[r.Column] = r.Limit
 		}
-		if r.ColdStart != nil {
-			r.ColdStart.addRows(t, r.Column, r.Limit, keys[r.ColdStart.Foos])
+		// set records pair's figure in row k, or when ok is false, why there is none.
+		set := func(k rowKey, v float64, ok bool, otherwise string) {
+			c := t.cells[k][r.Column]
+			if c == nil {
+				c = &cell{pairs: map[int]float64{}, texts: map[int]string{}}
+				if t.cells[k] == nil {
+					t.cells[k] = map[string]*cell{}
+				}
+				t.cells[k][r.Column] = c
+			}
+			if ok {
+				c.pairs[r.Pair] = v
+			} else {
+				c.texts[r.Pair] = otherwise
+			}
 		}
-		if r.Skipped != "" {
-			t.set(row(sectionSteady, 0, -1, "steady state, memory and reaction, %d Foos", r.Foos), r.Column, text("skipped: "+r.Skipped))
+		ratio := func(k, of rowKey) {
+			if r.Limit {
+				t.ratios[k] = ratioOf{of, r.Column}
+			}
 		}
-		if r.Steady != nil {
-			t.set(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", r.Steady.Foos), r.Column, num(r.Steady.PerMinute))
+		if cs := r.ColdStart; cs != nil {
+			n := cs.Foos
+			seconds := row(sectionColdStart, n, 0, "cold start, %d Foos (s)", n)
+			set(seconds, cs.Seconds, cs.Converged, cs.timedOutText())
+			if cs.Converged && cs.Seconds > 0 {
+				ratio(row(sectionColdStart, n, 1, "cold start, %d Foos ÷ %s (×)", n, r.Column), seconds)
+			}
+			set(row(sectionColdStart, n, 2, "requests per Foo, %d Foos: total", n), cs.PerFooTotal, cs.Converged, "n/a (timed out)")
+			for _, k := range keys[n] {
+				set(row(sectionColdStart, n, 3, "requests per Foo, %d Foos: %s", n, k), cs.PerFoo[k], cs.Converged, "n/a (timed out)")
+			}
+			set(row(sectionColdStart, n, 4, "events written per Foo, %d Foos", n), cs.EventWritesPerFoo, cs.Converged, "n/a (timed out)")
 		}
-		if r.Memory != nil {
-			r.Memory.addRows(t, r.Column)
+		if st := r.Steady; st != nil {
+			set(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", st.Foos), st.PerMinute, true, "")
+		}
+		if m := r.Memory; m != nil {
+			set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore), true, "")
+			set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), mib(m.RSSAfter), true, "")
+			set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), mib(m.RSSPer10k), true, "")
 		}
 		for _, rr := range r.Reactions {
-			rr.addRows(t, r.Column, r.Limit)
+			at := func(sub int, format string, args ...any) rowKey {
+				return row(sectionReaction, rr.Rate, sub, "reaction, %d changes/s: %s", rr.Rate, fmt.Sprintf(format, args...))
+			}
+			delivered, sent := rr.Delivered > 0, rr.Sent-rr.Failed
+			set(at(0, "sent per second"), rr.AchievedRate, true, "")
+			set(at(1, "delivered within %.0f s (%%)", rr.DeadlineSeconds), 100*float64(rr.Delivered)/float64(max(sent, 1)), sent > 0, "none sent")
+			set(at(2, "p50 (ms)"), rr.P50Ms, delivered, "none delivered")
+			p99 := at(3, "p99 (ms)")
+			set(p99, rr.P99Ms, delivered, "none delivered")
+			set(at(4, "max (ms)"), rr.MaxMs, delivered, "none delivered")
+			if delivered && rr.P99Ms > 0 {
+				ratio(at(5, "p99 ÷ %s (×)", r.Column), p99)
+			}
+			set(at(6, "p50 from the patch's response (ms)"), rr.AcceptedP50Ms, delivered, "none delivered")
+			set(at(7, "p99 from the patch's response (ms)"), rr.AcceptedP99Ms, delivered, "none delivered")
 		}
 	}
 	return t
 }
 
-func (cs *coldStartResult) addRows(t *table, column string, limit bool, keys []string) {
-	perFoo := func(v float64) cell { return figureOr(cs.Converged, v, "n/a (timed out)") }
-	seconds := row(sectionColdStart, cs.Foos, 0, "cold start, %d Foos (s)", cs.Foos)
-	t.set(seconds, column, figureOr(cs.Converged, cs.Seconds, cs.timedOutText()))
-	if limit && cs.Converged && cs.Seconds > 0 {
-		t.ratios[row(sectionColdStart, cs.Foos, 1, "cold start, %d Foos ÷ %s (×)", cs.Foos, column)] = ratioOf{seconds, column}
-	}
-	t.set(row(sectionColdStart, cs.Foos, 2, "requests per Foo, %d Foos: total", cs.Foos), column, perFoo(cs.PerFooTotal))
-	for _, k := range keys {
-		t.set(row(sectionColdStart, cs.Foos, 3, "requests per Foo, %d Foos: %s", cs.Foos, k), column, perFoo(cs.PerFoo[k]))
-	}
-	t.set(row(sectionColdStart, cs.Foos, 4, "events written per Foo, %d Foos", cs.Foos), column, perFoo(cs.EventWritesPerFoo))
-}
-
-func (m *memoryResult) addRows(t *table, column string) {
-	heap := func(v *float64) cell { return figureOr(v != nil, mib(ptr.Deref(v, 0)), "n/a") }
-	after := num(mib(m.RSSAfter))
-	if m.TimedOut != "" {
-		after.text = fmt.Sprintf("%s (%s)", formatNumber(mib(m.RSSAfter)), m.TimedOut)
-	}
-	t.set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), column, num(mib(m.RSSBefore)))
-	t.set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, after)
-	t.set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), column, num(mib(m.RSSPer10k)))
-	t.set(row(sectionMemory, 0, 3, "heap in use, %d Foos (MiB)", m.Foos), column, heap(m.HeapBefore))
-	t.set(row(sectionMemory, 0, 4, "heap in use, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), column, heap(m.HeapAfter))
-	t.set(row(sectionMemory, 0, 5, "heap in use per 10000 unrelated Deployments (MiB)"), column, heap(m.HeapPer10k))
-}
-
-func (r *reactionResult) addRows(t *table, column string, limit bool) {
-	latency := func(v float64) cell { return figureOr(r.Delivered > 0, v, "none delivered") }
-	delivered := num(float64(r.Delivered))
-	delivered.text = fmt.Sprintf("%d of %d", r.Delivered, r.Sent-r.Failed)
-	t.set(row(sectionReaction, r.Rate, 0, "reaction, %d changes/s: sent per second", r.Rate), column, num(r.AchievedRate))
-	t.set(row(sectionReaction, r.Rate, 1, "reaction, %d changes/s: delivered within %.0f s", r.Rate, r.DeadlineSeconds), column, delivered)
-	t.set(row(sectionReaction, r.Rate, 2, "reaction, %d changes/s: delivered with their own value (not superseded)", r.Rate), column, num(float64(r.Exact)))
-	t.set(row(sectionReaction, r.Rate, 3, "reaction, %d changes/s: p50 (ms)", r.Rate), column, latency(r.P50Ms))
-	p99 := row(sectionReaction, r.Rate, 4, "reaction, %d changes/s: p99 (ms)", r.Rate)
-	t.set(p99, column, latency(r.P99Ms))
-	t.set(row(sectionReaction, r.Rate, 5, "reaction, %d changes/s: max (ms)", r.Rate), column, latency(r.MaxMs))
-	if limit && r.Delivered > 0 && r.P99Ms > 0 {
-		t.ratios[row(sectionReaction, r.Rate, 6, "reaction, %d changes/s: p99 ÷ %s (×)", r.Rate, column)] = ratioOf{p99, column}
-	}
-	t.set(row(sectionReaction, r.Rate, 7, "reaction, %d changes/s: p50 from the patch's response (ms)", r.Rate), column, latency(r.AcceptedP50Ms))
-	t.set(row(sectionReaction, r.Rate, 8, "reaction, %d changes/s: p99 from the patch's response (ms)", r.Rate), column, latency(r.AcceptedP99Ms))
-}
-
-// markdown renders the table: the figure, one column per controller, with two
-// controllers the second's ratio to the first, then one column per limit.
+// markdown renders the table: the figure, one column per controller, then one per
+// limit. A ratio to a limit is given for the columns before it: the controllers, and
+// the watching limit against the plain one.
 func (t *table) markdown() string {
-	var controllers, limits []string
-	for _, c := range t.columns {
-		if t.limits[c] {
-			limits = append(limits, c)
-		} else {
-			controllers = append(controllers, c)
-		}
-	}
-	header := append([]string{"case"}, controllers...)
-	compare := len(controllers) == 2
-	if compare {
-		header = append(header, controllers[1]+" ÷ "+controllers[0])
-	}
-	header = append(header, limits...)
-
+	isLimit := func(c string) bool { return t.limits[c] }
+	notLimit := func(c string) bool { return !t.limits[c] }
+	columns := slices.Concat(slices.DeleteFunc(slices.Clone(t.columns), isLimit), slices.DeleteFunc(slices.Clone(t.columns), notLimit))
 	var b strings.Builder
 	writeLine := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
-	writeLine(header)
-	sep := slices.Repeat([]string{"--:"}, len(header))
-	sep[0] = "---"
-	writeLine(sep)
+	writeLine(append([]string{"case"}, columns...))
+	writeLine(append([]string{"---"}, slices.Repeat([]string{"--:"}, len(columns))...))
 
-	rows := slices.Collect(maps.Keys(t.cells))
-	rows = slices.AppendSeq(rows, maps.Keys(t.ratios))
+	rows := slices.AppendSeq(slices.Collect(maps.Keys(t.cells)), maps.Keys(t.ratios))
 	slices.SortFunc(rows, func(a, b rowKey) int {
 		return cmp.Or(cmp.Compare(a.section, b.section), cmp.Compare(a.n, b.n), cmp.Compare(a.sub, b.sub), strings.Compare(a.name, b.name))
 	})
 	for _, k := range rows {
 		cells := t.cells[k]
 		if r, ok := t.ratios[k]; ok {
-			cells = map[string]cell{}
-			for _, c := range controllers {
+			cells = map[string]*cell{}
+			for _, c := range columns[:slices.Index(columns, r.limit)] {
 				cells[c] = divide(t.cells[r.row][c], t.cells[r.row][r.limit])
 			}
 		}
 		line := []string{k.name}
-		for _, c := range controllers {
-			line = append(line, escapeCell(cells[c].String()))
-		}
-		if compare {
-			line = append(line, ratio(cells[controllers[1]], cells[controllers[0]]))
-		}
-		for _, c := range limits {
-			line = append(line, escapeCell(cells[c].String()))
+		for _, c := range columns {
+			line = append(line, strings.ReplaceAll(cells[c].String(), "|", `\|`))
 		}
 		writeLine(line)
 	}
 	return b.String()
 }
 
-// cell is one figure of the table: a number, a text in place of one (such as
-// "timed out: ..."), or nothing.
-type cell struct {
-	value float64
-	ok    bool   // value holds a figure
-	text  string // shown instead of value when set
+// String is the one figure, or the median of the pairs and their range, "1.21
+// (1.08-1.40)", then the texts, named by their pairs when there is more to say.
+func (c *cell) String() string {
+	if c == nil {
+		return ""
+	}
+	var parts []string
+	if len(c.pairs) > 0 {
+		sorted := slices.Sorted(maps.Values(c.pairs))
+		n := len(sorted)
+		median := (sorted[(n-1)/2] + sorted[n/2]) / 2
+		parts = append(parts, formatNumber(median))
+		if n > 1 {
+			parts[0] += fmt.Sprintf(" (%s-%s)", formatNumber(sorted[0]), formatNumber(sorted[n-1]))
+		}
+	}
+	for _, pair := range slices.Sorted(maps.Keys(c.texts)) {
+		if len(c.pairs)+len(c.texts) > 1 {
+			parts = append(parts, fmt.Sprintf("pair %d: %s", pair, c.texts[pair]))
+		} else {
+			parts = append(parts, c.texts[pair])
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
-func num(v float64) cell { return cell{value: v, ok: true} }
-func text(s string) cell { return cell{text: s} }
-
-// figureOr is v when ok holds, and otherwise says why there is no figure.
-func figureOr(ok bool, v float64, otherwise string) cell {
-	if ok {
-		return num(v)
+// divide is a ÷ b pair by pair, where both have a figure and b's is not 0.
+func divide(a, b *cell) *cell {
+	out := &cell{pairs: map[int]float64{}}
+	if a != nil && b != nil {
+		for pair, v := range a.pairs {
+			if d, ok := b.pairs[pair]; ok && d != 0 {
+				out.pairs[pair] = v / d
+			}
+		}
 	}
-	return text(otherwise)
-}
-
-func (c cell) String() string {
-	if c.text == "" && c.ok {
-		return formatNumber(c.value)
+	if len(out.pairs) == 0 {
+		return nil
 	}
-	return c.text
+	return out
 }
 
 // formatNumber prints about three significant digits.
@@ -285,26 +254,3 @@ func formatNumber(v float64) string {
 	}
 	return fmt.Sprintf("%.3f", v)
 }
-
-// divide is a ÷ b as a figure, or nothing when either is missing or b is 0.
-func divide(a, b cell) cell {
-	if !a.ok || !b.ok || b.value == 0 {
-		return cell{}
-	}
-	return num(a.value / b.value)
-}
-
-// ratio is a ÷ b, as "12×", or empty when either is missing.
-func ratio(a, b cell) string {
-	switch {
-	case !a.ok || !b.ok:
-		return ""
-	case b.value == 0 && a.value == 0:
-		return "="
-	case b.value == 0:
-		return "∞"
-	}
-	return formatNumber(a.value/b.value) + "×"
-}
-
-func escapeCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
