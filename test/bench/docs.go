@@ -25,7 +25,7 @@ func docsBlock(args, table string, finished time.Time, machine, commit string) s
 	if args != "" {
 		command += " BENCH_ARGS='" + args + "'"
 	}
-	return fmt.Sprintf("\n`%s` on %s, %s, commit %s; each figure is the median of the pairs, with their range. Written by the bench; run it again to replace it.\n\n%s\n\n",
+	return fmt.Sprintf("\n`%s` on %s, %s, commit %s; each figure is the median of its rounds (--pairs), with their range. Written by the bench; run it again to replace it.\n\n%s\n\n",
 		command, finished.UTC().Format("2006-01-02 15:04 MST"), machine, commit, strings.TrimRight(table, "\n"))
 }
 

@@ -17,7 +17,7 @@ func TestReplaceBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "# Performance\n\nText.\n\n<!-- bench -->\n\n" +
-		"`make bench BENCH_ARGS='--foos=100'` on 2026-11-24 04:30 UTC, linux/amd64, 2 cores, commit abc; each figure is the median of the pairs, with their range. Written by the bench; run it again to replace it.\n\n" +
+		"`make bench BENCH_ARGS='--foos=100'` on 2026-11-24 04:30 UTC, linux/amd64, 2 cores, commit abc; each figure is the median of its rounds (--pairs), with their range. Written by the bench; run it again to replace it.\n\n" +
 		"| a |\n\n<!-- end of bench -->\n\nAfter.\n"
 	if string(page) != want {
 		t.Errorf("page =\n%s\nwant\n%s", page, want)

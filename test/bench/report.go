@@ -197,8 +197,8 @@ func (t *table) markdown() string {
 	return b.String()
 }
 
-// String is the one figure, or the median of the pairs and their range, "1.21
-// (1.08-1.40)", then the texts, named by their pairs when there is more to say.
+// String is the median of the pairs' figures and their range, "1.21 (1.08-1.40)" (no
+// range when they agree), then the texts, named by their pairs when there is more.
 func (c *cell) String() string {
 	if c == nil {
 		return ""
@@ -209,7 +209,7 @@ func (c *cell) String() string {
 		n := len(sorted)
 		median := (sorted[(n-1)/2] + sorted[n/2]) / 2
 		parts = append(parts, formatNumber(median))
-		if n > 1 {
+		if sorted[0] != sorted[n-1] {
 			parts[0] += fmt.Sprintf(" (%s-%s)", formatNumber(sorted[0]), formatNumber(sorted[n-1]))
 		}
 	}

@@ -33,6 +33,7 @@ func TestCell(t *testing.T) {
 		{pairs(), ""},
 		{pairs(1.5), "1.50"},
 		{pairs(6, 5.5, 8), "6.00 (5.50-8.00)"},
+		{pairs(3, 3), "3.00"},
 		{pairs(4, 5, 4, 10), "4.50 (4.00-10.0)"},
 		{&cell{texts: map[int]string{2: "timed out: 1 of 2 after 5 s"}}, "timed out: 1 of 2 after 5 s"},
 		{&cell{pairs: map[int]float64{1: 3, 3: 4}, texts: map[int]string{2: "timed out: 1 of 2 after 5 s"}}, "3.50 (3.00-4.00); pair 2: timed out: 1 of 2 after 5 s"},
