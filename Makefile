@@ -61,12 +61,12 @@ vulncheck: ## Check the controller's code for known vulnerabilities it can reach
 
 .PHONY: bench
 bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane (BENCH_ARGS='...').
-	cd hack/bench && go run . --docs=../../docs/performance.md $(BENCH_ARGS)
+	cd test && go run ./bench --docs=../docs/performance.md $(BENCH_ARGS)
 
 .PHONY: bench-classic
 bench-classic: tools ## The same, side by side with the classic k8s.io/sample-controller.
 	hack/build-classic.sh
-	cd hack/bench && go run . --docs=../../docs/performance.md --controller-binary=../../_output/bin/sample-controller-classic --foos=100,1000 $(BENCH_ARGS)
+	cd test && go run ./bench --docs=../docs/performance.md --controller-binary=../_output/bin/sample-controller-classic --foos=100,1000 $(BENCH_ARGS)
 
 .PHONY: update-codegen
 update-codegen: ## Regenerate clients, deepcopy and the CRD from pkg/apis.

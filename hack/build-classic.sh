@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the classic controller, k8s.io/sample-controller, into
-# _output/bin/sample-controller-classic, for `hack/bench --controller-binary` to compare
-# against. It serves the same CRD. Its client has client-go's default limit of 5
-# requests per second (burst 10), two workers and a 30 s informer resync; it takes
+# _output/bin/sample-controller-classic, for the bench's --controller-binary (test/bench)
+# to compare against. It serves the same CRD. Its client has client-go's default limit
+# of 5 requests per second (burst 10), two workers and a 30 s informer resync; it takes
 # -kubeconfig and has no metrics or probe endpoints.
 #
 # Not `go install k8s.io/sample-controller@VERSION`: that also asks the module proxy for

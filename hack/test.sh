@@ -54,10 +54,10 @@ check_tracked_files() {
   fi
 }
 
-# A module the product shares with the test module, the bench, the local control plane
-# or controller-gen (client-go and all under it) must be at the product's version there
-# too; another version is compiled again, which on a fresh machine costs minutes for
-# nothing. (kube_codegen.sh builds the other generators in code-generator's own module,
+# A module the product shares with the test module (the harness and the bench), the
+# local control plane or controller-gen (client-go and all under it) must be at the
+# product's version there too; another version is compiled again, which on a fresh
+# machine costs minutes for nothing. (kube_codegen.sh builds the other generators in code-generator's own module,
 # which this does not check; its pins match the product's at v0.37.2.)
 check_module_versions() {
   local dir patterns product mismatched=0
@@ -66,7 +66,7 @@ check_module_versions() {
   local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
   product="$(go list -deps -test -f "${format}" ./... | sort -u)" || return 1
   [[ -n "${product}" ]] || { echo "go list found nothing the product builds" >&2; return 1; }
-  for dir in test hack/bench hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/lint hack/tools/codegen; do
+  for dir in test hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/lint hack/tools/codegen; do
     patterns=./...
     [[ ${dir} == hack/tools* ]] && patterns=tool
     if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
@@ -86,7 +86,7 @@ check_module_versions() {
 # suites' build tags: the linters of .golangci.yml, which find bugs, not style.
 lint() {
   local dir
-  for dir in . test hack/bench hack/release hack/image hack/alertcheck; do
+  for dir in . test hack/release hack/image hack/alertcheck; do
     echo "golangci-lint: ${dir}"
     (cd "${dir}" && "${REPO_ROOT}/_output/bin/golangci-lint" run --config "${REPO_ROOT}/.golangci.yml" \
       --build-tags e2e,faults ./...) || return 1
@@ -122,10 +122,10 @@ harness_vet() {
 }
 
 # The test module's own tests, outside the suites' build tags: the local control plane's
-# (one of them starts a cluster; the binaries are built by then, so it must run) and how
-# the GitOps tools read the status the controller computes.
+# (one of them starts a cluster; the binaries are built by then, so it must run), how
+# the GitOps tools read the status the controller computes, and the bench's pure parts.
 harness_tests() {
-  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./gitops/...)
+  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./gitops/... ./bench/...)
 }
 
 image_tests() {
@@ -139,10 +139,6 @@ alertcheck_tests() {
 # The chart against kustomize, with helm from hack/tools/helm (built by then).
 release_tool_tests() {
   (cd hack/release && go vet ./... && HELM="${REPO_ROOT}/_output/bin/helm" go test -vet=off -count=1 ./...)
-}
-
-bench_tool_tests() {
-  (cd hack/bench && go vet ./... && go test -vet=off -count=1 ./...)
 }
 
 # The container suite runs the image under runc, in network namespaces it makes with ip,
@@ -238,7 +234,6 @@ stage "build the local control plane" hack/build-tools.sh
 stage "golangci-lint" as_released lint
 stage "build the release" as_released build_release
 stage "image tool tests" as_released image_tests
-stage "bench tool tests" as_released bench_tool_tests
 stage "release tool tests" as_released release_tool_tests
 stage "alert check tool tests" as_released alertcheck_tests
 stage "unit tests (-race)" unit_tests

@@ -82,13 +82,13 @@ func TestWatchingLimitFollowsSpecChanges(t *testing.T) {
 	foos := []*samplev1alpha1.Foo{newFoo(fooName(0), 1), newFoo(fooName(1), 1)}
 	stranger := newFoo("foo-1", 1) // an index's number, but no name of this session
 	sample := samplefake.NewClientset(foos[0], foos[1], stranger)
-	s := &session{namespace: benchNamespace, foos: foos}
+	s := &session{foos: foos}
 	run := &limitRun{s: s, watching: true, queue: workqueue.NewTyped[int](), latest: map[int]*samplev1alpha1.Foo{}}
 	defer run.queue.ShutDown()
 	var mu sync.Mutex
 	var seen []string // the Foos the handler passed on, in order
 	ctx, cancel := context.WithCancel(t.Context())
-	stop, err := startInformers(ctx, s, fake.NewClientset(), sample, func(foo *samplev1alpha1.Foo) {
+	stop, err := startInformers(ctx, fake.NewClientset(), sample, func(foo *samplev1alpha1.Foo) {
 		mu.Lock()
 		seen = append(seen, foo.Name)
 		mu.Unlock()
@@ -140,7 +140,7 @@ func TestWatchingLimitFollowsSpecChanges(t *testing.T) {
 func TestOnlyThePlainLimitFollowsPatchResponses(t *testing.T) {
 	for _, watching := range []bool{false, true} {
 		foos := []*samplev1alpha1.Foo{newFoo(fooName(0), 1), newFoo(fooName(1), 1)}
-		s := &session{cfg: config{reactionInflight: 2}, namespace: benchNamespace, foos: foos, sample: samplefake.NewClientset(foos[0], foos[1])}
+		s := &session{cfg: config{reactionInflight: 2}, foos: foos, sample: samplefake.NewClientset(foos[0], foos[1])}
 		s.limit = &limitRun{s: s, watching: watching, queue: workqueue.NewTyped[int](), latest: map[int]*samplev1alpha1.Foo{}}
 		if err := s.sendChanges(t.Context(), newLatencyTracker(), 1000, 2); err != nil {
 			t.Fatal(err)

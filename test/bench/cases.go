@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
+)
+
+// benchCase is one measurement on a session's cluster, recorded in s.result.
+type benchCase interface {
+	run(ctx context.Context, s *session) error
+}
+
+// coldStartCase runs first in every session: the later cases need it converged.
+type coldStartCase struct{}
+
+// coldStartResult is one cold start, or how far it got.
+type coldStartResult struct {
+	Foos      int  `json:"foos"`
+	Converged bool `json:"converged"`
+	// Seconds is the time to converge, or the time waited when it did not.
+	Seconds         float64 `json:"seconds"`
+	DeploymentsDone int     `json:"deploymentsDone"`
+	StatusesDone    int     `json:"statusesDone"`
+	// Requests from the start until --settle after convergence.
+	Requests          requestCounts      `json:"requests"`
+	PerFoo            map[string]float64 `json:"requestsPerFoo"`
+	PerFooTotal       float64            `json:"requestsPerFooTotal"`
+	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
+}
+
+// timedOutText says how far a cold start got, e.g. "timed out: 812 of 1000 after 600 s".
+func (r coldStartResult) timedOutText() string {
+	return fmt.Sprintf("timed out: %d of %d after %.0f s", min(r.DeploymentsDone, r.StatusesDone), r.Foos, r.Seconds)
+}
+
+func (coldStartCase) run(ctx context.Context, s *session) error {
+	requests, err := countRequests(ctx, s.cluster)
+	if err != nil {
+		return err
+	}
+	progressf("%s: starting the cold start of %d Foos", s.name, len(s.foos))
+	start := time.Now()
+	conv := newConvergence(s.foos, s.driver.rule(), start)
+	if s.driver.events() {
+		conv.countEvents()
+	}
+	s.watch.observe(observer{conv.observeDeployment, conv.observeFoo, conv.observeEvent})
+	defer s.watch.observe(observer{})
+	if err := s.driver.start(ctx, s); err != nil {
+		return err
+	}
+	if err := s.waitUntil(ctx, s.cfg.coldStartTimeout, conv.isDone, conv.progress); err != nil {
+		return err
+	}
+	r := conv.result(time.Since(start))
+	s.converged = r.Converged
+	if r.Converged {
+		progressf("%s: converged %d Foos in %.2f s", s.name, r.Foos, r.Seconds)
+	} else {
+		progressf("%s: %s", s.name, r.timedOutText())
+	}
+
+	// A controller's Events that nobody waited for may still be on their way.
+	if err := sleep(ctx, s.cfg.settle); err != nil {
+		return err
+	}
+	if r.Requests, err = requests(ctx); err != nil {
+		return err
+	}
+	r.PerFoo = r.Requests.perFoo(r.Foos)
+	r.PerFooTotal = r.Requests.total() / float64(r.Foos)
+	r.EventWritesPerFoo = r.Requests.eventWrites().total() / float64(r.Foos)
+	s.result.ColdStart = &r
+	return nil
+}
+
+// steadyCase counts writes over --steady-window, which covers a resync: ours runs with
+// --resync-period=30s, the classic one resyncs every 30 s itself.
+type steadyCase struct{}
+
+type steadyResult struct {
+	Foos          int           `json:"foos"`
+	WindowSeconds float64       `json:"windowSeconds"`
+	Writes        requestCounts `json:"mutating"`
+	PerMinute     float64       `json:"mutatingPerMinute"`
+}
+
+func (steadyCase) run(ctx context.Context, s *session) error {
+	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
+	requests, err := countRequests(ctx, s.cluster)
+	if err != nil {
+		return err
+	}
+	begin := time.Now()
+	if err := sleep(ctx, s.cfg.steadyWindow); err != nil {
+		return err
+	}
+	counts, err := requests(ctx)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(begin)
+	writes := counts.mutating()
+	s.result.Steady = &steadyResult{Foos: len(s.foos), WindowSeconds: elapsed.Seconds(), Writes: writes, PerMinute: writes.total() / elapsed.Minutes()}
+	progressf("%s: %.0f writes in %.0f s", s.name, writes.total(), elapsed.Seconds())
+	return nil
+}
+
+// memoryCase reads the controller's RSS, creates --unrelated-deployments Deployments
+// that no Foo owns, and reads it again.
+type memoryCase struct{}
+
+type memoryResult struct {
+	Foos      int   `json:"foos"`
+	Unrelated int   `json:"unrelatedDeployments"`
+	RSSBefore int64 `json:"rssBeforeBytes"`
+	RSSAfter  int64 `json:"rssAfterBytes"`
+	// RSSPer10k is (after - before) scaled to 10000 unrelated Deployments.
+	RSSPer10k float64 `json:"rssPer10kUnrelatedBytes"`
+}
+
+func (memoryCase) run(ctx context.Context, s *session) error {
+	settledRSS := func() (int64, error) {
+		if err := sleep(ctx, s.cfg.settle); err != nil {
+			return 0, err
+		}
+		return s.proc.RSSBytes()
+	}
+	m := memoryResult{Foos: len(s.foos), Unrelated: s.cfg.unrelated}
+	var err error
+	if m.RSSBefore, err = settledRSS(); err != nil {
+		return err
+	}
+	progressf("%s: creating %d unrelated Deployments", s.name, m.Unrelated)
+	began := time.Now()
+	err = parallel(ctx, m.Unrelated, s.cfg.workers, func(ctx context.Context, i int) error {
+		_, err := s.kube.AppsV1().Deployments(unrelatedNamespace).Create(ctx, unrelatedDeployment(i), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("creating the unrelated Deployments: %w", err)
+	}
+	progressf("%s: created them in %v", s.name, time.Since(began).Round(time.Millisecond))
+	if m.RSSAfter, err = settledRSS(); err != nil {
+		return err
+	}
+	m.RSSPer10k = float64(m.RSSAfter-m.RSSBefore) * 10000 / float64(m.Unrelated)
+	s.result.Memory = &m
+	progressf("%s: RSS %.1f -> %.1f MiB", s.name, mib(m.RSSBefore), mib(m.RSSAfter))
+	return nil
+}
+
+// unrelatedDeployment is the i-th Deployment of the memory case.
+func unrelatedDeployment(i int) *appsv1.Deployment {
+	labels := map[string]string{"app": "unrelated", "index": fmt.Sprint(i)}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i), Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:latest"}}},
+			},
+		},
+	}
+}
+
+func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }
+
+// requestCounts counts API requests by "VERB resource[/subresource]".
+type requestCounts map[string]float64
+
+// countedResources are the resources a Foo's convergence costs requests on.
+var countedResources = []string{"foos", "deployments", "events"}
+
+// mutatingVerbs are the verbs of apiserver_request_total that write.
+var mutatingVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
+
+// countRequests reads apiserver_request_total; the function it returns counts the
+// requests served since on the counted resources.
+func countRequests(ctx context.Context, cluster *localcluster.Cluster) (func(context.Context) (requestCounts, error), error) {
+	m, err := cluster.APIServerMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	before := apiserverRequests(m, countedResources)
+	return func(ctx context.Context) (requestCounts, error) {
+		m, err := cluster.APIServerMetrics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return apiserverRequests(m, countedResources).minus(before), nil
+	}, nil
+}
+
+// apiserverRequests sums apiserver_request_total by verb, resource and subresource,
+// for resources and every verb but WATCH (one long request, not work per object).
+func apiserverRequests(m localcluster.Metrics, resources []string) requestCounts {
+	out := requestCounts{}
+	for _, s := range m["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		verb, resource := labels["verb"], labels["resource"]
+		if !slices.Contains(resources, resource) || strings.HasPrefix(verb, "WATCH") {
+			continue
+		}
+		key := verb + " " + resource
+		if sub := labels["subresource"]; sub != "" {
+			key += "/" + sub
+		}
+		out[key] += s.GetCounter().GetValue()
+	}
+	return out
+}
+
+// minus returns r - before, leaving out keys that did not change.
+func (r requestCounts) minus(before requestCounts) requestCounts {
+	out := requestCounts{}
+	for k, v := range r {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func (r requestCounts) total() float64 {
+	var t float64
+	for _, v := range r {
+		t += v
+	}
+	return t
+}
+
+func (r requestCounts) mutating() requestCounts {
+	return r.filter(func(verb, _ string) bool { return slices.Contains(mutatingVerbs, verb) })
+}
+
+func (r requestCounts) eventWrites() requestCounts {
+	return r.mutating().filter(func(_, resource string) bool { return resource == "events" })
+}
+
+func (r requestCounts) filter(keep func(verb, resource string) bool) requestCounts {
+	out := requestCounts{}
+	for k, v := range r {
+		verb, resource, _ := strings.Cut(k, " ")
+		resource, _, _ = strings.Cut(resource, "/")
+		if keep(verb, resource) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (r requestCounts) perFoo(n int) map[string]float64 {
+	out := make(map[string]float64, len(r))
+	for k, v := range r {
+		out[k] = v / float64(n)
+	}
+	return out
+}

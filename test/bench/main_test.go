@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.foos, []int{1000, 10000}) || !slices.Equal(cfg.rates, []int{25, 100, 1000}) {
+		t.Errorf("foos %v, rates %v", cfg.foos, cfg.rates)
+	}
+	if cfg.pairs != 3 || cfg.steadyFoos != 1000 || cfg.unrelated != 10000 || cfg.workers != 32 || cfg.steadyWindow != 65*time.Second {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	for _, c := range allCases {
+		if !cfg.cases[c] {
+			t.Errorf("case %s is not on by default", c)
+		}
+	}
+	if len(cfg.args) != 0 {
+		t.Errorf("flags given: %q, want none", cfg.args)
+	}
+
+	cfg, err = parseFlags([]string{"--controller-binary=/x/sample-controller-classic"})
+	if err != nil || cfg.controllerName != "sample-controller-classic" {
+		t.Errorf("controllerName = %q, %v", cfg.controllerName, err)
+	}
+	if cfg, err := parseFlags([]string{"--cases="}); err != nil || len(cfg.cases) != 0 {
+		t.Errorf("--cases= gave %v, %v; want cold starts alone", cfg.cases, err)
+	}
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"extra"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		other bool
+		want  []string
+	}{{
+		name: "every case: pairs in rotating order, the later cases at --steady-foos, reactions first",
+		args: []string{"--foos=100,1000", "--rates=25,100", "--pairs=2"},
+		want: []string{
+			"ours 100 pair 1: cold start",
+			"limit watching 100 pair 1: cold start",
+			"limit 100 pair 1: cold start",
+			"limit watching 100 pair 2: cold start",
+			"limit 100 pair 2: cold start",
+			"ours 100 pair 2: cold start",
+			"ours 1000 pair 1: cold start, reaction 25/s, reaction 100/s, steady, memory",
+			"limit watching 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
+			"limit 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
+			"limit watching 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
+			"limit 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
+			"ours 1000 pair 2: cold start, reaction 25/s, reaction 100/s, steady, memory",
+		},
+	}, {
+		name: "the steady-state size runs though it is not a cold-start size",
+		args: []string{"--foos=50, 10", "--steady-foos=20", "--cases=steady", "--pairs=1"},
+		want: []string{
+			"ours 10 pair 1: cold start",
+			"ours 20 pair 1: cold start, steady",
+			"ours 50 pair 1: cold start",
+		},
+	}, {
+		name: "without later cases, no extra size",
+		args: []string{"--foos=10", "--steady-foos=20", "--cases=limit", "--pairs=1"},
+		want: []string{
+			"ours 10 pair 1: cold start",
+			"limit watching 10 pair 1: cold start",
+			"limit 10 pair 1: cold start",
+		},
+	}, {
+		name:  "two controllers alternate too",
+		args:  []string{"--foos=10", "--cases=", "--pairs=3"},
+		other: true,
+		want: []string{
+			"ours 10 pair 1: cold start", "classic 10 pair 1: cold start",
+			"classic 10 pair 2: cold start", "ours 10 pair 2: cold start",
+			"ours 10 pair 3: cold start", "classic 10 pair 3: cold start",
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseFlags(tt.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			controllers := []driver{controller{Name: ourName}}
+			if tt.other {
+				controllers = append(controllers, controller{Name: "classic"})
+			}
+			var got []string
+			for _, p := range plan(cfg, controllers) {
+				var cases []string
+				for _, c := range p.cases {
+					cases = append(cases, describeCase(c))
+				}
+				got = append(got, fmt.Sprintf("%s %d pair %d: %s", p.driver.column(), p.foos, p.pair, strings.Join(cases, ", ")))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("plan =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func describeCase(c benchCase) string {
+	switch c := c.(type) {
+	case coldStartCase:
+		return "cold start"
+	case steadyCase:
+		return "steady"
+	case memoryCase:
+		return "memory"
+	case reactionCase:
+		return fmt.Sprintf("reaction %d/s", c.rate)
+	}
+	return fmt.Sprintf("%T", c)
+}
+
+func TestControllerArgs(t *testing.T) {
+	// Without a second controller, --controller-args go to ours, after its defaults;
+	// the kubeconfig and the ports are passed when it starts.
+	cfg := config{ourBinary: "/bin/sample-controller", controllerArgs: "--workers=4 -v=2"}
+	ours, err := ourController(t.Context(), cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(ours.command("/k"), " "), "--resync-period=30s --workers=4 -v=2"; got != want {
+		t.Errorf("ours = %q, want %q", got, want)
+	}
+
+	// With one, they are its whole command line, and ours keeps its defaults.
+	cfg = config{ourBinary: "/bin/sample-controller", controllerBinary: "/bin/classic", controllerName: "classic", controllerArgs: "-kubeconfig={kubeconfig} -v=1"}
+	ours, _ = ourController(t.Context(), cfg, "")
+	if got := strings.Join(ours.command("/k"), " "); strings.Contains(got, "-v=1") {
+		t.Errorf("ours got the other controller's args: %q", got)
+	}
+	other := foreignController(cfg)
+	if got := strings.Join(other.command("/k"), " "); got != "-kubeconfig=/k -v=1" {
+		t.Errorf("other = %q", got)
+	}
+	if other.rule() != ruleWritten || ours.rule() != ruleReady || other.Ours || !ours.Ours {
+		t.Errorf("ours %+v, other %+v", ours, other)
+	}
+	// Ours and the limits are done only with their Events; the other controller's
+	// Events are not ours to wait for.
+	if !ours.events() || other.events() || !(limit{}).events() || !(limit{Watching: true}).events() {
+		t.Errorf("events: ours %v, other %v, limits %v and %v", ours.events(), other.events(), limit{}.events(), limit{Watching: true}.events())
+	}
+
+	// With no args, the other controller gets only the kubeconfig.
+	cfg.controllerArgs = ""
+	if got := strings.Join(foreignController(cfg).command("/k"), " "); got != "-kubeconfig=/k" {
+		t.Errorf("default other = %q", got)
+	}
+}
+
+func TestSessionName(t *testing.T) {
+	for description, want := range map[string]string{
+		"ours 1000 1":                         "ours-1000-1",
+		"limit watching 10000 3":              "limit-watching-10000-3",
+		"sample-controller-classic 100 2":     "sample-controller-classic-100-2",
+		"My_Controller (v2) 100 1":            "my-controller-v2-100-1",
+		"--odd-- 1":                           "odd-1",
+		"limit+events 1000":                   "limit-events-1000",
+		"ratio ours --workers=8 2-10000":      "ratio-ours-workers-8-2-10000",
+		"ratio ours 1-1000":                   "ratio-ours-1-1000",
+		"tenure elected 1-10000":              "tenure-elected-1-10000",
+		"sample-controller-classic 100 2 ---": "sample-controller-classic-100-2",
+	} {
+		if got := sessionName(description); got != want {
+			t.Errorf("sessionName(%q) = %q, want %q", description, got, want)
+		}
+	}
+}

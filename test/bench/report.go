@@ -1,0 +1,256 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// results is everything measured, as written to results.json.
+type results struct {
+	Started  time.Time   `json:"started"`
+	Finished time.Time   `json:"finished"`
+	Args     []string    `json:"args"`
+	Runs     []runResult `json:"runs"`
+}
+
+// runResult is what one session measured: one side, at one size, in one pair.
+type runResult struct {
+	Column    string           `json:"column"`
+	Limit     bool             `json:"limit"`
+	Driver    driver           `json:"driver"`
+	Foos      int              `json:"foos"`
+	Pair      int              `json:"pair"`
+	ColdStart *coldStartResult `json:"coldStart,omitempty"`
+	Steady    *steadyResult    `json:"steady,omitempty"`
+	Memory    *memoryResult    `json:"memory,omitempty"`
+	Reactions []reactionResult `json:"reactions,omitempty"`
+}
+
+func writeResults(dir string, res *results) error {
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	progressf("wrote %s", path)
+	return nil
+}
+
+// The sections of the table, in the order of the cases.
+const (
+	sectionColdStart = iota
+	sectionSteady
+	sectionMemory
+	sectionReaction
+)
+
+// rowKey names a row and places it: by section, size or rate, place, then name.
+type rowKey struct {
+	section, n, sub int
+	name            string
+}
+
+func row(section, n, sub int, format string, args ...any) rowKey {
+	return rowKey{section, n, sub, fmt.Sprintf(format, args...)}
+}
+
+// table is the report: one row per figure, one column per side.
+type table struct {
+	columns []string // in the order of the runs
+	limits  map[string]bool
+	cells   map[rowKey]map[string]*cell
+	// ratios are rows of each side's figure in another row ÷ a limit's, pair by pair.
+	ratios map[rowKey]ratioOf
+}
+
+type ratioOf struct {
+	row   rowKey
+	limit string
+}
+
+// cell is one side's figures in one row, by pair, and the texts of the pairs that
+// gave one instead ("timed out: ..."). A nil cell is empty.
+type cell struct {
+	pairs map[int]float64
+	texts map[int]string
+}
+
+// buildTable lays out every figure of res.
+func buildTable(res *results) *table {
+	t := &table{limits: map[string]bool{}, cells: map[rowKey]map[string]*cell{}, ratios: map[rowKey]ratioOf{}}
+	// Every cold start of a size shows every request key any of them made.
+	keys := map[int][]string{}
+	for _, r := range res.Runs {
+		if cs := r.ColdStart; cs != nil {
+			keys[cs.Foos] = slices.AppendSeq(keys[cs.Foos], maps.Keys(cs.PerFoo))
+		}
+	}
+	for _, r := range res.Runs {
+		if !slices.Contains(t.columns, r.Column) {
+			t.columns = append(t.columns, r.Column)
+			t.limits[r.Column] = r.Limit
+		}
+		// set records pair's figure in row k, or when ok is false, why there is none.
+		set := func(k rowKey, v float64, ok bool, otherwise string) {
+			c := t.cells[k][r.Column]
+			if c == nil {
+				c = &cell{pairs: map[int]float64{}, texts: map[int]string{}}
+				if t.cells[k] == nil {
+					t.cells[k] = map[string]*cell{}
+				}
+				t.cells[k][r.Column] = c
+			}
+			if ok {
+				c.pairs[r.Pair] = v
+			} else {
+				c.texts[r.Pair] = otherwise
+			}
+		}
+		ratio := func(k, of rowKey) {
+			if r.Limit {
+				t.ratios[k] = ratioOf{of, r.Column}
+			}
+		}
+		if cs := r.ColdStart; cs != nil {
+			n := cs.Foos
+			seconds := row(sectionColdStart, n, 0, "cold start, %d Foos (s)", n)
+			set(seconds, cs.Seconds, cs.Converged, cs.timedOutText())
+			if cs.Converged && cs.Seconds > 0 {
+				ratio(row(sectionColdStart, n, 1, "cold start, %d Foos ÷ %s (×)", n, r.Column), seconds)
+			}
+			set(row(sectionColdStart, n, 2, "requests per Foo, %d Foos: total", n), cs.PerFooTotal, cs.Converged, "n/a (timed out)")
+			for _, k := range keys[n] {
+				set(row(sectionColdStart, n, 3, "requests per Foo, %d Foos: %s", n, k), cs.PerFoo[k], cs.Converged, "n/a (timed out)")
+			}
+			set(row(sectionColdStart, n, 4, "events written per Foo, %d Foos", n), cs.EventWritesPerFoo, cs.Converged, "n/a (timed out)")
+		}
+		if st := r.Steady; st != nil {
+			set(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", st.Foos), st.PerMinute, true, "")
+		}
+		if m := r.Memory; m != nil {
+			set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore), true, "")
+			set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), mib(m.RSSAfter), true, "")
+			set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), mib(m.RSSPer10k), true, "")
+		}
+		for _, rr := range r.Reactions {
+			at := func(sub int, format string, args ...any) rowKey {
+				return row(sectionReaction, rr.Rate, sub, "reaction, %d changes/s: %s", rr.Rate, fmt.Sprintf(format, args...))
+			}
+			delivered, sent := rr.Delivered > 0, rr.Sent-rr.Failed
+			set(at(0, "sent per second"), rr.AchievedRate, true, "")
+			set(at(1, "delivered within %.0f s (%%)", rr.DeadlineSeconds), 100*float64(rr.Delivered)/float64(max(sent, 1)), sent > 0, "none sent")
+			set(at(2, "p50 (ms)"), rr.P50Ms, delivered, "none delivered")
+			p99 := at(3, "p99 (ms)")
+			set(p99, rr.P99Ms, delivered, "none delivered")
+			set(at(4, "max (ms)"), rr.MaxMs, delivered, "none delivered")
+			if delivered && rr.P99Ms > 0 {
+				ratio(at(5, "p99 ÷ %s (×)", r.Column), p99)
+			}
+			set(at(6, "p50 from the patch's response (ms)"), rr.AcceptedP50Ms, delivered, "none delivered")
+			set(at(7, "p99 from the patch's response (ms)"), rr.AcceptedP99Ms, delivered, "none delivered")
+		}
+	}
+	return t
+}
+
+// markdown renders the table: the figure, one column per controller, then one per
+// limit. A ratio to a limit is given for the columns before it: the controllers, and
+// the watching limit against the plain one.
+func (t *table) markdown() string {
+	isLimit := func(c string) bool { return t.limits[c] }
+	notLimit := func(c string) bool { return !t.limits[c] }
+	columns := slices.Concat(slices.DeleteFunc(slices.Clone(t.columns), isLimit), slices.DeleteFunc(slices.Clone(t.columns), notLimit))
+	var b strings.Builder
+	writeLine := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	writeLine(append([]string{"case"}, columns...))
+	writeLine(append([]string{"---"}, slices.Repeat([]string{"--:"}, len(columns))...))
+
+	rows := slices.AppendSeq(slices.Collect(maps.Keys(t.cells)), maps.Keys(t.ratios))
+	slices.SortFunc(rows, func(a, b rowKey) int {
+		return cmp.Or(cmp.Compare(a.section, b.section), cmp.Compare(a.n, b.n), cmp.Compare(a.sub, b.sub), strings.Compare(a.name, b.name))
+	})
+	for _, k := range rows {
+		cells := t.cells[k]
+		if r, ok := t.ratios[k]; ok {
+			cells = map[string]*cell{}
+			for _, c := range columns[:slices.Index(columns, r.limit)] {
+				cells[c] = divide(t.cells[r.row][c], t.cells[r.row][r.limit])
+			}
+		}
+		line := []string{k.name}
+		for _, c := range columns {
+			line = append(line, strings.ReplaceAll(cells[c].String(), "|", `\|`))
+		}
+		writeLine(line)
+	}
+	return b.String()
+}
+
+// String is the median of the pairs' figures and their range, "1.21 (1.08-1.40)" (no
+// range when they agree), then the texts, named by their pairs when there is more.
+func (c *cell) String() string {
+	if c == nil {
+		return ""
+	}
+	var parts []string
+	if len(c.pairs) > 0 {
+		sorted := slices.Sorted(maps.Values(c.pairs))
+		n := len(sorted)
+		median := (sorted[(n-1)/2] + sorted[n/2]) / 2
+		parts = append(parts, formatNumber(median))
+		if sorted[0] != sorted[n-1] {
+			parts[0] += fmt.Sprintf(" (%s-%s)", formatNumber(sorted[0]), formatNumber(sorted[n-1]))
+		}
+	}
+	for _, pair := range slices.Sorted(maps.Keys(c.texts)) {
+		if len(c.pairs)+len(c.texts) > 1 {
+			parts = append(parts, fmt.Sprintf("pair %d: %s", pair, c.texts[pair]))
+		} else {
+			parts = append(parts, c.texts[pair])
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// divide is a ÷ b pair by pair, where both have a figure and b's is not 0.
+func divide(a, b *cell) *cell {
+	out := &cell{pairs: map[int]float64{}}
+	if a != nil && b != nil {
+		for pair, v := range a.pairs {
+			if d, ok := b.pairs[pair]; ok && d != 0 {
+				out.pairs[pair] = v / d
+			}
+		}
+	}
+	if len(out.pairs) == 0 {
+		return nil
+	}
+	return out
+}
+
+// formatNumber prints about three significant digits.
+func formatNumber(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case v == 0:
+		return "0"
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
