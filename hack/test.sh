@@ -122,10 +122,11 @@ harness_vet() {
 }
 
 # The test module's own tests, outside the suites' build tags: the local control plane's
-# (one of them starts a cluster; the binaries are built by then, so it must run) and how
-# the GitOps tools read the status the controller computes.
+# (one of them starts a cluster; the binaries are built by then, so it must run), the
+# fault suite's API proxy, and how the GitOps tools read the status the controller
+# computes.
 harness_tests() {
-  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./gitops/...)
+  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./apiproxy/... ./gitops/...)
 }
 
 image_tests() {

@@ -128,6 +128,7 @@ type Cluster struct {
 
 	adminKubeconfig string
 	restConfig      *rest.Config
+	creds           credentials
 	// etcdURL is etcd's client URL: plain HTTP on loopback, also serving /metrics
 	// and /health.
 	etcdURL string
@@ -233,6 +234,12 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfi
 // EtcdURL is etcd's client URL, plain HTTP on loopback: its /metrics and /health
 // need no credentials.
 func (c *Cluster) EtcdURL() string { return c.etcdURL }
+
+// ServingCert is the certificate every component serves with, and its key, signed by
+// the cluster's CA for loopback and for the kubernetes Service's names and ClusterIP.
+func (c *Cluster) ServingCert() (certFile, keyFile string) {
+	return c.creds.servingCert, c.creds.servingKey
+}
 
 // LogDir holds one <component>.log per component.
 func (c *Cluster) LogDir() string { return c.logDir }
@@ -490,6 +497,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	c.creds = creds
 	if c.restConfig, err = clientcmd.BuildConfigFromFlags("", c.adminKubeconfig); err != nil {
 		return fmt.Errorf("loading admin kubeconfig: %w", err)
 	}
