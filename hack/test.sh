@@ -123,10 +123,10 @@ harness_vet() {
 
 # The test module's own tests, outside the suites' build tags: the local control plane's
 # (one of them starts a cluster; the binaries are built by then, so it must run), the
-# fault suite's API proxy, and how the GitOps tools read the status the controller
-# computes.
+# fault suite's API proxy, the container suite's node (how a Pod becomes an OCI runtime
+# configuration), and how the GitOps tools read the status the controller computes.
 harness_tests() {
-  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./apiproxy/... ./gitops/...)
+  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./apiproxy/... ./container/node/... ./gitops/...)
 }
 
 image_tests() {
