@@ -1,3 +1,6 @@
+// Controllers under test as processes: the controller built as the image builds it,
+// started against a cluster with its serving addresses, and waited on until it serves.
+
 package localcluster
 
 import (

@@ -1,3 +1,6 @@
+// Readiness: waiting on a process until a check passes, and the checks of the
+// components' health endpoints.
+
 package localcluster
 
 import (
