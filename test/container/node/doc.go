@@ -9,5 +9,5 @@
 //     containerd and a kubelet, which run the Pods scheduled there.
 //
 // Either way Pods reach the apiserver at the kubernetes Service's address, through a
-// ServiceRelay. Everything here needs root.
+// ServiceRelay. Running anything here needs root.
 package node

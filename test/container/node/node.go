@@ -173,6 +173,16 @@ func Start(ctx context.Context, cluster *localcluster.Cluster, opts Options) (_ 
 		}
 	}
 
+	if n.kubelet, err = n.startKubelet(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// startKubelet starts the kubelet on free ports and returns once it is healthy and its
+// node Ready. It returns the process even when it is not, for Stop.
+func (n *Node) startKubelet(ctx context.Context) (*localcluster.Process, error) {
+	nl := n.layout
 	ports, err := localcluster.FreePorts(ctx, 2)
 	if err != nil {
 		return nil, err
@@ -187,9 +197,9 @@ func Start(ctx context.Context, cluster *localcluster.Cluster, opts Options) (_ 
 		return nil, err
 	}
 	healthz := httpOK("http://127.0.0.1:" + strconv.Itoa(healthzPort) + "/healthz")
-	n.kubelet, err = n.startProcess(ctx, localcluster.ProcessOptions{
+	return n.startProcess(ctx, localcluster.ProcessOptions{
 		Name: kubeletName,
-		Bin:  filepath.Join(cluster.BinDir(), kubeletName),
+		Bin:  filepath.Join(n.cluster.BinDir(), kubeletName),
 		Args: []string{
 			"--config=" + nl.kubeletConfig,
 			"--kubeconfig=" + nl.kubeconfig,
@@ -200,12 +210,8 @@ func Start(ctx context.Context, cluster *localcluster.Cluster, opts Options) (_ 
 		if err := healthz(ctx); err != nil {
 			return err
 		}
-		return cluster.NodesReady(ctx, Name)
+		return n.cluster.NodesReady(ctx, Name)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return n, nil
 }
 
 // ServiceRelay is the relay of the cluster's kubernetes Service, which the node's Pods
