@@ -122,10 +122,12 @@ harness_vet() {
 }
 
 # The test module's own tests, outside the suites' build tags: the local control plane's
-# (one of them starts a cluster; the binaries are built by then, so it must run), how
-# the GitOps tools read the status the controller computes, and the bench's pure parts.
+# (one of them starts a cluster; the binaries are built by then, so it must run), the
+# fault suite's API proxy, the container suite's node (how a Pod becomes an OCI runtime
+# configuration), how the GitOps tools read the status the controller computes, and the
+# bench's pure parts.
 harness_tests() {
-  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./gitops/... ./bench/...)
+  (cd test && LOCALCLUSTER_REQUIRED=1 go test -vet=off -race -count=1 ./localcluster/... ./apiproxy/... ./container/node/... ./gitops/... ./bench/...)
 }
 
 image_tests() {

@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/test/container/node"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
-	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // handoverWithin bounds how long the Lease may take to change hands after the leader's
@@ -37,8 +37,8 @@ const handoverWithin = 3 * time.Second
 // pod is one replica of the Deployment, run as a kubelet would run it.
 type pod struct {
 	name      string
-	sandbox   *localcluster.PodSandbox
-	container *localcluster.Container
+	sandbox   *node.PodSandbox
+	container *node.Container
 	started   time.Time
 }
 
@@ -65,11 +65,11 @@ func TestDeploymentUnderRunc(t *testing.T) {
 	}
 
 	rootfs := filepath.Join(env.OutDir, "rootfs")
-	image, err := env.UnpackImage(ctx, rootfs)
+	image, err := node.UnpackImage(ctx, env.Cluster.BinDir(), env.ImageArchive, rootfs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	network, err := env.Cluster.StartPodNetwork(ctx)
+	network, err := node.StartPodNetwork(ctx, realNode.ServiceRelay())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestDeploymentUnderRunc(t *testing.T) {
 }
 
 // startPod runs one replica: its network, its ServiceAccount token, its container.
-func startPod(t *testing.T, network *localcluster.PodNetwork, d *appsv1.Deployment, image localcluster.ImageConfig, rootfs, name string) *pod {
+func startPod(t *testing.T, network *node.PodNetwork, d *appsv1.Deployment, image node.ImageConfig, rootfs, name string) *pod {
 	t.Helper()
 	ctx := t.Context()
 	podSpec := &d.Spec.Template.Spec
@@ -205,12 +205,12 @@ func startPod(t *testing.T, network *localcluster.PodNetwork, d *appsv1.Deployme
 	if err != nil {
 		t.Fatal(err)
 	}
-	serviceAccount, err := localcluster.WriteServiceAccountVolume(filepath.Join(dir, "serviceaccount"), token, env.Cluster.CACert(), d.Namespace)
+	serviceAccount, err := node.WriteServiceAccountVolume(filepath.Join(dir, "serviceaccount"), token, env.Cluster.CACert(), d.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &pod{name: name, sandbox: sandbox, started: time.Now()}
-	p.container, err = localcluster.StartContainer(ctx, localcluster.ContainerOptions{
+	p.container, err = node.StartContainer(ctx, node.ContainerOptions{
 		ID:        name,
 		Dir:       filepath.Join(dir, "bundle"),
 		LogDir:    env.OutDir,

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/seed-e6610ed6/sample-controller/test/container/node"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
-	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // TestDeploymentOnRealNode runs artifacts/deploy's Deployment, as applied, on the
@@ -38,7 +38,7 @@ func TestDeploymentOnRealNode(t *testing.T) {
 	onRealNode := func(ctx context.Context) ([]corev1.Pod, error) {
 		pods, err := env.Kube.CoreV1().Pods(framework.DeployNamespace).List(ctx, metav1.ListOptions{
 			LabelSelector: selector,
-			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", localcluster.RealNodeName).String(),
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node.Name).String(),
 		})
 		if err != nil {
 			return nil, err
@@ -46,9 +46,9 @@ func TestDeploymentOnRealNode(t *testing.T) {
 		return pods.Items, nil
 	}
 
-	toleration := localcluster.RealNodeToleration
+	toleration := node.Toleration
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":%q},"tolerations":[{"key":%q,"operator":%q,"value":%q,"effect":%q}]}}}}`,
-		localcluster.RealNodeName, toleration.Key, toleration.Operator, toleration.Value, toleration.Effect)
+		node.Name, toleration.Key, toleration.Operator, toleration.Value, toleration.Effect)
 	placed := time.Now()
 	env.Kubectl(t, "patch", "-n", framework.DeployNamespace, "deployment/sample-controller", "--type=strategic", "-p", patch)
 	t.Cleanup(func() {
@@ -64,7 +64,7 @@ func TestDeploymentOnRealNode(t *testing.T) {
 	// Each Pod's time from its container running to Ready, as polled here.
 	running := map[string]time.Time{}
 	readyAfter := map[string]time.Duration{}
-	framework.Eventually(t, framework.Timeout, fmt.Sprintf("%d replicas Ready on %s", *d.Spec.Replicas, localcluster.RealNodeName), func(ctx context.Context) (bool, string) {
+	framework.Eventually(t, framework.Timeout, fmt.Sprintf("%d replicas Ready on %s", *d.Spec.Replicas, node.Name), func(ctx context.Context) (bool, string) {
 		pods, err := onRealNode(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -123,7 +123,7 @@ func TestDeploymentOnRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i := slices.IndexFunc(nginx.Items, func(p corev1.Pod) bool { return p.Spec.NodeName == localcluster.RealNodeName }); i >= 0 {
+	if i := slices.IndexFunc(nginx.Items, func(p corev1.Pod) bool { return p.Spec.NodeName == node.Name }); i >= 0 {
 		t.Errorf("the Foo's Pod %s runs on the real node", nginx.Items[i].Name)
 	}
 

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
-	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // crashRun is one run of the crash-point scenario in its own namespace, with a
@@ -28,9 +28,9 @@ type crashRun struct {
 	k  int
 
 	mu       sync.Mutex
-	writes   int                   // Foo and Deployment writes before the kill
-	killedAt time.Time             // zero until the kill
-	killed   localcluster.APIWrite // the k-th write
+	writes   int            // Foo and Deployment writes before the kill
+	killedAt time.Time      // zero until the kill
+	killed   apiproxy.Write // the k-th write
 	restarts int
 	recovery time.Duration // from the kill until the step under way had converged
 }
@@ -44,7 +44,7 @@ func newCrashRun(t *testing.T, k int) *crashRun {
 	return r
 }
 
-func (r *crashRun) afterWrite(w localcluster.APIWrite) {
+func (r *crashRun) afterWrite(w apiproxy.Write) {
 	if !isObjectWrite(w) {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
@@ -75,7 +76,7 @@ func TestLeaderFailover(t *testing.T) {
 			// middle of its work.
 			hit := make(chan struct{})
 			var once sync.Once
-			leader.proxy.AfterWrite(func(w localcluster.APIWrite) {
+			leader.proxy.AfterWrite(func(w apiproxy.Write) {
 				if isObjectWrite(w) {
 					once.Do(func() {
 						leader.proxy.Stall()
@@ -122,7 +123,7 @@ func TestLeaderFailover(t *testing.T) {
 	foos := <-load
 	settled := checkInvariants(t, ns, foos)
 
-	var logs [][]localcluster.APIWrite
+	var logs [][]apiproxy.Write
 	for _, c := range started {
 		logs = append(logs, c.proxy.Writes())
 	}
@@ -254,23 +255,23 @@ func startLoad(ctx context.Context, t *testing.T, ns string) <-chan []string {
 // overlap is a Foo or Deployment write that reached the apiserver while another
 // replica was writing too.
 type overlap struct {
-	localcluster.APIWrite
+	apiproxy.Write
 	what string
 }
 
-func (o overlap) String() string { return fmt.Sprintf("%v, %s", o.APIWrite, o.what) }
+func (o overlap) String() string { return fmt.Sprintf("%v, %s", o.Write, o.what) }
 
 // leadership reads the replicas' logs of writes as a sequence of tenures: runs of Foo
 // and Deployment writes by one replica, in the order they were sent to the apiserver.
 // It returns the gap of each hand-over, from the old leader's last answer to the new
 // leader's first request, and the writes that overlap another replica's: sent after
 // a later tenure had begun, or before the previous tenure's last answer.
-func leadership(logs [][]localcluster.APIWrite) (gaps []time.Duration, overlaps []overlap) {
-	var all []localcluster.APIWrite
+func leadership(logs [][]apiproxy.Write) (gaps []time.Duration, overlaps []overlap) {
+	var all []apiproxy.Write
 	for _, log := range logs {
 		all = append(all, objectWrites(log)...)
 	}
-	slices.SortFunc(all, func(a, b localcluster.APIWrite) int { return a.Sent.Compare(b.Sent) })
+	slices.SortFunc(all, func(a, b apiproxy.Write) int { return a.Sent.Compare(b.Sent) })
 	succeeded := map[string]time.Time{} // by replica whose tenure is over: when the next began
 	var current string                  // the replica whose tenure this is
 	var answered time.Time              // its last answer so far

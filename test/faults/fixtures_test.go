@@ -24,6 +24,7 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
+	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
@@ -32,7 +33,7 @@ import (
 // proxy, so that its writes are its own in the proxy's log, and that a case can act
 // on them.
 type proxiedController struct {
-	proxy      *localcluster.APIProxy
+	proxy      *apiproxy.Proxy
 	kubeconfig string
 	args       []string
 	// env is added to the controller's environment, every process of it.
@@ -65,7 +66,7 @@ func newProxied(t *testing.T, ns string, args ...string) *proxiedController {
 func newProxiedOn(t *testing.T, cluster *localcluster.Cluster, kubeconfig, ns string, args ...string) *proxiedController {
 	t.Helper()
 	name := fmt.Sprintf("proxy-%d-%s", proxies.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
-	proxy, err := cluster.StartAPIProxy(t.Context(), name)
+	proxy, err := apiproxy.StartForCluster(t.Context(), cluster, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +109,11 @@ func (c *proxiedController) process() *localcluster.Controller {
 
 // objectWrites keeps the writes of Foos and Deployments: Events and Leases are
 // written asynchronously, on timers, and say nothing of the controller's decisions.
-func objectWrites(writes []localcluster.APIWrite) []localcluster.APIWrite {
-	return slices.DeleteFunc(writes, func(w localcluster.APIWrite) bool { return !isObjectWrite(w) })
+func objectWrites(writes []apiproxy.Write) []apiproxy.Write {
+	return slices.DeleteFunc(writes, func(w apiproxy.Write) bool { return !isObjectWrite(w) })
 }
 
-func isObjectWrite(w localcluster.APIWrite) bool {
+func isObjectWrite(w apiproxy.Write) bool {
 	return w.Resource == "foos" || w.Resource == "deployments"
 }
 

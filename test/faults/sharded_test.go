@@ -25,6 +25,7 @@ import (
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
+	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
@@ -329,7 +330,7 @@ func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas 
 	for _, foo := range foos.Items {
 		uidOf[foo.Namespace+"/"+foo.Name] = foo.UID
 	}
-	var logs [][]localcluster.APIWrite
+	var logs [][]apiproxy.Write
 	for _, c := range replicas {
 		logs = append(logs, c.proxy.Writes())
 	}
@@ -404,7 +405,7 @@ type tenure struct {
 	start, end time.Time
 }
 
-func (te tenure) covers(w localcluster.APIWrite) bool {
+func (te tenure) covers(w apiproxy.Write) bool {
 	return w.Client == te.client && !w.Sent.Before(te.start) && !w.Answered.After(te.end)
 }
 
@@ -415,8 +416,8 @@ func (te tenure) String() string {
 // slotTenures reads the replicas' successful writes of the slot Leases, by Lease, in
 // the order they were sent: only the holder renews or releases a Lease, and only a
 // successful write takes it, so each run of one replica's writes is one tenure.
-func slotTenures(logs [][]localcluster.APIWrite) map[string][]tenure {
-	byLease := map[string][]localcluster.APIWrite{}
+func slotTenures(logs [][]apiproxy.Write) map[string][]tenure {
+	byLease := map[string][]apiproxy.Write{}
 	for _, log := range logs {
 		for _, w := range log {
 			if w.Resource != "leases" || !strings.HasPrefix(w.Name, shardGroup+"-slot-") || w.Code >= 300 {
@@ -427,7 +428,7 @@ func slotTenures(logs [][]localcluster.APIWrite) map[string][]tenure {
 	}
 	tenures := map[string][]tenure{}
 	for lease, writes := range byLease {
-		slices.SortFunc(writes, func(a, b localcluster.APIWrite) int { return a.Sent.Compare(b.Sent) })
+		slices.SortFunc(writes, func(a, b apiproxy.Write) int { return a.Sent.Compare(b.Sent) })
 		var ts []tenure
 		for _, w := range writes {
 			if len(ts) > 0 && ts[len(ts)-1].client == w.Client {

@@ -2,7 +2,10 @@
 // the binaries hack/build-tools.sh builds: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, and kwok simulating the nodes, so that
 // Deployments get Pods that become Running and Ready without any container runtime.
-// `make run` and the end-to-end tests both start their cluster here.
+// `make run`, the suites and the bench start their cluster here, install CRDs, run the
+// controller as a process (StartController) and scrape metrics. What only some suites
+// need is elsewhere: the fault suite's API proxy in test/apiproxy, and a node that runs
+// containers for real in test/container/node.
 package localcluster
 
 import (
@@ -30,9 +33,6 @@ const (
 	ComponentControllerManager = "kube-controller-manager"
 	ComponentScheduler         = "kube-scheduler"
 	ComponentKwok              = "kwok"
-	// The real node's, with Options.RealNode.
-	ComponentContainerd = "containerd"
-	ComponentKubelet    = "kubelet"
 )
 
 const (
@@ -89,17 +89,6 @@ type Options struct {
 	SkipScheduler         bool
 	SkipKwok              bool
 
-	// RealNode adds a node that runs containers for real, RealNodeName: containerd
-	// (Debian's, with runc and the CNI bridge plugin) and a kubelet, registered next to
-	// the simulated nodes and tainted so that only Pods with RealNodeToleration run on
-	// it. Its Pods reach the apiserver through the kubernetes Service (ServiceRelay). It
-	// needs root, containerd, the CNI plugins, and the image tool of hack/build-image.sh
-	// for its pause image.
-	RealNode bool
-	// NodeImages are OCI archives imported into the real node's containerd: it pulls
-	// nothing, so these are the images its Pods can run.
-	NodeImages []string
-
 	// DisableShardedListAndWatch starts the apiserver without the ShardedListAndWatch
 	// feature (KEP-5866, alpha in 1.36), which the cluster otherwise enables. Without it
 	// the apiserver ignores ListOptions.ShardSelector and returns every object, as an
@@ -128,6 +117,12 @@ type Cluster struct {
 
 	adminKubeconfig string
 	restConfig      *rest.Config
+	// client is the harness's own, as the admin.
+	client *client
+	// ca signs the certificates of the cluster's users (WriteKubeconfig); creds are
+	// the files the components were started with.
+	ca    *authority
+	creds credentials
 	// etcdURL is etcd's client URL: plain HTTP on loopback, also serving /metrics
 	// and /health.
 	etcdURL string
@@ -136,13 +131,6 @@ type Cluster struct {
 	// processes, which Restart replaces.
 	mu         sync.Mutex
 	components []*component
-
-	// cleanups run after every component has stopped, last added first.
-	cleanups []func() error
-
-	// relay is the kubernetes Service's, once ServiceRelay started it.
-	relayMu sync.Mutex
-	relay   *ServiceRelay
 
 	stopOnce sync.Once
 	stopErr  error
@@ -154,10 +142,6 @@ type component struct {
 	ready func(context.Context) error
 	grace time.Duration
 	proc  *Process
-	// beforeStop and afterStop, when set, run around the component's stop by Stop (not
-	// by Restart): the kubelet drains its node first, containerd's leftovers go after.
-	beforeStop func()
-	afterStop  func() error
 }
 
 // Start starts a cluster and returns once every component is ready and the simulated
@@ -233,6 +217,37 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restConfi
 // EtcdURL is etcd's client URL, plain HTTP on loopback: its /metrics and /health
 // need no credentials.
 func (c *Cluster) EtcdURL() string { return c.etcdURL }
+
+// CACert is the PEM of the cluster's CA, which signed the apiserver's certificate.
+func (c *Cluster) CACert() []byte { return c.restConfig.CAData }
+
+// CAFile holds CACert: the CA that signed every component's serving certificate and
+// every client certificate the apiserver accepts.
+func (c *Cluster) CAFile() string { return c.creds.caCert }
+
+// ServingCert is the certificate every component serves with, and its key, signed by
+// the cluster's CA for loopback and for the kubernetes Service's names and ClusterIP.
+func (c *Cluster) ServingCert() (certFile, keyFile string) {
+	return c.creds.servingCert, c.creds.servingKey
+}
+
+// WriteKubeconfig writes a kubeconfig of the cluster to path that authenticates as user
+// in groups, with a client certificate from the cluster's CA: for a client that needs
+// an identity of its own, as a kubelet does.
+func (c *Cluster) WriteKubeconfig(path, user string, groups ...string) error {
+	cert, err := c.ca.issueClient(user, groups...)
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(path, c.restConfig.Host, c.ca.certPEM, cert)
+}
+
+// NodesReady succeeds once every named node is Ready and, when the cluster runs the
+// controller manager, no longer carries the not-ready taint, which it removes then:
+// until it has, the scheduler passes the node over.
+func (c *Cluster) NodesReady(ctx context.Context, names ...string) error {
+	return c.client.nodesReady(ctx, names, c.Component(ComponentControllerManager) != nil)
+}
 
 // LogDir holds one <component>.log per component.
 func (c *Cluster) LogDir() string { return c.logDir }
@@ -320,11 +335,11 @@ func (c *Cluster) startComponent(ctx context.Context, comp *component) error {
 	return nil
 }
 
-// waitStarted is waitFor within startTimeout.
+// waitStarted is Process.WaitFor within startTimeout.
 func waitStarted(ctx context.Context, p *Process, what string, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	return waitFor(ctx, p, what, check)
+	return p.WaitFor(ctx, what, check)
 }
 
 // Stop stops the components in the reverse order of their start: kwok, scheduler and
@@ -336,7 +351,6 @@ func (c *Cluster) Stop() error {
 		c.mu.Lock()
 		components := c.components
 		c.mu.Unlock()
-		var errs []error
 		for i := len(components) - 1; i >= 0; i-- {
 			// Nil when it failed to start; a component stopped on purpose may exit
 			// with any status.
@@ -344,24 +358,11 @@ func (c *Cluster) Stop() error {
 			if p == nil {
 				continue
 			}
-			if comp.beforeStop != nil {
-				comp.beforeStop()
-			}
 			_ = p.Stop(comp.grace)
-			if comp.afterStop != nil {
-				errs = append(errs, comp.afterStop())
-			}
 		}
-		c.mu.Lock()
-		cleanups := c.cleanups
-		c.mu.Unlock()
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			errs = append(errs, cleanups[i]())
-		}
-		c.stopErr = errors.Join(errs...)
 		if c.removeDir {
 			if err := os.RemoveAll(c.dir); err != nil {
-				c.stopErr = errors.Join(c.stopErr, fmt.Errorf("removing cluster directory: %w", err))
+				c.stopErr = fmt.Errorf("removing cluster directory: %w", err)
 			}
 		}
 	})
@@ -438,7 +439,7 @@ func newLayout(dir string) layout {
 		kwokDir:     filepath.Join(dir, "kwok"),
 		kubeconfigs: map[string]string{},
 	}
-	for _, who := range []string{"admin", ComponentControllerManager, ComponentScheduler, ComponentKwok, ComponentKubelet} {
+	for _, who := range []string{"admin", ComponentControllerManager, ComponentScheduler, ComponentKwok} {
 		l.kubeconfigs[who] = filepath.Join(dir, who+".kubeconfig")
 	}
 	return l
@@ -490,6 +491,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	c.ca, c.creds = ca, creds
 	if c.restConfig, err = clientcmd.BuildConfigFromFlags("", c.adminKubeconfig); err != nil {
 		return fmt.Errorf("loading admin kubeconfig: %w", err)
 	}
@@ -598,6 +600,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	c.client = client
 
 	if !opts.SkipControllerManager {
 		err = run(ComponentControllerManager, append(componentFlags(ComponentControllerManager, kcmPort), []string{
@@ -662,9 +665,6 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	if opts.RealNode {
-		return c.startRealNode(ctx, l, creds, opts, client, probes)
-	}
 	return nil
 }
 
@@ -716,9 +716,6 @@ func writeCredentials(l layout, apiserverURL string) (credentials, *authority, e
 		ComponentControllerManager: {"system:kube-controller-manager", nil},
 		ComponentScheduler:         {"system:kube-scheduler", nil},
 		ComponentKwok:              {"localcluster-kwok", []string{"system:masters"}},
-		// The node identity, and an admin: without the Node authorizer, which this
-		// cluster does not enable, RBAC grants system:nodes nothing.
-		ComponentKubelet: {"system:node:" + RealNodeName, []string{"system:nodes", "system:masters"}},
 	}
 	for who, id := range identities {
 		cert, err := ca.issueClient(id.user, id.groups...)

@@ -1,3 +1,6 @@
+// Controllers under test as processes: the controller built as the image builds it,
+// started against a cluster with its serving addresses, and waited on until it serves.
+
 package localcluster
 
 import (
@@ -175,7 +178,7 @@ func fetch(ctx context.Context, client *http.Client, url string) (int, string, e
 // WaitServing waits until /healthz answers at all, which means both servers listen:
 // the controller opens them together. ctx bounds the wait.
 func (c *Controller) WaitServing(ctx context.Context) error {
-	return waitFor(ctx, c.Process, c.Name()+" to serve", func(ctx context.Context) error {
+	return c.Process.WaitFor(ctx, c.Name()+" to serve", func(ctx context.Context) error {
 		_, _, err := c.Get(ctx, "/healthz")
 		return err
 	})
@@ -184,7 +187,7 @@ func (c *Controller) WaitServing(ctx context.Context) error {
 // WaitReady waits until /readyz answers 200, once the informer caches have synced.
 // ctx bounds the wait.
 func (c *Controller) WaitReady(ctx context.Context) error {
-	return waitFor(ctx, c.Process, c.Name()+" to be ready", func(ctx context.Context) error {
+	return c.Process.WaitFor(ctx, c.Name()+" to be ready", func(ctx context.Context) error {
 		code, body, err := c.Get(ctx, "/readyz")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("/readyz: %d %s", code, body)

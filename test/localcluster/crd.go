@@ -1,3 +1,5 @@
+// CustomResourceDefinitions: applied from a manifest, and waited on until served.
+
 package localcluster
 
 import (

@@ -1,3 +1,5 @@
+// etcd's maintenance through its gRPC gateway: a compaction on demand.
+
 package localcluster
 
 import (

@@ -1,3 +1,5 @@
+// Kubeconfigs of the cluster's users, self-contained so that they can be copied.
+
 package localcluster
 
 import (

@@ -1,3 +1,5 @@
+// Prometheus metrics: parsed and scraped from the components and the controllers.
+
 package localcluster
 
 import (

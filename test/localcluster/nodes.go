@@ -1,3 +1,6 @@
+// The simulated nodes: the Node objects kwok plays the kubelet of, and the harness's
+// admin client that creates them and waits until they are Ready.
+
 package localcluster
 
 import (

@@ -1,3 +1,6 @@
+// The cluster's PKI: one CA, the components' serving certificate, client certificates
+// for every identity, and the service account signing key.
+
 package localcluster
 
 import (

@@ -1,3 +1,6 @@
+// Free ports for the components, claimed so that the harness's programs running at once
+// do not hand out the same one.
+
 package localcluster
 
 import (

@@ -1,3 +1,6 @@
+// Child processes: each component and controller runs in a process group of its own,
+// with its output in a log, and is stopped, paused or killed as a whole.
+
 package localcluster
 
 import (

@@ -1,3 +1,6 @@
+// Readiness: waiting on a process until a check passes, and the checks of the
+// components' health endpoints.
+
 package localcluster
 
 import (
@@ -18,9 +21,10 @@ import (
 
 const pollInterval = 100 * time.Millisecond
 
-// waitFor polls check until it succeeds, ctx ends, or p exits. The last error of check
-// is part of a timeout error, because it usually says what is missing.
-func waitFor(ctx context.Context, p *Process, what string, check func(context.Context) error) error {
+// WaitFor polls check until it succeeds, ctx ends, or the process exits: for a
+// process to become ready. what names what is awaited in the error; the last error of
+// check is part of a timeout error, because it usually says what is missing.
+func (p *Process) WaitFor(ctx context.Context, what string, check func(context.Context) error) error {
 	var last error
 	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if p.hasExited() {

@@ -1,7 +1,7 @@
 // Command pause is the sandbox (infrastructure) container of the local node's Pods: it
 // holds the Pod's namespaces and does nothing else until it is told to stop, as
-// registry.k8s.io/pause does. The local control plane builds it, packs it with
-// hack/image and imports it into containerd, because the node cannot pull images.
+// registry.k8s.io/pause does. The real node (test/container/node) builds it, packs it
+// with hack/image and imports it into containerd, because the node cannot pull images.
 package main
 
 import (

@@ -81,6 +81,10 @@ type Env struct {
 	// installed is false for a suite that installs the controller its own way
 	// (WithoutInstall).
 	installed bool
+	// afterStart runs once the cluster is up (WithAfterStart); stops, what it started,
+	// stop at TearDown, last first.
+	afterStart []func(context.Context, *Env) (stop func() error, err error)
+	stops      []func() error
 }
 
 // Setup gets the controller binary, starts the cluster and installs artifacts/deploy
@@ -124,6 +128,13 @@ func Setup(ctx context.Context, suite string, opts ...SuiteOption) (*Env, error)
 	if err != nil {
 		return nil, err
 	}
+	for _, start := range e.afterStart {
+		stop, err := start(ctx, e)
+		if err != nil {
+			return nil, errors.Join(err, e.TearDown())
+		}
+		e.stops = append(e.stops, stop)
+	}
 	if err := e.install(ctx); err != nil {
 		return nil, errors.Join(err, e.TearDown())
 	}
@@ -133,14 +144,13 @@ func Setup(ctx context.Context, suite string, opts ...SuiteOption) (*Env, error)
 // SuiteOption changes the suite's cluster before it starts.
 type SuiteOption func(*Env, *localcluster.Options) error
 
-// WithRealNode gives the suite's cluster a node with a kubelet and containerd, into
-// which the suite's image is imported (localcluster.Options.RealNode).
-func WithRealNode() SuiteOption {
-	return func(e *Env, opts *localcluster.Options) error {
-		if e.ImageArchive == "" {
-			return fmt.Errorf("a real node runs the image: set %s to the archive of `make image`, as `make e2e` does", ImageArchiveEnv)
-		}
-		opts.RealNode, opts.NodeImages = true, []string{e.ImageArchive}
+// WithAfterStart runs start once the suite's cluster is up, before artifacts/deploy is
+// installed, for what a suite adds to its cluster (the container suite, a real node).
+// The stop it returns runs at TearDown, before the cluster stops; on an error start
+// leaves nothing running.
+func WithAfterStart(start func(ctx context.Context, e *Env) (stop func() error, err error)) SuiteOption {
+	return func(e *Env, _ *localcluster.Options) error {
+		e.afterStart = append(e.afterStart, start)
 		return nil
 	}
 }
@@ -221,10 +231,14 @@ func (e *Env) deployScript(ctx context.Context, env []string, action string, arg
 	return string(out), err
 }
 
-// TearDown stops the cluster, leaving no process behind; the tests' controllers are
-// stopped by their own cleanup.
+// TearDown stops what WithAfterStart started, then the cluster, leaving no process
+// behind; the tests' controllers are stopped by their own cleanup.
 func (e *Env) TearDown() error {
-	return e.Cluster.Stop()
+	var errs []error
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		errs = append(errs, e.stops[i]())
+	}
+	return errors.Join(append(errs, e.Cluster.Stop())...)
 }
 
 // NamespaceWithController creates a namespace for one test and starts a controller
@@ -485,23 +499,16 @@ func extractFromImage(ctx context.Context, binDir, archive, dest string) error {
 	return nil
 }
 
-// UnpackImage unpacks the file system of the suite's image (ImageArchive) into dir, for
-// a container runtime, and returns the image's config.
-func (e *Env) UnpackImage(ctx context.Context, dir string) (localcluster.ImageConfig, error) {
-	if e.ImageArchive == "" {
-		return localcluster.ImageConfig{}, fmt.Errorf("no image to run: set %s to the archive of `make image`, as `make e2e` does", ImageArchiveEnv)
-	}
-	binDir, err := localcluster.DefaultBinDir()
-	if err != nil {
-		return localcluster.ImageConfig{}, err
-	}
-	return inspectImage(ctx, binDir, e.ImageArchive, "--rootfs", dir)
+// imageConfig is what extractFromImage checks of the config `image inspect` prints.
+type imageConfig struct {
+	User       string   `json:"user"`
+	Entrypoint []string `json:"entrypoint"`
 }
 
 // inspectImage runs `image inspect` on the archive, for this machine's platform, with
 // more flags, and returns the config it prints.
-func inspectImage(ctx context.Context, binDir, archive string, args ...string) (localcluster.ImageConfig, error) {
-	var config localcluster.ImageConfig
+func inspectImage(ctx context.Context, binDir, archive string, args ...string) (imageConfig, error) {
+	var config imageConfig
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "image"), append([]string{"inspect", "--archive", archive}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

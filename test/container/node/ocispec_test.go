@@ -1,4 +1,4 @@
-package localcluster
+package node
 
 import (
 	"os"
@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 var testImage = ImageConfig{User: "65532:65532", Entrypoint: []string{"/sample-controller"}, Env: []string{"PATH=/", "A=image"}}
@@ -19,7 +21,7 @@ var testImage = ImageConfig{User: "65532:65532", Entrypoint: []string{"/sample-c
 // deployedPod is the Pod template of artifacts/deploy's Deployment, as a user applies it.
 func deployedPod(t *testing.T) *corev1.PodSpec {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,17 @@
-package localcluster
+// The OCI runtime configuration of a Pod's container, as a CRI runtime would write it
+// from the Pod's spec: what the runc containers run with.
+
+package node
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +30,25 @@ type ImageConfig struct {
 	Cmd        []string `json:"cmd,omitempty"`
 	Env        []string `json:"env,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"`
+}
+
+// UnpackImage unpacks the file system of an OCI archive (`make image`'s) into dir, for a
+// container's Rootfs, and returns the image's config. It runs `image inspect`, the tool
+// hack/build-image.sh builds into binDir.
+func UnpackImage(ctx context.Context, binDir, archive, dir string) (ImageConfig, error) {
+	var config ImageConfig
+	args := []string{"inspect", "--archive", archive, "--rootfs", dir}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "image"), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return config, fmt.Errorf("image %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	if err := json.Unmarshal(out, &config); err != nil {
+		return config, fmt.Errorf("reading the image config: %w\n%s", err, out)
+	}
+	return config, nil
 }
 
 // ContainerOptions is one container of a Pod, as the kubelet hands it to a runtime: the

@@ -1,4 +1,7 @@
-package localcluster
+// Containers run by hand: runc runs one container of a Pod, configured by ContainerSpec,
+// in the foreground, as a CRI runtime's shim would.
+
+package node
 
 import (
 	"context"
@@ -11,18 +14,24 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
-// runcRoot keeps runc's state of the harness's containers apart from any other user of
-// runc on the machine.
-const runcRoot = "/run/localcluster-runc"
+const (
+	// runcRoot keeps runc's state of the harness's containers apart from any other user
+	// of runc on the machine.
+	runcRoot = "/run/localcluster-runc"
+	// runcExitTimeout bounds the wait for runc to exit after its container was killed.
+	runcExitTimeout = 5 * time.Second
+)
 
 // Container is a container that runc runs in the foreground: the runc process lives as
 // long as the container and exits with its status.
 type Container struct {
 	id   string
 	runc string
-	proc *Process
+	proc *localcluster.Process
 }
 
 // StartContainer writes the bundle's config.json (ContainerSpec) and starts the
@@ -59,7 +68,7 @@ func StartContainer(ctx context.Context, opts ContainerOptions) (*Container, err
 	c := &Container{id: opts.ID, runc: runc}
 	// A container of this name that a killed test left running goes first.
 	_ = c.runcCommand(ctx, "delete", "--force", opts.ID)
-	c.proc, err = StartProcess(ProcessOptions{
+	c.proc, err = localcluster.StartProcess(localcluster.ProcessOptions{
 		Name:   opts.ID,
 		Bin:    runc,
 		Args:   []string{"--root", runcRoot, "run", "--bundle", opts.Dir, opts.ID},
@@ -109,7 +118,7 @@ func (c *Container) Stop(grace time.Duration) error {
 		_ = c.Signal(ctx, syscall.SIGKILL)
 	}
 	// runc exits with the container; Kill only reaps it, or ends a runc that hangs.
-	timer := time.NewTimer(groupGoneTimeout)
+	timer := time.NewTimer(runcExitTimeout)
 	select {
 	case <-c.Exited():
 	case <-timer.C:

@@ -1,4 +1,4 @@
-package localcluster
+package apiproxy
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -80,31 +79,20 @@ func (f *fakeAPIServer) seen() []string {
 	return append([]string(nil), f.requests...)
 }
 
-// startTestProxy starts a proxy to upstream that serves a certificate of a new CA, and
-// returns it with a client that trusts that CA.
-func startTestProxy(t *testing.T, upstream *httptest.Server) (*APIProxy, *http.Client) {
+// startTestProxy starts a proxy to upstream that serves upstream's own certificate, as
+// StartForCluster serves the apiserver's, and returns it with a client that trusts that
+// certificate.
+func startTestProxy(t *testing.T, upstream *httptest.Server) (*Proxy, *http.Client) {
 	t.Helper()
-	ca, err := newAuthority("proxy-test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := ca.issueServing("proxy", nil, []net.IP{net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(serving.certPEM, serving.keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	upstreamCA := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw})
-	p, err := StartAPIProxy(t.Context(), APIProxyOptions{Name: "test", Upstream: upstream.URL, UpstreamCA: upstreamCA, Certificate: cert})
+	p, err := Start(t.Context(), Options{Name: "test", Upstream: upstream.URL, UpstreamCA: upstreamCA, Certificate: upstream.TLS.Certificates[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
 
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(upstream.Certificate())
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
 	t.Cleanup(client.CloseIdleConnections)
 	return p, client
@@ -112,7 +100,7 @@ func startTestProxy(t *testing.T, upstream *httptest.Server) (*APIProxy, *http.C
 
 // do sends a request with a bearer token through the proxy and returns the status
 // and the body.
-func do(ctx context.Context, client *http.Client, p *APIProxy, method, path, body string) (int, string, error) {
+func do(ctx context.Context, client *http.Client, p *Proxy, method, path, body string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, method, p.URL()+path, strings.NewReader(body))
 	if err != nil {
 		return 0, "", err
@@ -155,7 +143,7 @@ func TestAPIProxyRecordsWrites(t *testing.T) {
 	}
 	upstream.mu.Unlock()
 
-	want := []APIWrite{
+	want := []Write{
 		{Method: "POST", Group: "apps", Resource: "deployments", Namespace: "ns", Name: "created", Code: 201},
 		{Method: "PUT", Group: "samplecontroller.k8s.io", Resource: "foos", Subresource: "status", Namespace: "ns", Name: "foo", Code: 200},
 		{Method: "DELETE", Group: "apps", Resource: "deployments", Namespace: "ns", Name: "old", Code: 200},
@@ -166,7 +154,7 @@ func TestAPIProxyRecordsWrites(t *testing.T) {
 		want[i].Client, want[i].UserAgent = "test", "proxy-test/1.0"
 	}
 	got := p.Writes()
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(APIWrite{}, "Received", "Sent", "Answered")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Write{}, "Received", "Sent", "Answered")); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 	for _, w := range got {
@@ -187,7 +175,7 @@ func TestAPIProxyHookRunsBetweenCommitAndAnswer(t *testing.T) {
 	}
 	sights := make(chan sight, 1)
 	answered := make(chan struct{})
-	p.AfterWrite(func(APIWrite) {
+	p.AfterWrite(func(Write) {
 		s := sight{upstream: upstream.seen()}
 		select {
 		case <-answered:
@@ -285,7 +273,7 @@ func TestAPIProxyStallHoldsTraffic(t *testing.T) {
 }
 
 // waitHeld waits until the proxy holds n requests.
-func waitHeld(t *testing.T, p *APIProxy, n int) {
+func waitHeld(t *testing.T, p *Proxy, n int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return p.Held() == n, nil
@@ -300,7 +288,12 @@ func TestAPIProxyKubeconfig(t *testing.T) {
 	p, _ := startTestProxy(t, upstream.Server)
 	dir := t.TempDir()
 	from, to := filepath.Join(dir, "from"), filepath.Join(dir, "to")
-	if err := writeKubeconfig(from, upstream.URL, []byte("ca data"), keyPair{certPEM: []byte("cert"), keyPEM: []byte("key")}); err != nil {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: upstream.URL, CertificateAuthorityData: []byte("ca data")}
+	cfg.AuthInfos["local"] = &clientcmdapi.AuthInfo{ClientCertificateData: []byte("cert"), ClientKeyData: []byte("key")}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "local"}
+	cfg.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*cfg, from); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.WriteKubeconfig(from, to); err != nil {

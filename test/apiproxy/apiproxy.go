@@ -1,4 +1,8 @@
-package localcluster
+// Package apiproxy puts a recording, stallable proxy between one client and a
+// kube-apiserver, for the fault suite: it records every write the client makes, runs a
+// hook between a write's commit and the client learning of it, and can hold (Stall,
+// Release) or cut (Cut) the client's traffic.
+package apiproxy
 
 import (
 	"bytes"
@@ -14,7 +18,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -22,9 +25,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
-// APIProxy is a TLS reverse proxy in front of a kube-apiserver, for fault tests: a
+// Proxy is a TLS reverse proxy in front of a kube-apiserver, for fault tests: a
 // test hands a client (a controller) the proxy's address instead of the apiserver's,
 // and then sees every write the client makes, can act right after one has been
 // committed and before the client learns it, can hold all of the client's traffic,
@@ -34,7 +39,7 @@ import (
 // authenticates with a bearer token is the same user through it; a client
 // certificate, which TLS does not forward, is not. Give each client its own proxy to
 // tell their writes apart.
-type APIProxy struct {
+type Proxy struct {
 	name     string
 	url      string
 	server   *http.Server
@@ -47,8 +52,8 @@ type APIProxy struct {
 	hookMu sync.Mutex
 
 	mu         sync.Mutex
-	writes     []APIWrite
-	afterWrite func(APIWrite)
+	writes     []Write
+	afterWrite func(Write)
 	conns      map[net.Conn]struct{}
 	// stalled is open while traffic is held; Release closes it. held counts what
 	// waits on it.
@@ -58,9 +63,9 @@ type APIProxy struct {
 	once    sync.Once
 }
 
-// APIWrite is one write (a request other than GET and HEAD) that went through the
+// Write is one write (a request other than GET and HEAD) that went through the
 // proxy, and the apiserver's answer.
-type APIWrite struct {
+type Write struct {
 	// Client is the proxy's name; UserAgent is what the client sent.
 	Client    string
 	UserAgent string
@@ -80,7 +85,7 @@ type APIWrite struct {
 
 // String is one line for a test log: when it was answered, by whom, what, and the
 // answer's status.
-func (w APIWrite) String() string {
+func (w Write) String() string {
 	resource := w.Resource
 	if w.Group != "" {
 		resource += "." + w.Group
@@ -91,9 +96,9 @@ func (w APIWrite) String() string {
 	return fmt.Sprintf("%s %s %s %s %s %d", w.Answered.Format("15:04:05.000"), w.Client, w.Method, resource, w.Name, w.Code)
 }
 
-// APIProxyOptions says where the proxy forwards to and how it serves.
-type APIProxyOptions struct {
-	// Name tags the writes (APIWrite.Client).
+// Options says where the proxy forwards to and how it serves.
+type Options struct {
+	// Name tags the writes (Write.Client).
 	Name string
 	// Upstream is the apiserver's https URL; UpstreamCA, PEM encoded, verifies it.
 	Upstream   string
@@ -103,9 +108,9 @@ type APIProxyOptions struct {
 	Certificate tls.Certificate
 }
 
-// StartAPIProxy starts a proxy on a free port of 127.0.0.1. It serves until Close;
+// Start starts a proxy on a free port of 127.0.0.1. It serves until Close;
 // ctx bounds only the start.
-func StartAPIProxy(ctx context.Context, opts APIProxyOptions) (*APIProxy, error) {
+func Start(ctx context.Context, opts Options) (*Proxy, error) {
 	upstream, err := url.Parse(opts.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("apiserver URL %q: %w", opts.Upstream, err)
@@ -118,7 +123,7 @@ func StartAPIProxy(ctx context.Context, opts APIProxyOptions) (*APIProxy, error)
 	if err != nil {
 		return nil, fmt.Errorf("starting the API proxy %s: %w", opts.Name, err)
 	}
-	p := &APIProxy{
+	p := &Proxy{
 		name:     opts.Name,
 		url:      "https://" + listener.Addr().String(),
 		listener: listener,
@@ -149,32 +154,33 @@ func StartAPIProxy(ctx context.Context, opts APIProxyOptions) (*APIProxy, error)
 	return p, nil
 }
 
-// StartAPIProxy starts a proxy in front of the cluster's apiserver. It serves with the
-// cluster's serving certificate, so a kubeconfig of this cluster verifies it as is.
-// It serves until Close; ctx bounds only the start.
-func (c *Cluster) StartAPIProxy(ctx context.Context, name string) (*APIProxy, error) {
-	pki := newLayout(c.dir).pkiDir
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "serving.crt"), filepath.Join(pki, "serving.key"))
+// StartForCluster starts a proxy in front of the local cluster's apiserver. It serves
+// with the cluster's serving certificate, so a kubeconfig of this cluster verifies it
+// as is. It serves until Close; ctx bounds only the start.
+func StartForCluster(ctx context.Context, cluster *localcluster.Cluster, name string) (*Proxy, error) {
+	certFile, keyFile := cluster.ServingCert()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading the serving certificate for the API proxy: %w", err)
 	}
-	return StartAPIProxy(ctx, APIProxyOptions{
+	cfg := cluster.RESTConfig()
+	return Start(ctx, Options{
 		Name:        name,
-		Upstream:    c.restConfig.Host,
-		UpstreamCA:  c.restConfig.CAData,
+		Upstream:    cfg.Host,
+		UpstreamCA:  cfg.CAData,
 		Certificate: cert,
 	})
 }
 
 // URL is the proxy's https address.
-func (p *APIProxy) URL() string { return p.url }
+func (p *Proxy) URL() string { return p.url }
 
-// Name is APIProxyOptions.Name.
-func (p *APIProxy) Name() string { return p.name }
+// Name is Options.Name.
+func (p *Proxy) Name() string { return p.name }
 
 // WriteKubeconfig copies the kubeconfig from to to, with the proxy as every cluster's
 // server and nothing else changed.
-func (p *APIProxy) WriteKubeconfig(from, to string) error {
+func (p *Proxy) WriteKubeconfig(from, to string) error {
 	cfg, err := clientcmd.LoadFromFile(from)
 	if err != nil {
 		return err
@@ -186,16 +192,16 @@ func (p *APIProxy) WriteKubeconfig(from, to string) error {
 }
 
 // Writes returns the writes answered so far, in the order their answers came back.
-func (p *APIProxy) Writes() []APIWrite {
+func (p *Proxy) Writes() []Write {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]APIWrite(nil), p.writes...)
+	return append([]Write(nil), p.writes...)
 }
 
 // AfterWrite sets a hook, nil for none, that runs for every write once the apiserver
 // has answered and before the client gets the answer; the client gets it once hook
 // returns. Hooks run one at a time, in the order of Writes.
-func (p *APIProxy) AfterWrite(hook func(APIWrite)) {
+func (p *Proxy) AfterWrite(hook func(Write)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.afterWrite = hook
@@ -205,7 +211,7 @@ func (p *APIProxy) AfterWrite(hook func(APIWrite)) {
 // not returned, and open watches deliver nothing more. A write that reached the proxy
 // is forwarded on Release even if its client has gone meanwhile, as bytes already on
 // the wire would be; a read of a client that has gone is dropped.
-func (p *APIProxy) Stall() {
+func (p *Proxy) Stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stalled == nil {
@@ -214,14 +220,14 @@ func (p *APIProxy) Stall() {
 }
 
 // Held is the number of requests, answers and watch streams held now.
-func (p *APIProxy) Held() int {
+func (p *Proxy) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.held
 }
 
 // Release lets the held traffic through.
-func (p *APIProxy) Release() {
+func (p *Proxy) Release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stalled != nil {
@@ -232,7 +238,7 @@ func (p *APIProxy) Release() {
 
 // Cut closes every client connection open now, watches included, and returns how
 // many. Writes already forwarded still get their answer from the apiserver.
-func (p *APIProxy) Cut() int {
+func (p *Proxy) Cut() int {
 	p.mu.Lock()
 	conns := make([]net.Conn, 0, len(p.conns))
 	for c := range p.conns {
@@ -247,14 +253,14 @@ func (p *APIProxy) Cut() int {
 }
 
 // Close stops the proxy and closes its connections; held requests are dropped.
-func (p *APIProxy) Close() error {
+func (p *Proxy) Close() error {
 	p.once.Do(func() { close(p.closed) })
 	err := p.server.Close()
 	p.upstream.CloseIdleConnections()
 	return err
 }
 
-func (p *APIProxy) track(c net.Conn, state http.ConnState) {
+func (p *Proxy) track(c net.Conn, state http.ConnState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch state {
@@ -267,7 +273,7 @@ func (p *APIProxy) track(c net.Conn, state http.ConnState) {
 
 // waitReleased returns once traffic is not stalled, or with an error when ctx ends or
 // the proxy closes first.
-func (p *APIProxy) waitReleased(ctx context.Context) error {
+func (p *Proxy) waitReleased(ctx context.Context) error {
 	p.mu.Lock()
 	stalled := p.stalled
 	if stalled != nil {
@@ -296,7 +302,7 @@ func (p *APIProxy) waitReleased(ctx context.Context) error {
 // answered or failed.
 type writeKey struct{}
 
-func (p *APIProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		if err := p.waitReleased(r.Context()); err != nil {
 			return
@@ -311,7 +317,7 @@ func (p *APIProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	record := &APIWrite{Client: p.name, UserAgent: r.UserAgent(), Method: r.Method, Received: time.Now()}
+	record := &Write{Client: p.name, UserAgent: r.UserAgent(), Method: r.Method, Received: time.Now()}
 	record.Group, record.Namespace, record.Resource, record.Name, record.Subresource = parseResourcePath(r.URL.Path)
 	if record.Name == "" {
 		record.Name = objectName(r.Header.Get("Content-Type"), body)
@@ -343,9 +349,9 @@ func (w headerFlusher) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // answered runs when the apiserver's answer has come: it records a write and runs the
 // hook, then holds the answer while traffic is stalled.
-func (p *APIProxy) answered(resp *http.Response) error {
+func (p *Proxy) answered(resp *http.Response) error {
 	ctx := resp.Request.Context()
-	if record, ok := ctx.Value(writeKey{}).(*APIWrite); ok {
+	if record, ok := ctx.Value(writeKey{}).(*Write); ok {
 		record.Answered = time.Now()
 		record.Code = resp.StatusCode
 		p.record(*record)
@@ -359,8 +365,8 @@ func (p *APIProxy) answered(resp *http.Response) error {
 
 // failed answers 502 when the apiserver could not be reached or gave no answer, and
 // records a write that failed so.
-func (p *APIProxy) failed(w http.ResponseWriter, r *http.Request, err error) {
-	if record, ok := r.Context().Value(writeKey{}).(*APIWrite); ok {
+func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, err error) {
+	if record, ok := r.Context().Value(writeKey{}).(*Write); ok {
 		record.Answered = time.Now()
 		record.Code = http.StatusBadGateway
 		record.Err = err.Error()
@@ -369,7 +375,7 @@ func (p *APIProxy) failed(w http.ResponseWriter, r *http.Request, err error) {
 	w.WriteHeader(http.StatusBadGateway)
 }
 
-func (p *APIProxy) record(w APIWrite) {
+func (p *Proxy) record(w Write) {
 	p.hookMu.Lock()
 	defer p.hookMu.Unlock()
 	p.mu.Lock()
@@ -386,7 +392,7 @@ func (p *APIProxy) record(w APIWrite) {
 type stallableBody struct {
 	io.ReadCloser
 	ctx context.Context
-	p   *APIProxy
+	p   *Proxy
 }
 
 func (b *stallableBody) Read(data []byte) (int, error) {

@@ -1,10 +1,14 @@
-package localcluster
+// The real node: containerd and a kubelet that join a local cluster as one more node,
+// next to kwok's, and run the containers of the Pods scheduled there.
+
+package node
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,16 +25,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 const (
-	// RealNodeName is the node whose kubelet runs containers, next to the simulated ones.
-	RealNodeName = "real-node"
-	// RealNodeTaintKey keeps Pods off the real node unless they tolerate it: the node
-	// pulls no images, so only Pods of images imported into its containerd can run there.
-	RealNodeTaintKey   = "localcluster.dev/node"
-	RealNodeTaintValue = "real"
+	// Name is the real node's, next to the cluster's simulated nodes.
+	Name = "real-node"
+	// TaintKey keeps Pods off the real node unless they tolerate it: the node pulls no
+	// images, so only Pods of images imported into its containerd can run there.
+	TaintKey   = "localcluster.dev/node"
+	TaintValue = "real"
+
+	// The names of the node's processes, for their logs in the cluster's LogDir.
+	containerdName = "containerd"
+	kubeletName    = "kubelet"
 
 	// pauseImage is the sandbox image, built from test/cmd/pause and imported, since the
 	// node cannot pull registry.k8s.io/pause.
@@ -40,18 +52,46 @@ const (
 	nodeSubnet = "10.245.1.0/24"
 	cniBinDir  = "/usr/lib/cni"
 
+	// startTimeout bounds the wait for containerd, then the kubelet, to become ready,
+	// as the cluster's own for each of its components.
+	startTimeout = 90 * time.Second
+	// stopGrace is how long containerd and the kubelet may take to exit after SIGTERM
+	// before SIGKILL.
+	stopGrace = 5 * time.Second
 	// drainTimeout bounds the wait for the kubelet to stop the node's Pods on Stop: their
 	// grace periods, and the runtime tearing the sandboxes down.
 	drainTimeout = 60 * time.Second
 )
 
-// RealNodeToleration lets a Pod onto the real node.
-var RealNodeToleration = corev1.Toleration{Key: RealNodeTaintKey, Operator: corev1.TolerationOpEqual, Value: RealNodeTaintValue, Effect: corev1.TaintEffectNoSchedule}
+// Toleration lets a Pod onto the real node.
+var Toleration = corev1.Toleration{Key: TaintKey, Operator: corev1.TolerationOpEqual, Value: TaintValue, Effect: corev1.TaintEffectNoSchedule}
+
+// Options says what the real node can run.
+type Options struct {
+	// Images are OCI archives imported into the node's containerd: it pulls nothing, so
+	// these are the images its Pods can run.
+	Images []string
+}
+
+// Node is a real node of a local cluster: containerd (Debian's, with runc and the CNI
+// bridge plugin) and a kubelet, registered as Name next to the simulated nodes and
+// tainted so that only Pods with Toleration run on it. Its Pods reach the apiserver
+// through the kubernetes Service (ServiceRelay). Stop it before its cluster.
+type Node struct {
+	cluster *localcluster.Cluster
+	layout  nodeLayout
+	relay   *ServiceRelay
+
+	containerd, kubelet *localcluster.Process
+
+	stopOnce sync.Once
+	stopErr  error
+}
 
 // nodeLayout is where the real node keeps its state, under the cluster's directory.
 type nodeLayout struct {
 	dir, containerdRoot, containerdState, runcRoot, socket, cniConfDir, cniIPAMDir string
-	kubeletRoot, podLogs, kubeletConfig, containerdConfig                          string
+	kubeletRoot, podLogs, kubeletConfig, kubeconfig, containerdConfig              string
 }
 
 func newNodeLayout(clusterDir string) nodeLayout {
@@ -67,113 +107,174 @@ func newNodeLayout(clusterDir string) nodeLayout {
 		cniIPAMDir:       filepath.Join(dir, "cni-ipam"),
 		kubeletRoot:      filepath.Join(dir, "kubelet"),
 		kubeletConfig:    filepath.Join(dir, "kubelet.yaml"),
+		kubeconfig:       filepath.Join(dir, "kubelet.kubeconfig"),
 		podLogs:          filepath.Join(dir, "pod-logs"),
 	}
 }
 
-// startRealNode starts containerd (Debian's, with runc and the CNI plugins) with the
-// node's images imported, and a kubelet that registers RealNodeName, tainted, and returns
-// once the node is Ready. The kubernetes Service relay comes first: the node's Pods reach
-// the apiserver through it, as in-cluster clients do.
-func (c *Cluster) startRealNode(ctx context.Context, l layout, creds credentials, opts Options, client *client, probes *prober) error {
+// Start adds the real node to a running cluster: the kubernetes Service's relay first
+// (the node's Pods reach the apiserver through it, as in-cluster clients do), then
+// containerd with the node's images imported, then a kubelet that registers Name,
+// tainted. It returns once the node is Ready. It needs root, containerd, runc, the CNI
+// plugins, and the image tool of hack/build-image.sh in the cluster's BinDir for the
+// pause image. ctx bounds the start only; on error nothing is left running.
+func Start(ctx context.Context, cluster *localcluster.Cluster, opts Options) (_ *Node, err error) {
 	for _, need := range []string{"containerd", "ctr", "runc", filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback")} {
 		if _, err := exec.LookPath(need); err != nil {
-			return fmt.Errorf("a real node needs %s: apt-get install containerd containernetworking-plugins", need)
+			return nil, fmt.Errorf("a real node needs %s: apt-get install containerd containernetworking-plugins", need)
 		}
 	}
-	nl := newNodeLayout(c.dir)
+	n := &Node{cluster: cluster, layout: newNodeLayout(cluster.Dir())}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, n.Stop())
+		}
+	}()
+	nl := n.layout
 	cleanUpNode(ctx, nl)
 	if err := os.RemoveAll(nl.dir); err != nil {
-		return fmt.Errorf("removing the state of an earlier node: %w", err)
+		return nil, fmt.Errorf("removing the state of an earlier node: %w", err)
 	}
 	for _, d := range []string{nl.dir, nl.cniConfDir, nl.cniIPAMDir, nl.kubeletRoot, nl.podLogs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	pauseArchive, err := buildPauseImage(ctx, c.binDir, nl.dir)
+	pauseArchive, err := buildPauseImage(ctx, cluster.BinDir(), nl.dir)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if n.relay, err = startServiceRelay(ctx, cluster); err != nil {
+		return nil, err
+	}
+	if err := writeNodeConfigs(nl, cluster); err != nil {
+		return nil, err
+	}
+	// The node identity, and an admin: without the Node authorizer, which the cluster
+	// does not enable, RBAC grants system:nodes nothing.
+	if err := cluster.WriteKubeconfig(nl.kubeconfig, "system:node:"+Name, "system:nodes", "system:masters"); err != nil {
+		return nil, err
 	}
 
-	if _, err := c.ServiceRelay(ctx); err != nil {
+	n.containerd, err = n.startProcess(ctx, localcluster.ProcessOptions{
+		Name: containerdName,
+		Bin:  "containerd",
+		Args: []string{"--config", nl.containerdConfig},
+	}, func(ctx context.Context) error {
+		_, err := n.ctr(ctx, "version")
 		return err
-	}
-
-	if err := writeNodeConfigs(nl, creds); err != nil {
-		return err
-	}
-	ctr := func(ctx context.Context, args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", nl.socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
-		if err != nil {
-			return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out), nil
-	}
-	containerd := &component{
-		opts: ProcessOptions{
-			Name:   ComponentContainerd,
-			Bin:    "containerd",
-			Args:   []string{"--config", nl.containerdConfig},
-			LogDir: l.logDir,
-		},
-		ready: func(ctx context.Context) error {
-			_, err := ctr(ctx, "version")
-			return err
-		},
-		grace:     stopGrace,
-		afterStop: func() error { cleanUpNode(context.Background(), nl); return nil },
-	}
-	if err := c.runComponent(ctx, containerd); err != nil {
-		return err
-	}
-	for _, archive := range append([]string{pauseArchive}, opts.NodeImages...) {
-		if err := importImage(ctx, ctr, archive); err != nil {
-			return err
-		}
-	}
-
-	ports, err := FreePorts(ctx, 2)
+	})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	for _, archive := range append([]string{pauseArchive}, opts.Images...) {
+		if err := importImage(ctx, n.ctr, archive); err != nil {
+			return nil, err
+		}
+	}
+
+	if n.kubelet, err = n.startKubelet(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// startKubelet starts the kubelet on free ports and returns once it is healthy and its
+// node Ready. It returns the process even when it is not, for Stop.
+func (n *Node) startKubelet(ctx context.Context) (*localcluster.Process, error) {
+	nl := n.layout
+	ports, err := localcluster.FreePorts(ctx, 2)
+	if err != nil {
+		return nil, err
 	}
 	kubeletPort, healthzPort := ports[0], ports[1]
 	config, err := os.ReadFile(nl.kubeletConfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	config = fmt.Appendf(config, "port: %d\nhealthzPort: %d\n", kubeletPort, healthzPort)
 	if err := os.WriteFile(nl.kubeletConfig, config, 0o644); err != nil {
-		return err
+		return nil, err
 	}
-	healthz := probes.http("http://127.0.0.1:" + strconv.Itoa(healthzPort) + "/healthz")
-	kubelet := &component{
-		opts: ProcessOptions{
-			Name: ComponentKubelet,
-			Bin:  filepath.Join(c.binDir, ComponentKubelet),
-			Args: []string{
-				"--config=" + nl.kubeletConfig,
-				"--kubeconfig=" + l.kubeconfigs[ComponentKubelet],
-				"--hostname-override=" + RealNodeName,
-				"--root-dir=" + nl.kubeletRoot,
-			},
-			LogDir: l.logDir,
+	healthz := httpOK("http://127.0.0.1:" + strconv.Itoa(healthzPort) + "/healthz")
+	return n.startProcess(ctx, localcluster.ProcessOptions{
+		Name: kubeletName,
+		Bin:  filepath.Join(n.cluster.BinDir(), kubeletName),
+		Args: []string{
+			"--config=" + nl.kubeletConfig,
+			"--kubeconfig=" + nl.kubeconfig,
+			"--hostname-override=" + Name,
+			"--root-dir=" + nl.kubeletRoot,
 		},
-		ready: func(ctx context.Context) error {
-			if err := healthz(ctx); err != nil {
-				return err
-			}
-			return client.nodesReady(ctx, []string{RealNodeName}, !opts.SkipControllerManager)
-		},
-		grace:      stopGrace,
-		beforeStop: func() { c.drainRealNode(ctr) },
+	}, func(ctx context.Context) error {
+		if err := healthz(ctx); err != nil {
+			return err
+		}
+		return n.cluster.NodesReady(ctx, Name)
+	})
+}
+
+// ServiceRelay is the relay of the cluster's kubernetes Service, which the node's Pods
+// reach the apiserver through; Pods run by hand (PodNetwork) can use it too.
+func (n *Node) ServiceRelay() *ServiceRelay { return n.relay }
+
+// startProcess starts one of the node's processes, its log in the cluster's LogDir, and
+// waits within startTimeout until ready passes. It returns the process even when it
+// did not become ready, for Stop.
+func (n *Node) startProcess(ctx context.Context, opts localcluster.ProcessOptions, ready func(context.Context) error) (*localcluster.Process, error) {
+	began := time.Now()
+	opts.LogDir = n.cluster.LogDir()
+	p, err := localcluster.StartProcess(opts)
+	if err != nil {
+		return nil, err
 	}
-	return c.runComponent(ctx, kubelet)
+	waitCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := p.WaitFor(waitCtx, opts.Name, ready); err != nil {
+		return p, err
+	}
+	klog.FromContext(ctx).Info("Component is ready", "component", opts.Name, "pid", p.Pid(), "duration", time.Since(began).Round(time.Millisecond))
+	return p, nil
+}
+
+// ctr runs containerd's client against the node's containerd, in the namespace of the
+// CRI plugin, where the kubelet's images and containers are.
+func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", n.layout.socket, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Stop drains the node, so that the kubelet stops every container gracefully and
+// tears its sandbox and network down, then stops the kubelet and containerd, ends what
+// they leave behind, and closes the Service relay. The drain needs the apiserver: stop
+// the node before its cluster. It returns once everything has exited; calling it
+// again returns the first result.
+func (n *Node) Stop() error {
+	n.stopOnce.Do(func() {
+		// A process stopped on purpose may exit with any status.
+		if n.kubelet != nil {
+			n.drain()
+			_ = n.kubelet.Stop(stopGrace)
+		}
+		if n.containerd != nil {
+			_ = n.containerd.Stop(stopGrace)
+			// After a stop, which has no context, the cleanup runs to its end.
+			cleanUpNode(context.Background(), n.layout)
+		}
+		if n.relay != nil {
+			n.stopErr = n.relay.close()
+		}
+	})
+	return n.stopErr
 }
 
 // writeNodeConfigs writes containerd's configuration, the CNI network and the kubelet's
 // configuration (less its ports).
-func writeNodeConfigs(nl nodeLayout, creds credentials) error {
+func writeNodeConfigs(nl nodeLayout, cluster *localcluster.Cluster) error {
+	servingCert, servingKey := cluster.ServingCert()
 	// restrict_oom_score_adj: this machine refuses a lower oom_score_adj even to root,
 	// and the CRI plugin asks for -998 for every sandbox. native: snapshots that work on
 	// any file system, overlay included.
@@ -239,7 +340,7 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 20
-`, nl.socket, creds.caCert, creds.servingCert, creds.servingKey, nl.podLogs, RealNodeTaintKey, RealNodeTaintValue)
+`, nl.socket, cluster.CAFile(), servingCert, servingKey, nl.podLogs, TaintKey, TaintValue)
 
 	for path, body := range map[string]string{
 		nl.containerdConfig: containerd,
@@ -256,7 +357,7 @@ maxPods: 20
 // buildPauseImage builds test/cmd/pause and packs it as pauseImage with the image tool
 // that hack/build-image.sh builds.
 func buildPauseImage(ctx context.Context, binDir, dir string) (string, error) {
-	root, err := RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -316,23 +417,23 @@ func normalizeImageName(name string) string {
 	return "docker.io/" + first + "/" + rest
 }
 
-// drainRealNode cordons the node and deletes its Pods, then waits until they are gone
-// and nothing runs, so that the kubelet stops every container gracefully and tears its
+// drain cordons the node and deletes its Pods, then waits until they are gone and
+// nothing runs, so that the kubelet stops every container gracefully and tears its
 // sandbox and network down before it stops itself.
-func (c *Cluster) drainRealNode(ctr func(context.Context, ...string) (string, error)) {
+func (n *Node) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx)
-	client, err := newClient(c.restConfig)
+	client, err := kubernetes.NewForConfig(n.cluster.RESTConfig())
 	if err != nil {
 		return
 	}
 	patch := []byte(`{"spec":{"unschedulable":true}}`)
-	if _, err := client.CoreV1().Nodes().Patch(ctx, RealNodeName, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+	if _, err := client.CoreV1().Nodes().Patch(ctx, Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 		logger.Error(err, "Cordoning the real node")
 	}
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", RealNodeName).String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", Name).String(),
 	})
 	if err == nil {
 		for _, p := range pods.Items {
@@ -345,7 +446,7 @@ func (c *Cluster) drainRealNode(ctr func(context.Context, ...string) (string, er
 	// that finds something left; the last check says what was.
 	var last error
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		last = client.realNodeStopped(ctx, ctr)
+		last = n.stopped(ctx, client)
 		return last == nil, nil
 	})
 	if err != nil {
@@ -353,22 +454,21 @@ func (c *Cluster) drainRealNode(ctr func(context.Context, ...string) (string, er
 	}
 }
 
-// realNodeStopped checks that the real node has no Pod left in the API and no
-// container running in its containerd. The kubelet removes a Pod from the API once its
-// containers have stopped and its sandbox (with its network) is torn down; dead
-// containers stay in containerd until the kubelet's next garbage collection, which Stop
-// does not wait for.
-func (c *client) realNodeStopped(ctx context.Context, ctr func(context.Context, ...string) (string, error)) error {
-	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", RealNodeName).String(),
+// stopped checks that the node has no Pod left in the API and no container running in
+// its containerd. The kubelet removes a Pod from the API once its containers have
+// stopped and its sandbox (with its network) is torn down; dead containers stay in
+// containerd until the kubelet's next garbage collection, which Stop does not wait for.
+func (n *Node) stopped(ctx context.Context, client kubernetes.Interface) error {
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", Name).String(),
 	})
 	if err != nil {
 		return fmt.Errorf("listing the node's Pods: %w", err)
 	}
-	if n := len(pods.Items); n > 0 {
-		return fmt.Errorf("%d Pods left on the node", n)
+	if left := len(pods.Items); left > 0 {
+		return fmt.Errorf("%d Pods left on the node", left)
 	}
-	tasks, err := ctr(ctx, "tasks", "list")
+	tasks, err := n.ctr(ctx, "tasks", "list")
 	if err != nil {
 		return fmt.Errorf("listing the node's containers: %w", err)
 	}
@@ -376,6 +476,26 @@ func (c *client) realNodeStopped(ctx context.Context, ctr func(context.Context, 
 		return errors.New("containers still running")
 	}
 	return nil
+}
+
+// httpOK checks a plain HTTP endpoint on loopback, as the kubelet's healthz is.
+func httpOK(url string) func(context.Context) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
 }
 
 // cleanUpNode ends what a node leaves behind when it was not drained (a killed test, a

@@ -1,4 +1,7 @@
-package localcluster
+// Pod networks by hand: what a CNI bridge plugin gives a Pod, for containers run under
+// runc without a kubelet, and the ServiceAccount volume a kubelet would mount.
+
+package node
 
 import (
 	"context"
@@ -32,7 +35,7 @@ const (
 
 // PodNetwork gives Pods run without a kubelet their own network namespaces on a bridge of
 // this machine, as a CNI bridge plugin does, with the kubernetes Service reachable
-// through the cluster's ServiceRelay. It needs root and the ip command (iproute2).
+// through a ServiceRelay. It needs root and the ip command (iproute2).
 type PodNetwork struct {
 	*ServiceRelay
 	gateway net.IP
@@ -50,15 +53,12 @@ type PodSandbox struct {
 	netns string
 }
 
-// StartPodNetwork sets up the bridge, and the Service relay if the cluster has none yet.
+// StartPodNetwork sets up the bridge, for Pods that reach the apiserver through relay.
 // Close it when done.
-func (c *Cluster) StartPodNetwork(ctx context.Context) (_ *PodNetwork, err error) {
+func StartPodNetwork(ctx context.Context, relay *ServiceRelay) (_ *PodNetwork, err error) {
 	_, subnet, _ := net.ParseCIDR(podSubnet)
-	n := &PodNetwork{gateway: nthAddress(subnet, 1)}
+	n := &PodNetwork{ServiceRelay: relay, gateway: nthAddress(subnet, 1)}
 	removeStalePodNetwork(ctx)
-	if n.ServiceRelay, err = c.ServiceRelay(ctx); err != nil {
-		return nil, err
-	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.Close())
@@ -110,7 +110,7 @@ func (n *PodNetwork) AddPod(ctx context.Context, name string) (*PodSandbox, erro
 	return p, nil
 }
 
-// Close removes the Pods' namespaces and the bridge; the relay is the cluster's.
+// Close removes the Pods' namespaces and the bridge; the relay is its owner's.
 func (n *PodNetwork) Close() error {
 	// A cleanup, also of a start that failed because its context ended: it runs to its
 	// end.
@@ -167,6 +167,3 @@ func WriteServiceAccountVolume(dir, token string, caPEM []byte, namespace string
 	}
 	return specs.Mount{Destination: ServiceAccountMountPath, Type: "bind", Source: dir, Options: []string{"rbind", "ro"}}, nil
 }
-
-// CACert is the PEM of the cluster's CA, which signed the apiserver's certificate.
-func (c *Cluster) CACert() []byte { return c.restConfig.CAData }

@@ -1,4 +1,7 @@
-package localcluster
+// The kubernetes Service without kube-proxy: its ClusterIP relayed to the apiserver, so
+// that Pods find the apiserver as in-cluster clients do.
+
+package node
 
 import (
 	"context"
@@ -15,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // ServiceRelay makes the cluster's kubernetes Service reachable at its ClusterIP from
@@ -39,30 +44,14 @@ type ServiceRelay struct {
 	wg       sync.WaitGroup
 }
 
-// ServiceRelay returns the relay of the cluster's kubernetes Service, starting it the
-// first time. The cluster closes it when it stops.
-func (c *Cluster) ServiceRelay(ctx context.Context) (*ServiceRelay, error) {
-	c.relayMu.Lock()
-	defer c.relayMu.Unlock()
-	if c.relay != nil {
-		return c.relay, nil
-	}
-	r, err := c.startServiceRelay(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.relay = r
-	c.mu.Lock()
-	c.cleanups = append(c.cleanups, r.close)
-	c.mu.Unlock()
-	return r, nil
-}
-
-func (c *Cluster) startServiceRelay(ctx context.Context) (_ *ServiceRelay, err error) {
+// startServiceRelay starts the relay of the cluster's kubernetes Service; its owner
+// closes it. ctx bounds only the start.
+func startServiceRelay(ctx context.Context, cluster *localcluster.Cluster) (_ *ServiceRelay, err error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, errors.New("the Service relay needs the ip command: apt-get install iproute2")
 	}
-	kube, err := kubernetes.NewForConfig(c.RESTConfig())
+	cfg := cluster.RESTConfig()
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -73,9 +62,9 @@ func (c *Cluster) startServiceRelay(ctx context.Context) (_ *ServiceRelay, err e
 	if len(svc.Spec.Ports) == 0 || net.ParseIP(svc.Spec.ClusterIP) == nil {
 		return nil, fmt.Errorf("the kubernetes Service has no ClusterIP and port: %+v", svc.Spec)
 	}
-	apiserver, err := url.Parse(c.restConfig.Host)
+	apiserver, err := url.Parse(cfg.Host)
 	if err != nil {
-		return nil, fmt.Errorf("the apiserver's URL %q: %w", c.restConfig.Host, err)
+		return nil, fmt.Errorf("the apiserver's URL %q: %w", cfg.Host, err)
 	}
 	// The relay outlives ctx, which bounds only its start; close ends relayCtx.
 	relayCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
