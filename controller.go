@@ -180,20 +180,30 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	c.sync = c.syncHandler
 	c.nameWatches = namewatch.New(ctx, cfg.KubeClient, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
 
-	if err := informers.addIndexers(); err != nil {
+	if err := c.addEventHandlers(ctx); err != nil {
+		// The informers never ran: a slot that comes back may take their names.
+		informers.release()
 		return nil, err
 	}
+	return c, nil
+}
 
-	fooRegistration, err := fooInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+// addEventHandlers adds the controller's indexes and event handlers to its informers.
+func (c *Controller) addEventHandlers(ctx context.Context) error {
+	if err := c.informers.addIndexers(); err != nil {
+		return err
+	}
+
+	fooRegistration, err := c.informers.foos.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueFoo,
 		UpdateFunc: c.updateFoo,
 		DeleteFunc: c.forgetFoo,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("adding the Foo event handler: %w", err)
+		return fmt.Errorf("adding the Foo event handler: %w", err)
 	}
 
-	deploymentRegistration, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	deploymentRegistration, err := c.informers.deployments.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.handleObject(ctx, obj, true) },
 		UpdateFunc: func(old, new any) {
 			if sameResourceVersion(old, new) {
@@ -208,11 +218,11 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		DeleteFunc: func(obj any) { c.handleObject(ctx, obj, false) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("adding the Deployment event handler: %w", err)
+		return fmt.Errorf("adding the Deployment event handler: %w", err)
 	}
 
 	c.synced = []cache.DoneChecker{fooRegistration.HasSyncedChecker(), deploymentRegistration.HasSyncedChecker()}
-	return c, nil
+	return nil
 }
 
 // Retries of failed syncs: each Foo backs off exponentially, and all of them together

@@ -213,7 +213,7 @@ func nameOf(obj runtime.Object) string {
 }
 
 // checkActions asserts that the fake clientsets saw exactly want, in order, leaving
-// out the lists and watches of one Deployment name (pkg/namewatch, tested there),
+// out the lists and watches of one Deployment name (internal/namewatch, tested there),
 // which start on goroutines of their own.
 func (f *fixture) checkActions(want []action) {
 	f.t.Helper()

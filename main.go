@@ -55,11 +55,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sample-controller: %v\n", err)
 		os.Exit(2)
 	}
-	if err := opts.validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "sample-controller: %v\n", err)
-		os.Exit(2)
-	}
-
 	gogc, ignored := applyGOGC(os.Getenv)
 	ctx := signalContext()
 	logger := klog.FromContext(ctx)
@@ -96,10 +91,13 @@ func applyGOGC(getenv func(string) string) (target, ignored string) {
 	return strconv.Itoa(defaultGOGC), value
 }
 
-// run connects to the cluster and runs the controller, in the mode the flags choose,
-// until ctx is cancelled. opts have been validated.
+// run checks the flags, connects to the cluster and runs the controller, in the mode
+// the flags choose, until ctx is cancelled.
 func run(ctx context.Context, opts *options) error {
 	logger := klog.FromContext(ctx)
+	if err := opts.validate(); err != nil {
+		return err
+	}
 	build := version.Get()
 	logger.Info("Starting sample-controller", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
 	// client-go picks its metrics providers when clients and queues are built.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,12 +24,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/election"
 	"github.com/seed-e6610ed6/sample-controller/internal/outage"
+	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
@@ -339,5 +343,50 @@ func TestWritesThatWaitedForTheAPIServerCarryWhatIsLeftOfTheirTenure(t *testing.
 	// the tenure less the wait.
 	if most := tenureLength - outageLeft; timeout > most {
 		t.Errorf("the write was sent with timeout=%v, more than the %v its tenure had left when it was sent", timeout, most)
+	}
+}
+
+func TestOptionsValidateAndComplete(t *testing.T) {
+	t.Setenv("POD_NAME", "sample-controller-abc")
+	t.Setenv("POD_UID", "uid-1")
+	for _, c := range []struct {
+		name          string
+		args          []string
+		wantErr       string
+		wantNamespace string
+		wantIdentity  string
+		wantWorkers   int
+	}{
+		{name: "one replica needs no Lease", wantWorkers: defaultWorkers},
+		{name: "the Lease in the controller's own namespace", args: []string{"--leader-elect"},
+			wantNamespace: "team-a", wantIdentity: "sample-controller-abc_uid-1", wantWorkers: defaultWorkers},
+		{name: "the deprecated namespace flag still names it", args: []string{"--leader-elect", "--leader-elect-namespace=kube-system"},
+			wantNamespace: "kube-system", wantIdentity: "sample-controller-abc_uid-1", wantWorkers: defaultWorkers},
+		{name: "slots take the Lease settings too", args: []string{"--shard-slots=4", "--leader-elect-resource-namespace=ops"},
+			wantNamespace: "ops", wantIdentity: "sample-controller-abc_uid-1", wantWorkers: defaultSlotWorkers},
+		{name: "slots and a leader exclude each other", args: []string{"--shard-slots=4", "--leader-elect"}, wantErr: "exclude each other"},
+		{name: "negative workers", args: []string{"--workers=-1"}, wantErr: "--workers must be"},
+		{name: "too many slots", args: []string{fmt.Sprintf("--shard-slots=%d", slots.MaxSlots+1)}, wantErr: "--shard-slots must be"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := parseOptions(t, append([]string{"--metrics-secure=false"}, c.args...))
+			err := opts.validate()
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("validate() = %v, want an error with %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("validate() = %v", err)
+			}
+			if err := opts.complete(klog.Background(), "team-a"); err != nil {
+				t.Fatalf("complete() = %v", err)
+			}
+			if opts.lease.Namespace != c.wantNamespace || opts.lease.Identity != c.wantIdentity || opts.controller.workers != c.wantWorkers {
+				t.Errorf("Lease %q as %q, %d workers; want %q as %q, %d workers",
+					opts.lease.Namespace, opts.lease.Identity, opts.controller.workers, c.wantNamespace, c.wantIdentity, c.wantWorkers)
+			}
+		})
 	}
 }

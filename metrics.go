@@ -16,7 +16,7 @@ import (
 )
 
 // The controller's own metrics. client-go's, for the work queue and the REST
-// client, come from pkg/metrics.
+// client, come from internal/metrics.
 var (
 	syncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_syncs_total",

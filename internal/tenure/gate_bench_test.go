@@ -21,7 +21,7 @@ func (answered) RoundTrip(*http.Request) (*http.Response, error) {
 
 // BenchmarkGate measures what the gate adds to one write: the tenure's check, the
 // deadline and the timeout parameter, against the same write sent straight on. Run it
-// with `go test -bench Gate ./pkg/tenure/`.
+// with `go test -bench Gate ./internal/tenure/`.
 func BenchmarkGate(b *testing.B) {
 	held := New(clock.RealClock{})
 	held.Extend(time.Now(), time.Hour)

@@ -15,7 +15,7 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
-// TestShardSelectorFiltersFoos checks the arithmetic of pkg/slots against the pinned
+// TestShardSelectorFiltersFoos checks the arithmetic of internal/slots against the pinned
 // apiserver with ShardedListAndWatch on: a list and a watch with the selector of some
 // slots return exactly the Foos of those slots.
 func TestShardSelectorFiltersFoos(t *testing.T) {
