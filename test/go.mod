@@ -1,6 +1,6 @@
 // The harness and the suites that need a cluster: the local control plane
-// (localcluster), the e2e framework, the e2e, container and fault suites, the bench
-// (`make bench`) and `make run`. A module of its own so that what only they need (OCI runtime specs,
+// (localcluster), the fault proxy (apiproxy), the e2e framework, the e2e, container
+// (with its node stand-in) and fault suites, the bench (`make bench`) and `make run`. A module of its own so that what only they need (OCI runtime specs,
 // seccomp profiles, Prometheus' text parsers) never reaches the controller's
 // dependencies.
 module github.com/seed-e6610ed6/sample-controller/test
