@@ -605,7 +605,8 @@ func TestHolderCountsNeverOverlap(t *testing.T) {
 	}
 	waitActive := func(what string, want func(active map[string][2]int) bool) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		// The bound only ends a failure.
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			log.mu.Lock()
 			defer log.mu.Unlock()
 			return want(log.active), nil
@@ -727,6 +728,10 @@ func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
 	aClient.WatchReactionChain = slices.Clone(client.WatchReactionChain)
 	var frozen atomic.Bool
 	thawed := make(chan struct{})
+	thaw := sync.OnceFunc(func() { close(thawed) })
+	// Before a is stopped, whatever ended the test: a frozen request would hold its
+	// stop for good.
+	t.Cleanup(thaw)
 	aClient.PrependReactor("*", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if frozen.Load() {
 			<-thawed
@@ -772,7 +777,9 @@ func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		// The bound only ends a failure: a machine busy compiling starves these
+		// goroutines for many seconds.
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 			log.mu.Lock()
 			defer log.mu.Unlock()
 			t.Fatalf("%s: valid %v", what, log.valid)
@@ -789,7 +796,7 @@ func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
 	b.memberDuration = 10 * time.Second
 	b.start(ctx, t)
 	waitFor("b works on its 8 slots", valid("b", 8))
-	close(thawed)
+	thaw()
 	frozen.Store(false)
 	time.Sleep(2 * time.Second)
 	if !valid("b", 8)() {
