@@ -6,6 +6,15 @@
 #                           image IMAGE (default sample-controller:v0.1.0)
 #   hack/deploy.sh delete   artifacts/deploy only: the CRD, the Foos and their
 #                           Deployments stay
+#   hack/deploy.sh handover gives what `apply` installed to the helm release RELEASE
+#                           (default sample-controller) in its namespace,
+#                           sample-controller-system, so that `helm install` there
+#                           adopts it: helm's ownership label and annotations on every
+#                           object but the namespace, and kubectl's records of its
+#                           applies removed. Nothing else changes, and nothing runs twice.
+#
+# `apply` refuses, before changing anything, to install over a helm release's
+# controller: one install acts on Foos.
 #
 # COMPONENTS adds kustomize components of artifacts/deploy/components, by directory
 # name, separated by spaces: COMPONENTS="prometheus networkpolicy"; cert-manager goes
@@ -25,7 +34,7 @@ COMPONENTS="${COMPONENTS:-}"
 OVERLAY="${OVERLAY_DIR:-${REPO_ROOT}/_output/deploy}"
 
 usage() {
-  echo "usage: hack/deploy.sh apply|delete [KUBECTL-ARGS...]" >&2
+  echo "usage: hack/deploy.sh apply|delete|handover [KUBECTL-ARGS...]" >&2
   exit 2
 }
 
@@ -82,13 +91,37 @@ done
   [[ -n "${digest}" ]] && echo "  digest: ${digest}"
 } >"${OVERLAY}/kustomization.yaml"
 
+# The namespace every install of artifacts/deploy goes to.
+NAMESPACE=sample-controller-system
+
 case "${action}" in
   apply)
+    release="$("${KUBECTL}" get clusterrole sample-controller --ignore-not-found \
+      -o 'jsonpath={.metadata.annotations.meta\.helm\.sh/release-name} {.metadata.annotations.meta\.helm\.sh/release-namespace}')"
+    if [[ -n "${release// /}" ]]; then
+      echo "hack/deploy.sh: the controller is installed already, by the helm release ${release% *} in namespace ${release#* }; upgrade that release, or uninstall it first (helm uninstall ${release% *} -n ${release#* }: the CRD and the Foos stay)" >&2
+      exit 1
+    fi
     "${KUBECTL}" apply -k "${REPO_ROOT}/artifacts/examples" "$@"
     "${KUBECTL}" apply -k "${OVERLAY}" "$@"
     ;;
   delete)
     "${KUBECTL}" delete -k "${OVERLAY}" --ignore-not-found "$@"
+    ;;
+  handover)
+    RELEASE="${RELEASE:-sample-controller}"
+    mapfile -t objects < <("${KUBECTL}" kustomize "${OVERLAY}" | "${KUBECTL}" get -f - -o name | grep -v '^namespace/')
+    # One patch per object, all of it or nothing: helm's ownership, and no record of
+    # kubectl's applies. The last-applied annotation goes, and the managed fields
+    # become one entry naming only the label, so that helm's first server-side apply
+    # owns every field it sets alone: kubectl's entries would share them (and conflict
+    # where a default fills an atomic field), as would "before-first-apply", which the
+    # API server puts in an empty list.
+    handover='{"manager":"hack/deploy.sh","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:labels":{"f:app.kubernetes.io/managed-by":{}}}}}'
+    owner="{\"meta.helm.sh/release-name\":\"${RELEASE}\",\"meta.helm.sh/release-namespace\":\"${NAMESPACE}\",\"kubectl.kubernetes.io/last-applied-configuration\":null}"
+    "${KUBECTL}" patch -n "${NAMESPACE}" "${objects[@]}" --type=merge "$@" \
+      -p "{\"metadata\":{\"annotations\":${owner},\"labels\":{\"app.kubernetes.io/managed-by\":\"Helm\"},\"managedFields\":[${handover}]}}"
+    echo "hack/deploy.sh: handed over to the helm release ${RELEASE}; now: helm install ${RELEASE} CHART -n ${NAMESPACE}, with the values of the components you deployed" >&2
     ;;
   *)
     usage

@@ -3,7 +3,7 @@
 #
 #   sample-controller.oci.tar       the image (hack/build-image.sh), for ARCHS
 #                                   (default amd64 arm64)
-#   install.yaml                    the CRD, the Foo roles and the controller in one file,
+#   install.yaml                    the CRD and the controller (with the Foo roles) in one file,
 #                                   running the image by its digest
 #   sample-controller-VERSION.tgz   the Helm chart (artifacts/chart), its values naming
 #                                   the image by the same digest

@@ -26,8 +26,8 @@ type chartOptions struct {
 }
 
 // writeChart writes the chart into dir, replacing what is there: Chart.yaml,
-// values.yaml and its schema, the CRD in crds/, and a template for each object of
-// artifacts/deploy, its components and the Foo roles.
+// values.yaml and its schema, the CRD in crds/, a template for each object of
+// artifacts/deploy and its components, and the install check (installCheck).
 func writeChart(a *artifacts, dir string, opts chartOptions) error {
 	files, err := chartFiles(a, opts)
 	if err != nil {
@@ -95,23 +95,17 @@ helm uninstall removes the controller and leaves the CRD, every Foo and their
 Deployments.
 `
 
-	// The API: the CRD in crds/, the roles of the people who use Foos as templates.
+	// The API: the CRD in crds/, which helm installs when it is missing and never
+	// upgrades or deletes, so that no install of the controller owns it.
 	examples, err := a.renderDir("examples", "")
 	if err != nil {
 		return nil, err
 	}
 	for _, id := range examples.order {
-		if id.kind == "CustomResourceDefinition" {
-			files["crds/"+id.name+".yaml"] = "# " + generatedBy + "\n" + examples.objects[id]
-			continue
+		if id.kind != "CustomResourceDefinition" {
+			return nil, fmt.Errorf("artifacts/examples has %s: it holds the API, the CRD alone; the rest belongs to artifacts/deploy", id)
 		}
-		t, err := a.template(id, []*rendering{examples}, 0)
-		if err != nil {
-			return nil, err
-		}
-		if err := addTemplate(files, id, t); err != nil {
-			return nil, err
-		}
+		files["crds/"+id.name+".yaml"] = "# " + generatedBy + "\n" + examples.objects[id]
 	}
 
 	// The controller: every object of every combination of components, but the
@@ -130,6 +124,11 @@ Deployments.
 			}
 		}
 	}
+	check, err := installCheck(renderings[0], a.namespace)
+	if err != nil {
+		return nil, err
+	}
+	files["templates/install-check.yaml"] = check
 	images := 0
 	for _, id := range ids {
 		if id.kind == "Namespace" && id.name == a.namespace {
@@ -151,6 +150,54 @@ Deployments.
 		return nil, fmt.Errorf("the image %s:%s appears %d times in artifacts/deploy's objects, want once", a.imageName, a.imageTag, images)
 	}
 	return files, nil
+}
+
+// clusterScoped gives the API version of each kind of cluster-scoped object the
+// controller's install has, for lookup.
+var clusterScoped = map[string]string{
+	"ClusterRole":        "rbac.authorization.k8s.io/v1",
+	"ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+}
+
+// installCheck is a template that renders nothing and stops an install over another
+// install of the controller, before helm changes anything and with what to do instead
+// of helm's ownership error: another release's objects, or kubectl's (make deploy,
+// install.yaml), which a handover gives to this release. It looks up the cluster-scoped
+// objects of every install (their names are fixed, so two installs in two namespaces
+// collide there). helm template and --dry-run see no cluster, and pass.
+func installCheck(base *rendering, namespace string) (string, error) {
+	var objects []string
+	for _, id := range base.order {
+		if id.namespace != "" || id.kind == "Namespace" {
+			continue
+		}
+		apiVersion, ok := clusterScoped[id.kind]
+		if !ok {
+			return "", fmt.Errorf("%s: no API version known for the install check; add its kind to clusterScoped", id)
+		}
+		objects = append(objects, fmt.Sprintf("(list %q %q %q)", apiVersion, id.kind, id.name))
+	}
+	if len(objects) == 0 {
+		return "", fmt.Errorf("artifacts/deploy has no cluster-scoped object for the install check")
+	}
+	return fmt.Sprintf(`{{- /* %s */ -}}
+{{- /*
+Stops an install over another install of the controller before helm changes anything,
+saying what to do. helm template and --dry-run see no cluster (lookup is empty) and pass.
+*/ -}}
+{{- range $o := list %s }}
+{{- $live := lookup (index $o 0) (index $o 1) "" (index $o 2) }}
+{{- if $live }}
+{{- $release := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live }}
+{{- $releaseNamespace := dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $live }}
+{{- if not $release }}
+{{- fail (printf "%%s %%s exists and no helm release owns it: the controller is installed already, with kubectl (make deploy, or install.yaml). To move that install to this release, hand it over first (RELEASE=%%s hack/deploy.sh handover; docs/operations.md) and install into its namespace, %s; or remove it first (make undeploy, or kubectl delete -f install.yaml -l app.kubernetes.io/component!=api). Either way the CRD, the Foos and their Deployments stay." (index $o 1) (index $o 2) $.Release.Name) }}
+{{- else if or (ne $release $.Release.Name) (ne $releaseNamespace $.Release.Namespace) }}
+{{- fail (printf "%%s %%s belongs to the helm release %%s in namespace %%s: the controller is installed already, and one install per cluster acts on Foos. Upgrade that release (helm upgrade %%s CHART -n %%s), or uninstall it first (the CRD, the Foos and their Deployments stay)." (index $o 1) (index $o 2) $release $releaseNamespace $release $releaseNamespace) }}
+{{- end }}
+{{- end }}
+{{- end }}
+`, generatedBy, strings.Join(objects, " "), namespace), nil
 }
 
 func addTemplate(files map[string]string, id objectID, t string) error {

@@ -2,11 +2,11 @@
 //
 //	release chart [--out DIR] [--image NAME@DIGEST]
 //	    the Helm chart, generated from artifacts/deploy (its components are values) and
-//	    artifacts/examples (the CRD in crds/, the Foo roles); by default into
+//	    artifacts/examples (the CRD, in crds/); by default into
 //	    artifacts/chart/sample-controller, where hack/update-codegen.sh keeps it.
 //	release install --image NAME@DIGEST
-//	    the single-file install on stdout: the CRD and the Foo roles, then the
-//	    controller as artifacts/deploy installs it, running the image by digest.
+//	    the single-file install on stdout: the CRD, then the controller as
+//	    artifacts/deploy installs it (with the Foo roles), running the image by digest.
 //
 // Both take --repo-root (default: the repository this runs in).
 package main
@@ -80,8 +80,8 @@ func run(ctx context.Context, args []string) error {
 	}
 }
 
-// installYAML is the whole install in one file: the API first (the CRD, the Foo
-// roles), then the controller with image, as `kubectl apply -k artifacts/examples` and
+// installYAML is the whole install in one file: the API first (the CRD), then the
+// controller with image, as `kubectl apply -k artifacts/examples` and
 // `make deploy IMAGE=...` would apply them.
 func (a *artifacts) installYAML(image string) (string, error) {
 	var docs []string

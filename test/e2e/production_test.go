@@ -120,7 +120,7 @@ func TestRBACRefusesTheRest(t *testing.T) {
 // TestNamespaceUsersWorkWithFoos binds people to Kubernetes' own roles in a namespace,
 // as a cluster admin does for a team, and nothing else: with edit they create, scale
 // and delete Foos, with view they read them, and neither writes a Foo's status, which
-// is the controller's (artifacts/examples/roles.yaml aggregates into those roles).
+// is the controller's (artifacts/deploy/roles.yaml aggregates into those roles).
 func TestNamespaceUsersWorkWithFoos(t *testing.T) {
 	t.Parallel()
 	ns, _ := env.NamespaceWithController(t)

@@ -104,40 +104,16 @@ func TestReleaseBundle(t *testing.T) {
 	}
 }
 
-// TestInstallYAML applies install.yaml as its users do, runs the controller as the
-// Deployment it installs would (its flags, its ServiceAccount), converges a Foo, and
-// deletes it all again, so that the chart installs on an empty cluster.
-func TestInstallYAML(t *testing.T) {
-	ctx := t.Context()
-	install := filepath.Join(releaseDir(t), "install.yaml")
-	env.Kubectl(t, "apply", "--server-side", "-f", install)
-	// Deleted whatever happens, so that the chart's test finds an empty cluster.
-	t.Cleanup(func() {
-		if out, err := env.KubectlRun(context.Background(), "", "delete", "--wait", "--timeout=2m", "--ignore-not-found", "-f", install); err != nil {
-			t.Errorf("deleting what install.yaml installed: %v\n%s", err, out)
-		}
-	})
-	if err := localcluster.WaitCRDsEstablished(ctx, env.Cluster.RESTConfig(), crdName); err != nil {
-		t.Fatal(err)
-	}
-	c := startDeployed(t, framework.DeployNamespace)
-
-	ns := env.NewNamespace(t)
-	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
-	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
-
-	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
-		t.Error(err)
-	}
-}
-
-// TestHelmChart installs the release's chart with helm, runs the controller as its
-// Deployment would, has a namespace user with the built-in edit role work with Foos,
-// upgrades the release to sharded mode, and uninstalls it: the Foos and their
-// Deployments stay, and so does the CRD.
+// TestHelmChart installs the release's chart with helm on a cluster without the CRD
+// (the suite's first install), runs the controller as its Deployment would, has a
+// namespace user with the built-in edit role work with Foos, upgrades the release to
+// sharded mode, and uninstalls it: the Foos and their Deployments stay, and so does
+// the CRD, which the chart installed.
 func TestHelmChart(t *testing.T) {
-	ctx := t.Context()
 	chart := chartArchive(t)
+	if crd := crdState(t); crd != "" {
+		t.Fatalf("the CRD before the chart's install: %s, want none (this test runs first)", crd)
+	}
 	out := helm(t, "install", release, chart, "--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 	t.Logf("helm install:\n%s", out)
 	digest := archiveDigest(t, filepath.Join(releaseDir(t), "sample-controller.oci.tar"))
@@ -179,20 +155,47 @@ func TestHelmChart(t *testing.T) {
 		t.Error(err)
 	}
 
-	out = helm(t, "uninstall", release, "--namespace", releaseNamespace, "--wait", "--timeout", "3m")
-	t.Logf("helm uninstall:\n%s", out)
-	if _, err := env.Kube.AppsV1().Deployments(releaseNamespace).Get(ctx, "sample-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the controller's Deployment after helm uninstall: %v, want it gone", err)
+	api := snapshotAPI(t, ns)
+	uninstall(t, releaseNamespace)
+	api.unchanged(t, "helm uninstall")
+}
+
+// TestInstallYAML applies install.yaml as its users do, runs the controller as the
+// Deployment it installs would (its flags, its ServiceAccount), converges a Foo, and
+// uninstalls as docs/operations.md says: everything but the CRD goes, and the CRD, the
+// Foo and its Deployment stay.
+func TestInstallYAML(t *testing.T) {
+	ctx := t.Context()
+	install := filepath.Join(releaseDir(t), "install.yaml")
+	uninstall := []string{"delete", "-f", install, "-l", "app.kubernetes.io/component!=api", "--wait", "--timeout=2m", "--ignore-not-found"}
+	env.Kubectl(t, "apply", "--server-side", "-f", install)
+	t.Cleanup(func() {
+		if out, err := env.KubectlRun(context.Background(), "", uninstall...); err != nil {
+			t.Errorf("uninstalling install.yaml: %v\n%s", err, out)
+		}
+	})
+	if err := localcluster.WaitCRDsEstablished(ctx, env.Cluster.RESTConfig(), crdName); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := env.Kube.RbacV1().ClusterRoles().Get(ctx, "sample-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the controller's ClusterRole after helm uninstall: %v, want it gone", err)
+	c := startDeployed(t, framework.DeployNamespace)
+
+	ns := env.NewNamespace(t)
+	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
+	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
+	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
+		t.Error(err)
 	}
-	foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "example-foo", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the Foo after helm uninstall: %v", err)
+
+	api := snapshotAPI(t, ns)
+	env.Kubectl(t, uninstall...)
+	api.unchanged(t, "uninstalling install.yaml")
+	if _, err := env.Kube.CoreV1().Namespaces().Get(ctx, framework.DeployNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the controller's namespace after uninstalling install.yaml: %v, want it gone", err)
 	}
-	if _, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, foo.Spec.DeploymentName, metav1.GetOptions{}); err != nil {
-		t.Errorf("the Foo's Deployment after helm uninstall: %v", err)
+	for _, name := range []string{"sample-controller", "samplecontroller-foo-editor"} {
+		if _, err := env.Kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ClusterRole %s after uninstalling install.yaml: %v, want it gone", name, err)
+		}
 	}
 }
 
@@ -232,23 +235,30 @@ func deployment(t *testing.T, namespace string) *appsv1.Deployment {
 	return d
 }
 
-// helm runs the helm of hack/tools/helm against the suite's cluster, with
-// directories of its own for its cache and configuration.
+// helm runs the helm of hack/tools/helm against the suite's cluster and fails the
+// test if it fails.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
-	bin, err := localcluster.DefaultBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(env.OutDir, "helm-home")
-	cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "helm"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig,
-		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-	out, err := cmd.CombinedOutput()
+	out, err := helmRun(t.Context(), args...)
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
+}
+
+// helmRun runs the helm of hack/tools/helm against the suite's cluster, with
+// directories of its own for its cache and configuration, and returns its output.
+func helmRun(ctx context.Context, args ...string) (string, error) {
+	bin, err := localcluster.DefaultBinDir()
+	if err != nil {
+		return "", err
+	}
+	home := filepath.Join(env.OutDir, "helm-home")
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helm"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig,
+		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 func releaseDir(t *testing.T) string {
