@@ -86,10 +86,8 @@ func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, he
 	logger := klog.FromContext(ctx)
 	logger.Info("Waiting to become the leader", "lease", klog.KRef(lease.Namespace, lease.Name), "identity", lease.Identity)
 	result := election.Run(ctx, election.Config{
-		Lock:     lease.Lock(clients.lease),
-		Lease:    lease,
+		Lock:     lease.NewLock(clients.lease, held, election.LockOptions{}),
 		WatchDog: watchdog,
-		Tenure:   held,
 		OnLost: func() {
 			logger.Error(nil, "Lost the lease; exiting so that two leaders never act at once", "identity", lease.Identity)
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)

@@ -12,23 +12,21 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
 // Config is one election.
 type Config struct {
-	Lock resourcelock.Interface
-	// Lease is the Lease's settings; its Name also names the election in client-go's
-	// metrics and logs.
-	Lease    Lease
+	// Lock is the Lease's lock (Lease.NewLock); the work's context carries its tenure,
+	// so that its writes pass a tenure.Gate only while it is valid. A read of the Lease
+	// that shows another holder while the work runs ends the tenure and the election at
+	// once, and is reported to OnLost.
+	// Its Lease's Name also names the election in client-go's metrics and logs.
+	Lock     *LeaseLock
 	WatchDog *leaderelection.HealthzAdaptor
 	// OnLost is called when the Lease is lost while the work runs, also when it was
 	// asked to stop and its last writes are still finishing. It must end every write of
@@ -37,12 +35,6 @@ type Config struct {
 	OnLost func()
 	// OnNewLeader, if set, is told every holder the election observes.
 	OnNewLeader func(identity string)
-	// Tenure is kept from the election's Lease writes and reads (tenure.Lock), and the
-	// work's context carries it, so that its writes pass a tenure.Gate only while it is
-	// valid. A read of the Lease that shows another holder while the work runs ends the
-	// tenure and the election at once, and is reported to OnLost. Nil keeps one of the
-	// election's own.
-	Tenure *tenure.Tenure
 }
 
 // Lease is the one shape of the lease settings, in single-leader and sharded mode
@@ -56,15 +48,6 @@ type Lease struct {
 	// take it; RenewDeadline, how long a holder keeps trying to renew it before it
 	// gives up; RetryPeriod, how often replicas try to acquire or renew it.
 	Duration, RenewDeadline, RetryPeriod time.Duration
-}
-
-// Lock is the Lease lock of client-go's leader election for l.
-func (l Lease) Lock(client kubernetes.Interface) *resourcelock.LeaseLock {
-	return &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: l.Name, Namespace: l.Namespace},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: l.Identity},
-	}
 }
 
 // Result is how an election ended.
@@ -84,9 +67,6 @@ type Result struct {
 // about one retry period instead of a lease duration. Cancelling ctx before the Lease
 // is held ends the wait.
 func Run(ctx context.Context, cfg Config, work func(context.Context) error) Result {
-	if cfg.Tenure == nil {
-		cfg.Tenure = tenure.New(clock.RealClock{})
-	}
 	t := &term{ctx: ctx, cfg: cfg, work: work, workDone: make(chan struct{}), reportLost: func() {}}
 	// Once, whichever of the elector and the tenure's lock sees the loss first.
 	if cfg.OnLost != nil {
@@ -107,13 +87,13 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	defer stopWaiting()
 
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            &tenure.Lock{Interface: cfg.Lock, Tenure: cfg.Tenure, OnForeign: t.onForeign},
-		LeaseDuration:   cfg.Lease.Duration,
-		RenewDeadline:   cfg.Lease.RenewDeadline,
-		RetryPeriod:     cfg.Lease.RetryPeriod,
+		Lock:            &watchedLock{LeaseLock: cfg.Lock, onForeign: t.onForeign},
+		LeaseDuration:   cfg.Lock.lease.Duration,
+		RenewDeadline:   cfg.Lock.lease.RenewDeadline,
+		RetryPeriod:     cfg.Lock.lease.RetryPeriod,
 		ReleaseOnCancel: false, // released below, once work has returned
 		WatchDog:        cfg.WatchDog,
-		Name:            cfg.Lease.Name,
+		Name:            cfg.Lock.lease.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: t.startedLeading,
 			OnStoppedLeading: t.stoppedLeading,
@@ -125,7 +105,7 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 		},
 	})
 	if err != nil {
-		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Lease.Name, err)}
+		return Result{Err: fmt.Errorf("setting up the election of %s: %w", cfg.Lock.lease.Name, err)}
 	}
 	elector.Run(electionCtx)
 	return t.end()
@@ -147,7 +127,7 @@ type term struct {
 	result   Result
 }
 
-// onForeign is told by the tenure's lock that a read of the Lease shows another
+// onForeign is told by the Lease lock that a read of the Lease shows another
 // holder: if the work runs, the Lease is lost now, not after client-go's renew
 // deadline, and the elector stops leading.
 func (t *term) onForeign() {
@@ -173,9 +153,9 @@ func (t *term) startedLeading(leaderCtx context.Context) {
 	t.mu.Unlock()
 	defer close(t.workDone)
 	// A Lease this process had to create may have been deleted under a holder still
-	// writing: the tenure begins a Lease duration later.
-	if wait := t.cfg.Tenure.Pending(); wait > 0 {
-		klog.FromContext(t.ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", t.cfg.Lease.Name, "wait", wait)
+	// writing: the tenure begins the longest Lease duration later.
+	if wait := t.cfg.Lock.Tenure().Pending(); wait > 0 {
+		klog.FromContext(t.ctx).Info("Created the Lease; acting once a whole lease duration has passed, in case it was deleted under a holder that still writes", "lease", t.cfg.Lock.lease.Name, "wait", wait)
 		timer := time.NewTimer(wait)
 		select {
 		case <-timer.C:
@@ -185,7 +165,7 @@ func (t *term) startedLeading(leaderCtx context.Context) {
 	}
 	// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its writes
 	// are held to the tenure.
-	workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, t.cfg.Tenure))
+	workCtx, cancel := context.WithCancel(tenure.NewContext(leaderCtx, t.cfg.Lock.Tenure()))
 	defer cancel()
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
@@ -227,49 +207,29 @@ func (t *term) end() Result {
 	if !result.Worked && !askedOnly {
 		return result
 	}
-	// Released with the tenure's lock, which ends the tenure before the Lease is
-	// given up: the work has returned, and no write of it may follow.
-	release := &tenure.Lock{Interface: t.cfg.Lock, Tenure: t.cfg.Tenure}
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.cfg.Lease.RenewDeadline)
+	// The release ends the tenure before the Lease is given up: the work has
+	// returned, and no write of it may follow.
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.cfg.Lock.lease.RenewDeadline)
 	defer cancel()
 	// When the work ran, the Lease is handed over now rather than after it expires.
 	// When the wait for it was cancelled, a create or update of it whose answer the
 	// cancellation cut off may still have been committed, naming this process as the
 	// holder of a Lease that nobody renews: it is released too, or the next holder
 	// waits for it to expire.
-	_, result.ReleaseErr = Release(releaseCtx, release, t.cfg.Lock.Identity())
+	_, result.ReleaseErr = t.cfg.Lock.Release(releaseCtx)
 	return result
 }
 
-// Release empties the Lease if identity still holds it, with a duration of one second,
-// as client-go's elector does when it releases on cancel, and tells whether it did.
-//
-// A renewal of this process whose answer was cut off, its context cancelled as the work
-// stopped, may still commit between the read and the update here: the update then
-// conflicts with this process's own write. It reads the Lease again and retries while
-// the Lease names identity, so that the next holder need not wait for it to expire.
-func Release(ctx context.Context, lock resourcelock.Interface, identity string) (bool, error) {
-	released := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		record, _, err := lock.Get(ctx)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading the lease: %w", err)
-		}
-		if record.HolderIdentity != identity {
-			return nil
-		}
-		now := metav1.NewTime(time.Now())
-		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
-			LeaderTransitions:    record.LeaderTransitions,
-			LeaseDurationSeconds: 1,
-			AcquireTime:          now,
-			RenewTime:            now,
-		})
-		released = err == nil
-		return err
-	})
-	return released, err
+// watchedLock tells the term when a read of the Lease shows another holder, or none.
+type watchedLock struct {
+	*LeaseLock
+	onForeign func()
+}
+
+func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	record, raw, err := l.LeaseLock.Get(ctx)
+	if (err == nil && record.HolderIdentity != l.Identity()) || apierrors.IsNotFound(err) {
+		l.onForeign()
+	}
+	return record, raw, err
 }

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
@@ -40,10 +40,8 @@ func TestCancelledAcquisitionIsReleased(t *testing.T) {
 		cancel()
 		return true, nil, context.Canceled
 	})
-	lock := testLock(client)
 	result := Run(ctx, Config{
-		Lock:  lock,
-		Lease: Lease{Name: "slot-0", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond},
+		Lock: testLock(client, Lease{Name: "slot-0", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}),
 	}, func(context.Context) error {
 		t.Error("the work ran, though the election was cancelled before it held the Lease")
 		return nil
@@ -69,10 +67,8 @@ func TestCancelledWaitLeavesOthersLeases(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	lock := testLock(client)
 	result := Run(ctx, Config{
-		Lock:  lock,
-		Lease: Lease{Name: "slot-0", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond},
+		Lock: testLock(client, Lease{Name: "slot-0", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 50 * time.Millisecond}),
 	}, func(context.Context) error {
 		t.Error("the work ran while b held the Lease")
 		return nil
@@ -101,15 +97,13 @@ func TestLostWhileDrainingIsReported(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	lock := testLock(client)
 	started := make(chan struct{})
 	var lost atomic.Bool
 	var workReturned time.Time
 	result := make(chan Result)
 	go func() {
 		result <- Run(ctx, Config{
-			Lock:   lock,
-			Lease:  Lease{Name: "slot-0", Duration: 2 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond},
+			Lock:   testLock(client, Lease{Name: "slot-0", Duration: 2 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond}),
 			OnLost: func() { lost.Store(true) },
 		}, func(ctx context.Context) error {
 			close(started)
@@ -145,8 +139,11 @@ func TestTakenOverWhileWorking(t *testing.T) {
 	defer cancel()
 	// Released before: taking it is an update, and the tenure begins at once.
 	client := fake.NewClientset(&coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "slot-0", Namespace: "system", ResourceVersion: fakeapiserver.NextResourceVersion(),
+			Annotations: map[string]string{ReleasedByAnnotation: "b"},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
 	})
 	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
 	// The fake does not check resourceVersions: refuse an update while another holds
@@ -159,15 +156,13 @@ func TestTakenOverWhileWorking(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	lock := testLock(client)
 	const renewDeadline = 3 * time.Second
 	working := make(chan *tenure.Tenure, 1)
 	lost := make(chan time.Time, 1)
 	result := make(chan Result, 1)
 	go func() {
 		result <- Run(ctx, Config{
-			Lock:   lock,
-			Lease:  Lease{Name: "slot-0", Duration: 4 * time.Second, RenewDeadline: renewDeadline, RetryPeriod: 50 * time.Millisecond},
+			Lock:   testLock(client, Lease{Name: "slot-0", Duration: 4 * time.Second, RenewDeadline: renewDeadline, RetryPeriod: 50 * time.Millisecond}),
 			OnLost: func() { lost <- time.Now() },
 		}, func(ctx context.Context) error {
 			working <- tenure.FromContext(ctx)
@@ -187,6 +182,7 @@ func TestTakenOverWhileWorking(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease.Spec.HolderIdentity = ptr.To("b")
+	lease.ResourceVersion = fakeapiserver.NextResourceVersion()
 	if err := client.Tracker().Update(leases, lease, "system"); err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +218,7 @@ func TestCreatedLeaseWaitsADuration(t *testing.T) {
 	var started time.Time
 	var valid bool
 	result := Run(ctx, Config{
-		Lock:  testLock(fake.NewClientset()),
-		Lease: Lease{Name: "slot-0", Duration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond},
+		Lock: testLock(fake.NewClientset(), Lease{Name: "slot-0", Duration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}),
 	}, func(ctx context.Context) error {
 		started, valid = time.Now(), tenure.FromContext(ctx).Valid()
 		return nil
@@ -239,13 +234,12 @@ func TestCreatedLeaseWaitsADuration(t *testing.T) {
 	}
 }
 
-// testLock is member a's lock of the Lease system/slot-0.
-func testLock(client *fake.Clientset) *resourcelock.LeaseLock {
-	return &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: "slot-0", Namespace: "system"},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: "a"},
-	}
+// testLock is member a's lock of the Lease system/slot-0, with lease's timings, on a
+// client whose Leases get resourceVersions and conflicts as on an API server.
+func testLock(client *fake.Clientset, lease Lease) *LeaseLock {
+	fakeapiserver.Versioned(client, coordinationv1.SchemeGroupVersion.WithResource("leases"))
+	lease.Namespace, lease.Name, lease.Identity = "system", "slot-0", "a"
+	return lease.NewLock(client, tenure.New(clock.RealClock{}), LockOptions{})
 }
 
 // testHolder is the holder the Lease system/slot-0 names.
@@ -272,7 +266,6 @@ func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
 			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
 		},
 	})
-	fakeapiserver.Versioned(client, leases)
 	var late atomic.Bool
 	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if late.Swap(true) {
@@ -291,7 +284,7 @@ func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	released, err := Release(ctx, testLock(client), "a")
+	released, err := testLock(client, Lease{Duration: 15 * time.Second}).Release(ctx)
 	if !released || err != nil {
 		t.Errorf("Release = %v, %v; want released", released, err)
 	}

@@ -11,15 +11,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seed-e6610ed6/sample-controller/internal/election"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
 // Holder runs work for the slots assigned to this member, each slot only while this
@@ -73,12 +74,9 @@ func (h *Holder) Unheld(slot int) (time.Duration, bool) {
 
 // elect runs the slot's work while this member holds the slot's Lease, once: until
 // ctx ends, the work returns, or the Lease is lost.
-func (h *Holder) elect(ctx context.Context, slot int, lock *observedLock, logger klog.Logger) {
-	lease := h.Lease
-	lease.Name = lock.LeaseMeta.Name
+func (h *Holder) elect(ctx context.Context, slot int, lock *election.LeaseLock, logger klog.Logger) {
 	result := election.Run(ctx, election.Config{
-		Lock:  lock,
-		Lease: lease,
+		Lock: lock,
 		OnLost: func() {
 			if h.OnLost != nil {
 				h.OnLost(slot)
@@ -276,13 +274,11 @@ func (h *Holder) releaseOrphans(ctx context.Context) {
 		if running {
 			continue
 		}
-		lock := &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Lease.Namespace},
-			Client:     h.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Lease.Identity},
-		}
+		lease := h.Lease
+		lease.Name = name
+		lock := lease.NewLock(h.Client, tenure.New(clock.RealClock{}), election.LockOptions{})
 		releaseCtx, cancel := context.WithTimeout(ctx, h.Lease.RenewDeadline)
-		released, err := election.Release(releaseCtx, lock, h.Lease.Identity)
+		released, err := lock.Release(releaseCtx)
 		cancel()
 		logger := klog.FromContext(ctx).WithValues("slot", slot)
 		switch {
@@ -524,15 +520,14 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	run := &slotRun{stop: stop, done: make(chan struct{})}
 	logger := klog.FromContext(parent).WithValues("slot", slot)
 	name := SlotLeaseName(h.Lease.Name, slot, h.Space.Len())
-	lock := &observedLock{
-		LeaseLock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: h.Lease.Namespace},
-			Client:     h.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: h.Lease.Identity},
-			Labels:     map[string]string{SlotOfLabel: h.Lease.Name},
-		},
-		observer: h.observer,
-	}
+	lease := h.Lease
+	lease.Name = name
+	// One lock, and one tenure, for every election of the slot while it stays here:
+	// what it saw of the Lease carries over from one to the next.
+	lock := lease.NewLock(h.Client, tenure.New(clock.RealClock{}), election.LockOptions{
+		Labels: map[string]string{SlotOfLabel: h.Lease.Name},
+		Seen:   func(version string) (election.Sighting, bool) { return h.observer.sighting(name, version) },
+	})
 	go func() {
 		defer func() {
 			close(run.done)

@@ -38,6 +38,7 @@ func waitLive(t *testing.T, m *Membership, want ...string) {
 func TestMembership(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := fake.NewClientset()
+	withResourceVersions(client)
 	clk := testingclock.NewFakeClock(time.Now())
 	const ns, group = "system", "sample-controller"
 
@@ -146,6 +147,7 @@ func TestMembershipRenewsItsOwnLease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
+			withResourceVersions(client)
 			createMember(t, client, ns, group, "a", 8, now.Add(-time.Hour), tc.renewed, 30)
 			m := NewMembership(client, ns, group, "a", 8, 30*time.Second, testingclock.NewFakeClock(now))
 			if err := m.renew(ctx); err != nil {

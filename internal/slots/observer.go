@@ -4,9 +4,7 @@
 package slots
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
 )
 
 // SlotOfLabel marks the fencing Leases of a group's slots; its value is the group.
@@ -61,12 +61,15 @@ type observer struct {
 	changed chan struct{}
 }
 
-// sighting is a Lease's record and when this process first saw it.
+// sighting is a Lease's record, by its resourceVersion, and when this process first
+// saw it; with the last holder it saw the Lease name, in this record or before, and the
+// longest duration it saw the Lease carry.
 type sighting struct {
-	raw      []byte
-	holder   string
-	at       time.Time
-	duration time.Duration
+	version    string
+	holder     string
+	lastHolder string
+	at         time.Time
+	duration   time.Duration
 }
 
 func newObserver(client kubernetes.Interface, namespace, group, identity string, clk clock.Clock) *observer {
@@ -109,12 +112,9 @@ func (o *observer) run(ctx context.Context) {
 	o.factory.Shutdown()
 }
 
-// record is a Lease's election record as client-go's LeaseLock.Get encodes it, so that
-// the two compare byte for byte.
-func record(lease *coordinationv1.Lease) (*resourcelock.LeaderElectionRecord, []byte) {
-	r := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
-	raw, _ := json.Marshal(*r)
-	return r, raw
+// record is a Lease's election record.
+func record(lease *coordinationv1.Lease) *resourcelock.LeaderElectionRecord {
+	return resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 }
 
 func (o *observer) saw(obj any) {
@@ -122,7 +122,7 @@ func (o *observer) saw(obj any) {
 	if !ok || !o.selector().Matches(labels.Set(lease.Labels)) {
 		return
 	}
-	r, raw := record(lease)
+	r := record(lease)
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -134,10 +134,23 @@ func (o *observer) saw(obj any) {
 		return
 	}
 	previous, known := o.seen[lease.Name]
-	if bytes.Equal(previous.raw, raw) {
+	if previous.version == lease.ResourceVersion {
 		return
 	}
-	o.seen[lease.Name] = sighting{raw: raw, holder: r.HolderIdentity, at: now, duration: time.Duration(r.LeaseDurationSeconds) * time.Second}
+	s := sighting{
+		version: lease.ResourceVersion, holder: r.HolderIdentity, lastHolder: previous.lastHolder, at: now,
+		duration: max(previous.duration, time.Duration(r.LeaseDurationSeconds)*time.Second),
+	}
+	if g, ok := o.gone[lease.Name]; ok {
+		s.duration = max(s.duration, g.duration)
+		if s.lastHolder == "" {
+			s.lastHolder = g.holder
+		}
+	}
+	if r.HolderIdentity != "" {
+		s.lastHolder = r.HolderIdentity
+	}
+	o.seen[lease.Name] = s
 	if r.HolderIdentity != o.identity {
 		o.foreign[lease.Name] = now
 	}
@@ -157,6 +170,7 @@ func (o *observer) forget(lease *coordinationv1.Lease) {
 		o.gone[lease.Name] = sighting{holder: s.holder, at: o.clock.Now(), duration: s.duration}
 	}
 	delete(o.seen, lease.Name)
+	delete(o.foreign, lease.Name)
 	o.broadcast()
 }
 
@@ -218,12 +232,12 @@ func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases 
 		if count, ok := slotLeaseCount(o.group, name); !ok || count == n {
 			continue
 		}
-		r, raw := record(&leases[i])
+		r := record(&leases[i])
 		if r.HolderIdentity == "" || r.HolderIdentity == FenceHolder(n) {
 			continue
 		}
 		s, ok := o.seen[name]
-		if !ok || !bytes.Equal(s.raw, raw) {
+		if !ok || s.version != leases[i].ResourceVersion {
 			// Renewed, or taken, since the watch last said: not known to expire yet.
 			out.held = append(out.held, name)
 			continue
@@ -266,23 +280,28 @@ func (o *observer) expiresAt(name string) (time.Time, <-chan struct{}) {
 	if err != nil {
 		return time.Time{}, o.changed
 	}
-	r, raw := record(lease)
-	at, _ := o.expiryLocked(name, r, raw)
-	return at, o.changed
-}
-
-// expiryLocked is when the record raw of the Lease name, held by another, expires by
-// this process's count: its duration after this process first saw it. It is false
-// when the record is not held by another or is not the one last seen. o.mu is held.
-func (o *observer) expiryLocked(name string, r *resourcelock.LeaderElectionRecord, raw []byte) (time.Time, bool) {
-	if r.HolderIdentity == "" || r.HolderIdentity == o.identity {
-		return time.Time{}, false
+	if h := record(lease).HolderIdentity; h == "" || h == o.identity {
+		// The slot's Lease lock decides whether an empty or own record may be
+		// taken now (a release) or waited out (an edit).
+		return time.Time{}, o.changed
 	}
 	s, ok := o.seen[name]
-	if !ok || !bytes.Equal(s.raw, raw) {
-		return time.Time{}, false
+	if !ok || s.version != lease.ResourceVersion {
+		return time.Time{}, o.changed
 	}
-	return s.at.Add(time.Duration(r.LeaseDurationSeconds) * time.Second), true
+	return s.at.Add(s.duration), o.changed
+}
+
+// sighting is what the observer saw of the record version of the Lease name, for the
+// slot's Lease lock (election.LockOptions.Seen).
+func (o *observer) sighting(name, version string) (election.Sighting, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.seen[name]
+	if !ok || s.version != version {
+		return election.Sighting{}, false
+	}
+	return election.Sighting{At: s.at, Holder: s.lastHolder, Longest: s.duration}, true
 }
 
 // changes is closed when a Lease next comes, goes or changes holder.
@@ -329,15 +348,6 @@ func (o *observer) waitTakeable(ctx context.Context, name string) bool {
 	}
 }
 
-// expired tells whether raw, a record just read from the apiserver, is the one this
-// process has seen unchanged for its whole duration, held by another.
-func (o *observer) expired(name string, r *resourcelock.LeaderElectionRecord, raw []byte) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	at, ok := o.expiryLocked(name, r, raw)
-	return ok && !o.clock.Now().Before(at)
-}
-
 // lastForeign is when the Lease name was last seen written by another holder or
 // released: how long the slot has gone without a holder, at most, when this process
 // takes it.
@@ -346,27 +356,4 @@ func (o *observer) lastForeign(name string) (time.Time, bool) {
 	defer o.mu.Unlock()
 	at, ok := o.foreign[name]
 	return at, ok
-}
-
-// observedLock is a slot's LeaseLock for client-go's elector, which reports a Lease
-// the observer has seen expire as free, so that the elector takes it at once. It takes
-// it with an update conditional on the resourceVersion just read, as always: a holder
-// that renewed in between makes the update fail.
-type observedLock struct {
-	*resourcelock.LeaseLock
-	observer *observer
-}
-
-func (l *observedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
-	r, raw, err := l.LeaseLock.Get(ctx)
-	if err != nil || !l.observer.expired(l.LeaseMeta.Name, r, raw) {
-		return r, raw, err
-	}
-	free := *r
-	free.HolderIdentity = ""
-	freeRaw, err := json.Marshal(free)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &free, freeRaw, nil
 }

@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 )
 
 // TestObserverOthersHeld checks which slot Leases of another number of slots keep a
@@ -19,7 +21,10 @@ func TestObserverOthersHeld(t *testing.T) {
 	o := newObserver(fake.NewClientset(), testNamespace, testGroup, "me", clk)
 	lease := func(name, holder string, renewed time.Time) coordinationv1.Lease {
 		return coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Labels: map[string]string{SlotOfLabel: testGroup}},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: testNamespace, ResourceVersion: fakeapiserver.NextResourceVersion(),
+				Labels: map[string]string{SlotOfLabel: testGroup},
+			},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](10),
 				RenewTime: ptr.To(metav1.NewMicroTime(renewed)),
@@ -38,6 +43,7 @@ func TestObserverOthersHeld(t *testing.T) {
 	}
 	// Renewed since the watch delivered it; deleted while held, 4 s in.
 	renewedUnseen.Spec.RenewTime = ptr.To(metav1.NewMicroTime(start.Add(time.Second)))
+	renewedUnseen.ResourceVersion = fakeapiserver.NextResourceVersion()
 	clk.Step(4 * time.Second)
 	o.forget(&deleted)
 	listed := []coordinationv1.Lease{legacy, released, ours, renewedUnseen}

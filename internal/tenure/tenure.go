@@ -14,8 +14,8 @@
 //
 // A Gate (an http.RoundTripper) refuses every write whose context carries a Tenure that
 // is not valid now, and gives every other write a deadline at which its tenure ends. It
-// is the one place that the controller's writes pass through; Lock feeds the Tenure
-// from the Lease writes and reads of client-go's leader election.
+// is the one place that the controller's writes pass through; the election's Lease lock
+// (package election) feeds the Tenure from its Lease writes and reads.
 package tenure
 
 import (
@@ -93,17 +93,18 @@ func (t *Tenure) extendLocked(sent time.Time, d time.Duration) {
 }
 
 // Created records that this process created the Lease, naming itself, with a request
-// sent at sent with duration d. The tenure it begins may be used only a whole duration
-// after that: a Lease that is missing may have been deleted (by hand, say) under a
-// holder that has not noticed yet and writes until its own tenure ends, which is
-// within d of its last renewal, itself before the Lease was deleted.
-func (t *Tenure) Created(sent time.Time, d time.Duration) {
+// sent at sent with duration d. The tenure it begins may be used only wait after that:
+// a Lease that is missing may have been deleted (by hand, say) under a holder that has
+// not noticed yet and writes until its own tenure ends, which is within its duration of
+// its last renewal, itself before the Lease was deleted; wait is the longest duration
+// that holder may have used.
+func (t *Tenure) Created(sent time.Time, d, wait time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if sent.Before(t.ended) {
 		return
 	}
-	if notBefore := sent.Add(d); notBefore.After(t.notBefore) {
+	if notBefore := sent.Add(max(d, wait)); notBefore.After(t.notBefore) {
 		t.notBefore = notBefore
 	}
 	t.extendLocked(sent, d)

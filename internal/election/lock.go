@@ -1,0 +1,333 @@
+// The Lease lock: client-go's resource lock over one Lease, which keeps this process's
+// tenure from its own writes and takes a Lease from another holder only once that
+// holder's tenure must be over, whoever else has edited the Lease meanwhile.
+
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+)
+
+// ReleasedByAnnotation on a Lease with no holder names the holder that released it.
+// Only a release by the holder this process last saw holding the Lease hands it over at
+// once; a holder emptied by anyone else (kubectl edit, a script) is waited out.
+const ReleasedByAnnotation = "samplecontroller.k8s.io/released-by"
+
+// unseenHolder stands for the holder of a Lease whose record this process may not take
+// yet and whose holder it never saw: it was emptied, or named this process, by someone
+// else.
+const unseenHolder = "(a holder this replica has not seen)"
+
+// LeaseLock is client-go's resourcelock.Interface over one Lease. It differs from
+// client-go's LeaseLock in what it shows the elector, so that a takeover respects the
+// previous holder's tenure by the holder's own rules (see package tenure):
+//
+//   - A record counts as changed when its resourceVersion does, not its bytes: a
+//     renewal within the same wall-clock second, which encodes to the same bytes, is a
+//     renewal, and every renewal this lock writes moves renewTime on by at least a
+//     microsecond, so that none is a no-op the API server would not store.
+//   - The duration shown is the longest this process has seen the Lease carry, or its
+//     own when longer: lowering leaseDurationSeconds shortens nobody's wait.
+//   - A Lease held by another, or emptied or naming this process without this process
+//     having written it, is shown held by its last holder (or unseenHolder) until its
+//     record has been seen unchanged for that longest duration; then it is shown free,
+//     and the elector takes it with an update conditional on that resourceVersion.
+//     A release by the holder last seen (ReleasedByAnnotation) is free at once, and
+//     so is one by a holder this process never saw.
+//   - A Lease this process has to create begins a tenure usable only after the longest
+//     duration: it may have been deleted under a holder that has not noticed yet.
+//
+// The tenure ends before any write that names another holder, and at any read that
+// shows another holder or no Lease. It is extended only by a write of this process
+// that stored a new record.
+type LeaseLock struct {
+	client kubernetes.Interface
+	lease  Lease
+	labels map[string]string
+	tenure *tenure.Tenure
+	clock  clock.PassiveClock
+	// seen, if set, is what something that watches the Lease (the slot observer) saw.
+	seen func(resourceVersion string) (Sighting, bool)
+
+	mu      sync.Mutex
+	current *coordinationv1.Lease // as last read or written; nil when missing
+	// version is the resourceVersion last seen, since when by this process's clock.
+	version string
+	since   time.Time
+	// longest is the longest duration the Lease has carried, or this process's own.
+	longest time.Duration
+	// previous is the holder of the last record that this process saw held by right:
+	// by another, or by this process's own write.
+	previous string
+	// wrote is the resourceVersion of this process's last write naming itself, and
+	// releasedAt that of its last release.
+	wrote, releasedAt string
+}
+
+var _ resourcelock.Interface = &LeaseLock{}
+
+// LockOptions are a LeaseLock's optional parts.
+type LockOptions struct {
+	// Labels are set on the Lease at every write.
+	Labels map[string]string
+	// Seen tells what a watch of the Lease saw of a resourceVersion, if it saw it.
+	Seen func(resourceVersion string) (Sighting, bool)
+	// Clock is the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// Sighting is what a watch of a Lease saw of one of its records.
+type Sighting struct {
+	// At is when it first saw the record, by this process's clock.
+	At time.Time
+	// Holder is the last holder it saw the Lease name, in this record or before.
+	Holder string
+	// Longest is the longest duration it saw the Lease carry.
+	Longest time.Duration
+}
+
+// NewLock is the Lease lock of l, keeping t (nil: a tenure of its own).
+func (l Lease) NewLock(client kubernetes.Interface, t *tenure.Tenure, opts LockOptions) *LeaseLock {
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if t == nil {
+		t = tenure.New(clk)
+	}
+	return &LeaseLock{client: client, lease: l, labels: opts.Labels, tenure: t, clock: clk, seen: opts.Seen, longest: l.Duration}
+}
+
+// Tenure is the tenure this lock keeps.
+func (l *LeaseLock) Tenure() *tenure.Tenure { return l.tenure }
+
+func (l *LeaseLock) Identity() string   { return l.lease.Identity }
+func (l *LeaseLock) Describe() string   { return l.lease.Namespace + "/" + l.lease.Name }
+func (l *LeaseLock) RecordEvent(string) {}
+
+// Get reads the Lease and returns the record the elector is to act on (see LeaseLock),
+// and its raw form for the elector's comparisons, which changes with the
+// resourceVersion.
+func (l *LeaseLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	lease, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Get(ctx, l.lease.Name, metav1.GetOptions{})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if apierrors.IsNotFound(err) {
+		l.current = nil
+		l.tenure.End()
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	l.current = lease
+	record := l.showLocked(lease)
+	if record.HolderIdentity != l.lease.Identity {
+		l.tenure.End()
+	}
+	raw, err := json.Marshal(struct {
+		Record          resourcelock.LeaderElectionRecord
+		ResourceVersion string
+	}{*record, lease.ResourceVersion})
+	return record, raw, err
+}
+
+// showLocked is the record the elector is to act on, for lease as just read.
+func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.LeaderElectionRecord {
+	stored := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+	now := l.clock.Now()
+	if l.since.IsZero() || lease.ResourceVersion != l.version {
+		l.version, l.since = lease.ResourceVersion, now
+		if l.seen != nil {
+			if seen, ok := l.seen(lease.ResourceVersion); ok {
+				if seen.At.Before(l.since) {
+					l.since = seen.At
+				}
+				if l.previous == "" {
+					l.previous = seen.Holder
+				}
+				l.longest = max(l.longest, seen.Longest)
+			}
+		}
+	}
+	if d := time.Duration(stored.LeaseDurationSeconds) * time.Second; d > l.longest {
+		l.longest = d
+	}
+	shown := *stored
+	shown.LeaseDurationSeconds = int(l.longest / time.Second)
+	holder, me := stored.HolderIdentity, l.lease.Identity
+	switch {
+	case holder == me && (lease.ResourceVersion == l.wrote || l.tenure.Valid()):
+		// This process's own record, or one naming it while its tenure from its own
+		// writes lasts: it renews it.
+		l.previous = me
+	case holder == "" && released(lease, l.previous, me, l.releasedAt):
+		// Released by the holder this process last saw: free now.
+	case !now.Before(l.since.Add(l.longest)):
+		// Unchanged for the longest duration: whoever it names, nobody may act on it
+		// any more.
+		shown.HolderIdentity = ""
+	case holder != "" && holder != me:
+		l.previous = holder
+	case holder == "" && l.previous == me && l.tenure.Valid():
+		// Emptied under this process while its tenure lasts: it takes it back.
+		shown.HolderIdentity = me
+	default:
+		// Emptied, or naming this process, by someone else: held by the holder before,
+		// until the edit has stood for the longest duration.
+		shown.HolderIdentity = l.previous
+		if l.previous == "" || l.previous == me {
+			shown.HolderIdentity = unseenHolder
+		}
+	}
+	return &shown
+}
+
+// released tells whether lease, with no holder, is a release by previous, the holder
+// this process last saw ("" when it saw none): written by a release (Release), which
+// marks it and gives it a duration of one second, by previous. A holder emptied by
+// anyone else has neither the mark nor, unless set with it, that duration. A release
+// marked as this process's (me) is one only if it is the very record this process
+// wrote (releasedAt): another may have held the Lease since, unseen.
+func released(lease *coordinationv1.Lease, previous, me, releasedAt string) bool {
+	by, ok := lease.Annotations[ReleasedByAnnotation]
+	if !ok || by == "" || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != 1 {
+		return false
+	}
+	if by == me {
+		return lease.ResourceVersion == releasedAt
+	}
+	return previous == "" || previous == by
+}
+
+// Create creates the Lease naming this process. The tenure it begins is usable only
+// the longest duration later.
+func (l *LeaseLock) Create(ctx context.Context, record resourcelock.LeaderElectionRecord) error {
+	if record.HolderIdentity != l.lease.Identity {
+		return fmt.Errorf("creating the Lease %s for %q: this lock creates it only for its own identity", l.Describe(), record.HolderIdentity)
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: l.lease.Name, Namespace: l.lease.Namespace, Labels: l.labels},
+		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&record),
+	}
+	l.mu.Lock()
+	wait := l.longest
+	l.mu.Unlock()
+	sent := l.clock.Now()
+	created, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Create(ctx, lease, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.current, l.wrote, l.previous = created, created.ResourceVersion, l.lease.Identity
+	l.version, l.since = created.ResourceVersion, l.clock.Now()
+	l.tenure.Created(sent, time.Duration(record.LeaseDurationSeconds)*time.Second, wait)
+	return nil
+}
+
+// Update writes record over the Lease as last read, conditional on its
+// resourceVersion. A write naming another holder (a release) ends the tenure before it
+// is sent; one naming this process extends it from the moment it was sent, if the API
+// server stored a new record.
+func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElectionRecord) error {
+	l.mu.Lock()
+	if l.current == nil {
+		l.mu.Unlock()
+		return errors.New("updating the Lease before reading it")
+	}
+	lease := l.current.DeepCopy()
+	l.mu.Unlock()
+
+	mine := record.HolderIdentity == l.lease.Identity
+	spec := resourcelock.LeaderElectionRecordToLeaseSpec(&record)
+	if mine && lease.Spec.RenewTime != nil && spec.RenewTime != nil && !spec.RenewTime.After(lease.Spec.RenewTime.Time) {
+		// Every renewal is a new record: one the API server found unchanged would
+		// not be stored, and no one could tell it from the one before.
+		spec.RenewTime = &metav1.MicroTime{Time: lease.Spec.RenewTime.Add(time.Microsecond)}
+	}
+	lease.Spec = spec
+	for k, v := range l.labels {
+		metav1.SetMetaDataLabel(&lease.ObjectMeta, k, v)
+	}
+	delete(lease.Annotations, ReleasedByAnnotation)
+	if !mine {
+		l.tenure.End()
+		if record.HolderIdentity == "" {
+			metav1.SetMetaDataAnnotation(&lease.ObjectMeta, ReleasedByAnnotation, l.lease.Identity)
+		}
+	}
+	sent := l.clock.Now()
+	updated, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	stored := updated.ResourceVersion != lease.ResourceVersion
+	l.current = updated
+	l.version, l.since = updated.ResourceVersion, l.clock.Now()
+	switch {
+	case mine:
+		l.wrote, l.previous = updated.ResourceVersion, l.lease.Identity
+		if stored {
+			l.tenure.Extend(sent, time.Duration(record.LeaseDurationSeconds)*time.Second)
+		}
+	case record.HolderIdentity == "":
+		l.releasedAt = updated.ResourceVersion
+	}
+	return nil
+}
+
+// Release empties the Lease if this process still holds it, marked as released by it,
+// with a duration of one second, and tells whether it did. The tenure ends first.
+//
+// A renewal of this process whose answer was cut off, its context cancelled as the work
+// stopped, may still commit between the read and the update here: the update then
+// conflicts with this process's own write. It reads the Lease again and retries while
+// the Lease names this process, so that the next holder need not wait for it to expire.
+func (l *LeaseLock) Release(ctx context.Context) (bool, error) {
+	l.tenure.End()
+	released := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Get(ctx, l.lease.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the lease: %w", err)
+		}
+		l.mu.Lock()
+		l.current = lease
+		l.mu.Unlock()
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != l.lease.Identity {
+			return nil
+		}
+		now := metav1.NewTime(l.clock.Now())
+		record := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+		err = l.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions:    record.LeaderTransitions,
+			LeaseDurationSeconds: 1,
+			AcquireTime:          now,
+			RenewTime:            now,
+		})
+		released = err == nil
+		return err
+	})
+	return released, err
+}

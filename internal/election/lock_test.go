@@ -1,0 +1,267 @@
+package election
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
+)
+
+var leasesResource = coordinationv1.SchemeGroupVersion.WithResource("leases")
+
+// replica is one process's lock of system/slot-0, driven as client-go's elector drives
+// it: a read, then an update of what it showed.
+type replica struct {
+	t    *testing.T
+	lock *LeaseLock
+}
+
+func newReplica(t *testing.T, client *fake.Clientset, clk *clocktesting.FakeClock, identity string, d time.Duration) *replica {
+	lease := Lease{Namespace: "system", Name: "slot-0", Identity: identity, Duration: d}
+	return &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk})}
+}
+
+// read is what the elector sees.
+func (r *replica) read() *resourcelock.LeaderElectionRecord {
+	r.t.Helper()
+	record, _, err := r.lock.Get(context.Background())
+	if err != nil {
+		r.t.Fatalf("%s: Get: %v", r.lock.Identity(), err)
+	}
+	return record
+}
+
+// acquire is the elector's step: it writes itself as the holder when what it read is
+// free or its own, as client-go does (an expired other holder is shown free here).
+func (r *replica) acquire() bool {
+	r.t.Helper()
+	record := r.read()
+	if record.HolderIdentity != "" && record.HolderIdentity != r.lock.Identity() {
+		return false
+	}
+	now := metav1.NewTime(r.lock.clock.Now())
+	err := r.lock.Update(context.Background(), resourcelock.LeaderElectionRecord{
+		HolderIdentity: r.lock.Identity(), LeaseDurationSeconds: int(r.lock.lease.Duration / time.Second),
+		AcquireTime: now, RenewTime: now,
+	})
+	if err != nil {
+		r.t.Fatalf("%s: Update: %v", r.lock.Identity(), err)
+	}
+	return true
+}
+
+func (r *replica) valid() bool { return r.lock.Tenure().Valid() }
+
+// edit changes the stored Lease as another client would, with a new resourceVersion.
+func edit(t *testing.T, client *fake.Clientset, change func(*coordinationv1.Lease)) {
+	t.Helper()
+	obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := obj.(*coordinationv1.Lease).DeepCopy()
+	change(lease)
+	lease.ResourceVersion = fakeapiserver.NextResourceVersion()
+	if err := client.Tracker().Update(leasesResource, lease, "system"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTakeoverWaitsForTheHoldersTenure drives two replicas' locks, a holding and b
+// waiting, through what other clients and clocks do to a Lease, on one fake clock.
+// At no instant may b hold a valid tenure while a's is valid, and b takes the Lease
+// once, and only once, a's tenure must be over by a's own rules.
+func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
+	const d = 15 * time.Second
+	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	setup := func(t *testing.T) (*fake.Clientset, *clocktesting.FakeClock, *replica, *replica) {
+		client := fake.NewClientset()
+		fakeapiserver.Versioned(client, leasesResource)
+		clk := clocktesting.NewFakeClock(start)
+		a, b := newReplica(t, client, clk, "a", d), newReplica(t, client, clk, "b", d)
+		// a creates the Lease long ago, and holds it.
+		if _, _, err := a.lock.Get(context.Background()); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want NotFound", err)
+		}
+		now := metav1.NewTime(clk.Now())
+		if err := a.lock.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(d)
+		if !a.acquire() || !a.valid() {
+			t.Fatal("a does not hold the Lease it created")
+		}
+		if b.acquire() {
+			t.Fatal("b took a Lease a had just renewed")
+		}
+		return client, clk, a, b
+	}
+	// step moves the clock on, a renewing when alive, b trying to take the Lease,
+	// checking that the two tenures never overlap; it returns when b took it.
+	step := func(t *testing.T, clk *clocktesting.FakeClock, a, b *replica, aAlive bool, until time.Duration) (took time.Duration, ok bool) {
+		t.Helper()
+		for at := time.Duration(0); at <= until; at += 500 * time.Millisecond {
+			if aAlive {
+				a.acquire()
+			}
+			took := b.acquire()
+			if a.valid() && b.valid() {
+				t.Fatalf("%v in: a's and b's tenures are both valid", at)
+			}
+			if took && b.valid() {
+				return at, true
+			}
+			clk.Step(500 * time.Millisecond)
+		}
+		return 0, false
+	}
+
+	t.Run("a holder emptied by another client is waited out; its holder takes it back", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+		if record := b.read(); record.HolderIdentity != "a" {
+			t.Errorf("b sees the emptied Lease held by %q, want a, its last holder", record.HolderIdentity)
+		}
+		if _, took := step(t, clk, a, b, true, 3*d); took {
+			t.Error("b took the Lease while a kept renewing it")
+		}
+		if !a.valid() {
+			t.Error("a lost its tenure to an edit that emptied the holder")
+		}
+	})
+
+	t.Run("a holder emptied while it is frozen: taken a whole duration after the edit was seen", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+		took, ok := step(t, clk, a, b, false, 3*d)
+		if !ok || took < d {
+			t.Errorf("b took the emptied Lease %v after the edit (%v), want after a whole duration, %v", took, ok, d)
+		}
+	})
+
+	t.Run("the standby named by another client waits the holder out", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b") })
+		if record := b.read(); record.HolderIdentity != "a" || b.valid() {
+			t.Errorf("b named by an edit sees holder %q, valid %v; want a, not valid", record.HolderIdentity, b.valid())
+		}
+		if record := a.read(); record.HolderIdentity != "b" || a.valid() {
+			t.Errorf("a reading an edit naming b sees %q, valid %v; want b, and its tenure ended", record.HolderIdentity, a.valid())
+		}
+		took, ok := step(t, clk, a, b, false, 3*d)
+		if !ok || took < d {
+			t.Errorf("b took the Lease %v after it was named (%v), want a whole duration later, %v", took, ok, d)
+		}
+	})
+
+	t.Run("a lowered duration shortens no wait", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptr.To[int32](1) })
+		if record := b.read(); record.LeaseDurationSeconds != 15 {
+			t.Errorf("b sees a duration of %ds, want the longest it saw, 15", record.LeaseDurationSeconds)
+		}
+		took, ok := step(t, clk, a, b, false, 3*d)
+		if !ok || took < d {
+			t.Errorf("b took the Lease %v after the edit (%v), want %v", took, ok, d)
+		}
+	})
+
+	t.Run("a Lease deleted and recreated by another client is a change like any other", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		recreated := obj.(*coordinationv1.Lease).DeepCopy()
+		if err := client.Tracker().Delete(leasesResource, "system", "slot-0"); err != nil {
+			t.Fatal(err)
+		}
+		recreated.ResourceVersion, recreated.UID = fakeapiserver.NextResourceVersion(), "recreated"
+		if err := client.Tracker().Create(leasesResource, recreated, "system"); err != nil {
+			t.Fatal(err)
+		}
+		if _, took := step(t, clk, a, b, true, 3*d); took {
+			t.Error("b took the recreated Lease while a renewed it")
+		}
+		// a's last renewal came half a second before it stopped.
+		took, ok := step(t, clk, a, b, false, 3*d)
+		if !ok || took < d-500*time.Millisecond {
+			t.Errorf("b took the recreated Lease %v after a stopped (%v), want a duration after a's last renewal, %v", took, ok, d-500*time.Millisecond)
+		}
+	})
+
+	t.Run("renewals inside one wall-clock second are each seen", func(t *testing.T) {
+		_, clk, a, b := setup(t)
+		// The wall clock stands still: a renews with the same time again and again,
+		// for longer than the duration by its monotonic clock (the fake has one).
+		for range 40 {
+			a.acquire()
+			if b.acquire() {
+				t.Fatal("b took a Lease renewed within the last retry period")
+			}
+			clk.Step(500 * time.Millisecond)
+		}
+		if !a.valid() {
+			t.Error("a renewing every half second lost its tenure")
+		}
+	})
+
+	t.Run("a release by the holder is free at once; an edit that looks like one is not", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		if released, err := a.lock.Release(context.Background()); !released || err != nil || a.valid() {
+			t.Fatalf("Release = %v, %v; valid %v", released, err, a.valid())
+		}
+		if !b.acquire() || !b.valid() {
+			t.Fatal("b did not take a Lease a released")
+		}
+		// b empties it as a release would, but not marked by b: say someone copied the
+		// release record. a may not take it at once.
+		edit(t, client, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity = ptr.To("")
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+			l.Annotations = map[string]string{ReleasedByAnnotation: "a"}
+		})
+		if a.acquire() {
+			t.Error("a took a Lease marked released by a while b held it")
+		}
+		clk.Step(time.Second)
+		if a.acquire() {
+			t.Error("a took it a second later")
+		}
+	})
+
+	t.Run("a Lease recreated with a shorter duration waits the longest", func(t *testing.T) {
+		client, clk, a, _ := setup(t)
+		// d runs a shorter duration (a rollout lowered it), and saw a's Lease.
+		short := newReplica(t, client, clk, "d", 5*time.Second)
+		if record := short.read(); record.HolderIdentity != "a" {
+			t.Fatalf("d sees %q, want a", record.HolderIdentity)
+		}
+		if err := client.Tracker().Delete(leasesResource, "system", "slot-0"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := short.lock.Get(context.Background()); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want NotFound", err)
+		}
+		now := metav1.NewTime(clk.Now())
+		if err := short.lock.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "d", LeaseDurationSeconds: 5, AcquireTime: now, RenewTime: now}); err != nil {
+			t.Fatal(err)
+		}
+		if wait := short.lock.Tenure().Pending(); wait != d {
+			t.Errorf("the tenure of a recreated Lease is usable in %v, want the longest duration seen, %v", wait, d)
+		}
+		if a.valid() && short.lock.Tenure().Valid() {
+			t.Error("both tenures valid")
+		}
+	})
+}
