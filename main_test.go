@@ -365,6 +365,7 @@ func TestOptionsValidateAndComplete(t *testing.T) {
 		{name: "slots take the Lease settings too", args: []string{"--shard-slots=4", "--leader-elect-resource-namespace=ops"},
 			wantNamespace: "ops", wantIdentity: "sample-controller-abc_uid-1", wantWorkers: defaultSlotWorkers},
 		{name: "slots and a leader exclude each other", args: []string{"--shard-slots=4", "--leader-elect"}, wantErr: "exclude each other"},
+		{name: "a lease duration past what replicas count", args: []string{"--leader-elect", "--leader-elect-lease-duration=6m"}, wantErr: "at most 5m0s"},
 		{name: "negative workers", args: []string{"--workers=-1"}, wantErr: "--workers must be"},
 		{name: "too many slots", args: []string{fmt.Sprintf("--shard-slots=%d", slots.MaxSlots+1)}, wantErr: "--shard-slots must be"},
 	} {

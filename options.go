@@ -100,6 +100,9 @@ func (o *options) validate() error {
 	if o.lease.shardSlots < 0 || o.lease.shardSlots > slots.MaxSlots {
 		return fmt.Errorf("--shard-slots must be between 0 (off) and %d, got %d", slots.MaxSlots, o.lease.shardSlots)
 	}
+	if d := o.lease.Duration; d > election.MaxLeaseDuration {
+		return fmt.Errorf("--leader-elect-lease-duration must be at most %v, got %v: replicas count no longer duration, whatever a Lease says", election.MaxLeaseDuration, d)
+	}
 	if o.lease.shardSlots > 0 && o.lease.leaderElect {
 		return errors.New("--shard-slots and --leader-elect exclude each other: sharded replicas all work, each on its slots")
 	}

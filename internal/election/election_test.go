@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -252,39 +253,42 @@ func testHolder(t *testing.T, client *fake.Clientset) string {
 	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
-// TestReleaseAfterOwnRenewalCommitted releases a Lease while a renewal of this process,
-// whose answer its cancelled context cut off, commits between the release's read and its
-// update: the update conflicts with this process's own write. Release reads the Lease
-// again and empties it, or the next holder would wait a whole Lease duration.
+// TestReleaseAfterOwnRenewalCommitted releases a Lease after a renewal of this process
+// whose answer was cut off (its context cancelled as the work stopped) was committed:
+// Release knows the Lease for its own by the renew time it sent, and empties it, or
+// the next holder would wait a whole Lease duration.
 func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
-	client := fake.NewClientset(&coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "slot-0", Namespace: "system", ResourceVersion: fakeapiserver.NextResourceVersion()},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15),
-			RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
-		},
-	})
-	var late atomic.Bool
-	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if late.Swap(true) {
+	client := fake.NewClientset()
+	lock := testLock(client, Lease{Duration: 15 * time.Second})
+	if _, _, err := lock.Get(ctx); !apierrors.IsNotFound(err) {
+		t.Fatalf("Get = %v, want NotFound", err)
+	}
+	now := metav1.NewTime(time.Now())
+	record := resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}
+	if err := lock.Create(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	// A renewal the apiserver commits, whose answer is lost.
+	var lost atomic.Bool
+	lost.Store(true)
+	client.PrependReactor("update", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if !lost.Swap(false) {
 			return false, nil, nil
 		}
-		// The renewal lands first, as the apiserver committed it: a new resourceVersion.
-		stored, err := client.Tracker().Get(leases, "system", "slot-0")
-		if err != nil {
-			return true, nil, err
-		}
-		renewed := stored.(*coordinationv1.Lease).DeepCopy()
-		renewed.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		renewed := a.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
 		renewed.ResourceVersion = fakeapiserver.NextResourceVersion()
 		if err := client.Tracker().Update(leases, renewed, "system"); err != nil {
 			return true, nil, err
 		}
-		return false, nil, nil
+		return true, nil, context.Canceled
 	})
-	released, err := testLock(client, Lease{Duration: 15 * time.Second}).Release(ctx)
+	record.RenewTime = metav1.NewTime(now.Add(time.Second))
+	if err := lock.Update(ctx, record); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Update = %v, want its answer lost", err)
+	}
+	released, err := lock.Release(ctx)
 	if !released || err != nil {
 		t.Errorf("Release = %v, %v; want released", released, err)
 	}

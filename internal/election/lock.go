@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,13 +20,15 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
-// ReleasedByAnnotation on a Lease with no holder names the holder that released it.
-// Only a release by the holder this process last saw holding the Lease hands it over at
-// once; a holder emptied by anyone else (kubectl edit, a script) is waited out.
+// ReleasedByAnnotation on a Lease with no holder names the holder that released it,
+// and the Lease's UID: "IDENTITY UID". Only a release by the holder this process last
+// saw holding the Lease hands it over at once (a second later, at most); a holder
+// emptied by anyone else (kubectl edit, a script) is waited out.
 const ReleasedByAnnotation = "samplecontroller.k8s.io/released-by"
 
 // unseenHolder stands for the holder of a Lease whose record this process may not take
@@ -77,6 +80,9 @@ type LeaseLock struct {
 	// wrote is the resourceVersion of this process's last write naming itself, and
 	// releasedAt that of its last release.
 	wrote, releasedAt string
+	// sent is the renewTime of the last write naming this process that it sent,
+	// stored or not: a write whose answer was lost is known by it.
+	sent time.Time
 }
 
 var _ resourcelock.Interface = &LeaseLock{}
@@ -158,55 +164,82 @@ func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.Leader
 				if seen.At.Before(l.since) {
 					l.since = seen.At
 				}
-				if l.previous == "" {
+				if seen.Holder != "" {
 					l.previous = seen.Holder
 				}
-				l.longest = max(l.longest, seen.Longest)
+				l.longest = max(l.longest, min(seen.Longest, MaxLeaseDuration))
 			}
 		}
 	}
 	if d := time.Duration(stored.LeaseDurationSeconds) * time.Second; d > l.longest {
-		l.longest = d
+		l.longest = min(d, MaxLeaseDuration)
 	}
 	shown := *stored
 	shown.LeaseDurationSeconds = int(l.longest / time.Second)
 	holder, me := stored.HolderIdentity, l.lease.Identity
+	// What this process's own writes gave it: a tenure that has not ended, though it
+	// may not be usable yet (a Lease it created).
+	left, _ := l.tenure.Left()
+	lasting := left > 0
+	// The holder to show while an edit is waited out.
+	before := l.previous
+	if before == "" || before == me {
+		before = unseenHolder
+	}
 	switch {
-	case holder == me && (lease.ResourceVersion == l.wrote || l.tenure.Valid()):
-		// This process's own record, or one naming it while its tenure from its own
-		// writes lasts: it renews it.
+	case holder == me && (l.ownLocked(lease) || lasting):
+		// This process's own record (also one whose answer it lost), or one naming it
+		// while its tenure from its own writes lasts: it renews it.
 		l.previous = me
 	case holder == "" && released(lease, l.previous, me, l.releasedAt):
-		// Released by the holder this process last saw: free now.
+		// Released by the holder this process last saw: free once the release has
+		// stood for the flight of a write the releaser gave up on as it stopped.
+		if now.Before(l.since.Add(min(tenure.MaxFlight, l.longest/10))) {
+			shown.HolderIdentity = before
+		}
 	case !now.Before(l.since.Add(l.longest)):
 		// Unchanged for the longest duration: whoever it names, nobody may act on it
 		// any more.
 		shown.HolderIdentity = ""
 	case holder != "" && holder != me:
 		l.previous = holder
-	case holder == "" && l.previous == me && l.tenure.Valid():
+	case holder == "" && l.previous == me && lasting:
 		// Emptied under this process while its tenure lasts: it takes it back.
 		shown.HolderIdentity = me
 	default:
 		// Emptied, or naming this process, by someone else: held by the holder before,
 		// until the edit has stood for the longest duration.
-		shown.HolderIdentity = l.previous
-		if l.previous == "" || l.previous == me {
-			shown.HolderIdentity = unseenHolder
-		}
+		shown.HolderIdentity = before
 	}
 	return &shown
 }
 
+// ownLocked tells whether lease is a record this process wrote: the last it stored,
+// or the last it sent, whose answer may have been lost. l.mu is held.
+func (l *LeaseLock) ownLocked(lease *coordinationv1.Lease) bool {
+	if lease.ResourceVersion == l.wrote {
+		return true
+	}
+	renewed := lease.Spec.RenewTime
+	return renewed != nil && !l.sent.IsZero() && renewed.Truncate(time.Microsecond).Equal(l.sent) &&
+		ptr.Deref(lease.Spec.HolderIdentity, "") == l.lease.Identity
+}
+
+// MaxLeaseDuration bounds the durations a Lease lock counts: a typo in another
+// client's edit (leaseDurationSeconds: 2147483647) would otherwise hold the Lease for
+// decades. Holders are refused a longer duration (--leader-elect-lease-duration).
+const MaxLeaseDuration = 5 * time.Minute
+
 // released tells whether lease, with no holder, is a release by previous, the holder
 // this process last saw ("" when it saw none): written by a release (Release), which
-// marks it and gives it a duration of one second, by previous. A holder emptied by
-// anyone else has neither the mark nor, unless set with it, that duration. A release
-// marked as this process's (me) is one only if it is the very record this process
-// wrote (releasedAt): another may have held the Lease since, unseen.
+// marks it with the releaser and the Lease's UID and gives it a duration of one second.
+// A holder emptied by anyone else has neither the mark nor, unless set with it, that
+// duration, and a Lease restored from a copy has another UID. A release marked as
+// this process's (me) is one only if it is the very record this process wrote
+// (releasedAt): another may have held the Lease since, unseen.
 func released(lease *coordinationv1.Lease, previous, me, releasedAt string) bool {
-	by, ok := lease.Annotations[ReleasedByAnnotation]
-	if !ok || by == "" || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != 1 {
+	by, uid, ok := strings.Cut(lease.Annotations[ReleasedByAnnotation], " ")
+	if !ok || by == "" || uid != string(lease.UID) || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != 1 {
 		return false
 	}
 	if by == me {
@@ -227,6 +260,9 @@ func (l *LeaseLock) Create(ctx context.Context, record resourcelock.LeaderElecti
 	}
 	l.mu.Lock()
 	wait := l.longest
+	if lease.Spec.RenewTime != nil {
+		l.sent = lease.Spec.RenewTime.Truncate(time.Microsecond)
+	}
 	l.mu.Unlock()
 	sent := l.clock.Now()
 	created, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Create(ctx, lease, metav1.CreateOptions{})
@@ -269,8 +305,13 @@ func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElecti
 	if !mine {
 		l.tenure.End()
 		if record.HolderIdentity == "" {
-			metav1.SetMetaDataAnnotation(&lease.ObjectMeta, ReleasedByAnnotation, l.lease.Identity)
+			metav1.SetMetaDataAnnotation(&lease.ObjectMeta, ReleasedByAnnotation, l.lease.Identity+" "+string(lease.UID))
 		}
+	}
+	if mine && spec.RenewTime != nil {
+		l.mu.Lock()
+		l.sent = spec.RenewTime.Truncate(time.Microsecond)
+		l.mu.Unlock()
 	}
 	sent := l.clock.Now()
 	updated, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
@@ -294,8 +335,10 @@ func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElecti
 	return nil
 }
 
-// Release empties the Lease if this process still holds it, marked as released by it,
-// with a duration of one second, and tells whether it did. The tenure ends first.
+// Release empties the Lease if this process holds it by its own write, marked as
+// released by it, with a duration of one second, and tells whether it did. The tenure
+// ends first. A Lease that names this process by someone else's edit is left alone:
+// marking it released would hand it over at once, while its real holder may act.
 //
 // A renewal of this process whose answer was cut off, its context cancelled as the work
 // stopped, may still commit between the read and the update here: the update then
@@ -314,8 +357,9 @@ func (l *LeaseLock) Release(ctx context.Context) (bool, error) {
 		}
 		l.mu.Lock()
 		l.current = lease
+		own := l.ownLocked(lease)
 		l.mu.Unlock()
-		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != l.lease.Identity {
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != l.lease.Identity || !own {
 			return nil
 		}
 		now := metav1.NewTime(l.clock.Now())

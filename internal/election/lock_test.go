@@ -216,27 +216,87 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 	})
 
-	t.Run("a release by the holder is free at once; an edit that looks like one is not", func(t *testing.T) {
+	t.Run("a release by the holder is free a flight later; a copy of one is not", func(t *testing.T) {
 		client, clk, a, b := setup(t)
 		if released, err := a.lock.Release(context.Background()); !released || err != nil || a.valid() {
 			t.Fatalf("Release = %v, %v; valid %v", released, err, a.valid())
 		}
-		if !b.acquire() || !b.valid() {
-			t.Fatal("b did not take a Lease a released")
+		obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		// b empties it as a release would, but not marked by b: say someone copied the
-		// release record. a may not take it at once.
-		edit(t, client, func(l *coordinationv1.Lease) {
-			l.Spec.HolderIdentity = ptr.To("")
-			l.Spec.LeaseDurationSeconds = ptr.To[int32](1)
-			l.Annotations = map[string]string{ReleasedByAnnotation: "a"}
-		})
-		if a.acquire() {
-			t.Error("a took a Lease marked released by a while b held it")
+		release := obj.(*coordinationv1.Lease).DeepCopy()
+		if b.acquire() {
+			t.Error("b took the release at once: a write a gave up on as it stopped may still land")
 		}
 		clk.Step(time.Second)
-		if a.acquire() {
-			t.Error("a took it a second later")
+		if !b.acquire() || !b.valid() {
+			t.Fatal("b did not take a Lease a released, a second after it saw the release")
+		}
+		// Someone writes the release record back (kubectl apply of a copy) while b
+		// holds it: a may not take it at once, since it is not the record a wrote.
+		edit(t, client, func(l *coordinationv1.Lease) {
+			l.Spec, l.Annotations = release.Spec, release.Annotations
+		})
+		for range 4 {
+			if a.acquire() {
+				t.Fatal("a took a copy of its own release while b held the Lease")
+			}
+			clk.Step(500 * time.Millisecond)
+		}
+		// Nor may anyone take a release restored into a recreated Lease, whose UID
+		// is not the one the release names.
+		if err := client.Tracker().Delete(leasesResource, "system", "slot-0"); err != nil {
+			t.Fatal(err)
+		}
+		restored := release.DeepCopy()
+		restored.UID, restored.ResourceVersion = "restored", fakeapiserver.NextResourceVersion()
+		if err := client.Tracker().Create(leasesResource, restored, "system"); err != nil {
+			t.Fatal(err)
+		}
+		c := newReplica(t, client, clk, "c", d)
+		clk.Step(time.Second)
+		if c.acquire() {
+			t.Error("c took a release restored into another Lease of the same name")
+		}
+	})
+
+	t.Run("a standby named by an edit releases nothing when it stops", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b") })
+		c := newReplica(t, client, clk, "c", d)
+		if record := c.read(); record.HolderIdentity != "b" {
+			t.Fatalf("c sees %q, want b", record.HolderIdentity)
+		}
+		b.read()
+		if released, err := b.lock.Release(context.Background()); released || err != nil {
+			t.Errorf("b released a Lease it never wrote: %v, %v", released, err)
+		}
+		clk.Step(time.Second)
+		if c.acquire() {
+			t.Error("c took the Lease a second after the edit")
+		}
+		if a.valid() && c.valid() {
+			t.Error("a's and c's tenures are both valid")
+		}
+	})
+
+	t.Run("a created Lease edited by another client while its tenure is pending stays its creator's", func(t *testing.T) {
+		client := fake.NewClientset()
+		fakeapiserver.Versioned(client, leasesResource)
+		clk := clocktesting.NewFakeClock(start)
+		a := newReplica(t, client, clk, "a", d)
+		if _, _, err := a.lock.Get(context.Background()); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want NotFound", err)
+		}
+		now := metav1.NewTime(clk.Now())
+		if err := a.lock.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}); err != nil {
+			t.Fatal(err)
+		}
+		edit(t, client, func(l *coordinationv1.Lease) { l.Labels = map[string]string{"team": "x"} })
+		clk.Step(time.Second)
+		if record := a.read(); record.HolderIdentity != "a" {
+			t.Errorf("a sees its pending Lease, labelled by another client, held by %q", record.HolderIdentity)
 		}
 	})
 

@@ -50,6 +50,10 @@ type Holder struct {
 	// stopped has a value when a run in stopping has stopped.
 	stopped  chan struct{}
 	observer *observer
+	// locks is the lock of each slot Lease this member has asked for: one for the
+	// member's life, so that what it wrote is known to its next election and to
+	// releaseOrphans (a Lease names this member by its own write, or by an edit).
+	locks map[string]*election.LeaseLock
 }
 
 // slotRun is one slot's election and work, and how to end them.
@@ -170,6 +174,7 @@ func (h *Holder) follow(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	h.mu.Lock()
 	h.running, h.stopping, h.stopped = map[int]*slotRun{}, map[int]*slotRun{}, make(chan struct{}, 1)
+	h.locks = map[string]*election.LeaseLock{}
 	h.observer = newObserver(h.Client, h.Lease.Namespace, h.Lease.Name, h.Lease.Identity, clock.RealClock{})
 	h.mu.Unlock()
 	// The slot Leases are followed for as long as this member runs, whether it holds
@@ -274,9 +279,14 @@ func (h *Holder) releaseOrphans(ctx context.Context) {
 		if running {
 			continue
 		}
-		lease := h.Lease
-		lease.Name = name
-		lock := lease.NewLock(h.Client, tenure.New(clock.RealClock{}), election.LockOptions{})
+		h.mu.Lock()
+		lock := h.locks[name]
+		h.mu.Unlock()
+		if lock == nil {
+			// Never asked for by this member: named by someone else's edit, which
+			// the slot's next holder waits out.
+			continue
+		}
 		releaseCtx, cancel := context.WithTimeout(ctx, h.Lease.RenewDeadline)
 		released, err := lock.Release(releaseCtx)
 		cancel()
@@ -514,20 +524,13 @@ func (h *Holder) setCount(ctx context.Context, lease *coordinationv1.Lease) erro
 	return nil
 }
 
-// start runs the slot's election; the work starts when the Lease is held.
+// start runs the slot's election; the work starts when the Lease is held. h.mu is held.
 func (h *Holder) start(parent context.Context, slot int) *slotRun {
 	ctx, stop := context.WithCancel(context.WithoutCancel(parent))
 	run := &slotRun{stop: stop, done: make(chan struct{})}
 	logger := klog.FromContext(parent).WithValues("slot", slot)
 	name := SlotLeaseName(h.Lease.Name, slot, h.Space.Len())
-	lease := h.Lease
-	lease.Name = name
-	// One lock, and one tenure, for every election of the slot while it stays here:
-	// what it saw of the Lease carries over from one to the next.
-	lock := lease.NewLock(h.Client, tenure.New(clock.RealClock{}), election.LockOptions{
-		Labels: map[string]string{SlotOfLabel: h.Lease.Name},
-		Seen:   func(version string) (election.Sighting, bool) { return h.observer.sighting(name, version) },
-	})
+	lock := h.lockFor(name)
 	go func() {
 		defer func() {
 			close(run.done)
@@ -562,6 +565,23 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 		}
 	}()
 	return run
+}
+
+// lockFor is the lock of the slot Lease name: one, and one tenure, for every election
+// of the slot on this member, so that what it saw and wrote of the Lease carries over.
+// h.mu is held.
+func (h *Holder) lockFor(name string) *election.LeaseLock {
+	if lock, ok := h.locks[name]; ok {
+		return lock
+	}
+	lease := h.Lease
+	lease.Name = name
+	lock := lease.NewLock(h.Client, tenure.New(clock.RealClock{}), election.LockOptions{
+		Labels: map[string]string{SlotOfLabel: h.Lease.Name},
+		Seen:   func(version string) (election.Sighting, bool) { return h.observer.sighting(name, version) },
+	})
+	h.locks[name] = lock
+	return lock
 }
 
 // sleep waits for d, or until changed is closed (nil: never). It returns false when ctx

@@ -39,10 +39,14 @@ const SlotsAnnotation = "samplecontroller.k8s.io/slots"
 const SetByAnnotation = "samplecontroller.k8s.io/set-by"
 
 // Membership announces this replica in a Lease of its own, renewed every third of its
-// duration, and follows the Leases of the others. A member is live while its Lease was
-// renewed within its duration, by this replica's clock: membership decides only who
-// should hold which slot, so a stale view costs balance, never safety (each slot has a
-// fencing Lease of its own).
+// duration, and follows the Leases of the others. A member is live while this replica
+// has seen its Lease change (a new resourceVersion) within its duration, and no longer
+// than this replica's own duration, and while the Lease's renewTime says so too:
+// neither a renewTime in the future (a clock run ahead, an edit) nor a forged Lease
+// keeps a member live once its record stands still. Membership decides only who should
+// hold which slot, so a stale view costs balance, never safety (each slot has a fencing
+// Lease of its own). A member Lease that has stood still for collectAfter durations (a
+// replica killed without withdrawing it) is deleted.
 type Membership struct {
 	client    kubernetes.Interface
 	namespace string
@@ -61,6 +65,8 @@ type Membership struct {
 	changed chan struct{}
 	mu      sync.Mutex
 	timer   clock.Timer
+	// seen is, per member Lease, its resourceVersion and when this replica first saw it.
+	seen map[string]memberSighting
 	// disagreed says once that an older member divides the Foos otherwise.
 	disagreed sync.Once
 }
@@ -70,7 +76,7 @@ type Membership struct {
 func NewMembership(client kubernetes.Interface, namespace, group, identity string, slots int, duration time.Duration, clk clock.WithDelayedExecution) *Membership {
 	m := &Membership{
 		client: client, namespace: namespace, group: group, identity: identity, slots: slots, duration: duration, clock: clk,
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), seen: map[string]memberSighting{},
 	}
 	m.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
@@ -84,11 +90,100 @@ func NewMembership(client kubernetes.Interface, namespace, group, identity strin
 		m.notify()
 	}
 	_, _ = leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		UpdateFunc: func(any, any) { changed() },
-		DeleteFunc: func(any) { changed() },
+		AddFunc: func(obj any) {
+			m.saw(obj)
+			changed()
+		},
+		UpdateFunc: func(_, obj any) {
+			m.saw(obj)
+			changed()
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				m.mu.Lock()
+				delete(m.seen, l.Name)
+				m.mu.Unlock()
+			}
+			changed()
+		},
 	})
 	return m
+}
+
+// collectAfter is how many durations a member Lease stands still before it is deleted.
+const collectAfter = 5
+
+// memberSighting is a member Lease's resourceVersion, and when this replica first saw it.
+type memberSighting struct {
+	version string
+	at      time.Time
+}
+
+func (m *Membership) saw(obj any) {
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		m.mu.Lock()
+		m.sightingLocked(l)
+		m.mu.Unlock()
+	}
+}
+
+// sightingLocked is when this replica first saw l's current record; now, when it had
+// not seen it before. m.mu is held.
+func (m *Membership) sightingLocked(l *coordinationv1.Lease) time.Time {
+	s, ok := m.seen[l.Name]
+	if !ok || s.version != l.ResourceVersion {
+		s = memberSighting{version: l.ResourceVersion, at: m.clock.Now()}
+		m.seen[l.Name] = s
+	}
+	return s.at
+}
+
+// liveUntil is when the member of Lease l lapses unless it renews: its duration (at most
+// this replica's) after this replica first saw its current record, or after its
+// renewTime, whichever comes first. It is false for a Lease that names no member.
+func (m *Membership) liveUntil(l *coordinationv1.Lease) (time.Time, bool) {
+	expiry, ok := leaseExpiry(l)
+	if !ok {
+		return time.Time{}, false
+	}
+	d := min(time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second, m.duration)
+	m.mu.Lock()
+	seen := m.sightingLocked(l)
+	m.mu.Unlock()
+	if observed := seen.Add(d); observed.Before(expiry) {
+		expiry = observed
+	}
+	return expiry, true
+}
+
+// collect deletes the member Leases, other than this replica's, that have stood still
+// for collectAfter durations, each only as it was seen: one renewed meanwhile stays.
+func (m *Membership) collect(ctx context.Context) {
+	leases, err := m.lister.List(m.selector())
+	if err != nil {
+		return
+	}
+	now := m.clock.Now()
+	for _, l := range leases {
+		if l.Name == LeaseName(m.group, m.identity) {
+			continue
+		}
+		m.mu.Lock()
+		seen := m.sightingLocked(l)
+		m.mu.Unlock()
+		if now.Sub(seen) < collectAfter*m.duration {
+			continue
+		}
+		err := m.client.CoordinationV1().Leases(m.namespace).Delete(ctx, l.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion},
+		})
+		if err == nil {
+			klog.FromContext(ctx).Info("Deleted the member Lease of a replica gone without withdrawing it", "lease", l.Name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""))
+		}
+	}
 }
 
 // selector selects the group's member Leases. The informer asks the apiserver for those
@@ -135,6 +230,9 @@ func (m *Membership) Run(ctx context.Context) {
 	wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
 		if err := m.renew(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Announcing this replica", "group", m.group)
+		}
+		if cache.IsDone(m.synced) {
+			m.collect(ctx)
 		}
 	}, m.duration/3, 0.1, true)
 	m.mu.Lock()
@@ -209,7 +307,7 @@ func (m *Membership) Live() ([]string, bool) {
 	var live []*coordinationv1.Lease
 	for _, l := range leases {
 		// A Lease that does not say how it divides the Foos is no member's.
-		if expiry, ok := leaseExpiry(l); ok && now.Before(expiry) && slotsOf(l) > 0 {
+		if until, ok := m.liveUntil(l); ok && now.Before(until) && slotsOf(l) > 0 {
 			live = append(live, l)
 		}
 	}
@@ -262,8 +360,8 @@ func (m *Membership) scheduleExpiry() {
 	now := m.clock.Now()
 	var next time.Time
 	for _, l := range leases {
-		if expiry, ok := leaseExpiry(l); ok && now.Before(expiry) && (next.IsZero() || expiry.Before(next)) {
-			next = expiry
+		if until, ok := m.liveUntil(l); ok && now.Before(until) && (next.IsZero() || until.Before(next)) {
+			next = until
 		}
 	}
 	m.mu.Lock()

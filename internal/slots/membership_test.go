@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -68,6 +69,56 @@ func TestMembership(t *testing.T) {
 		}
 		clk.Step(6 * time.Second)
 		waitLive(t, a, "a", "b")
+	})
+
+	// advance moves the fake clock on by d, a and b renewing every 5 s of it as they
+	// would every third of their duration.
+	advance := func(t *testing.T, d time.Duration) {
+		t.Helper()
+		for ; d > 0; d -= 5 * time.Second {
+			clk.Step(min(d, 5*time.Second))
+			for _, m := range []*Membership{a, b} {
+				if err := m.renew(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+
+	t.Run("a member Lease renewed in the future lapses a duration after it was seen", func(t *testing.T) {
+		// Killed while its clock ran an hour ahead, or edited so: by its renewTime it
+		// lives for another hour.
+		createMember(t, client, ns, group, "ahead", 8, clk.Now(), clk.Now().Add(time.Hour), 30)
+		waitLive(t, a, "a", "ahead", "b")
+		advance(t, 31*time.Second)
+		waitLive(t, a, "a", "b")
+	})
+
+	t.Run("a forged oldest member of another count stops the group for a duration at most", func(t *testing.T) {
+		name := createMember(t, client, ns, group, "forged", 4, clk.Now().Add(-24*time.Hour), clk.Now().Add(time.Hour), 3600)
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			_, act := a.Live()
+			return !act, nil
+		}); err != nil {
+			t.Fatal("a acts beside an older member that divides the Foos into 4")
+		}
+		advance(t, 31*time.Second)
+		waitLive(t, a, "a", "b")
+		// And, standing still, it is deleted: so is every Lease left by a replica that
+		// died without withdrawing it.
+		advance(t, collectAfter*30*time.Second)
+		a.collect(ctx)
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			t.Error("the forged member's Lease, standing still, was never deleted")
+		}
+		for _, live := range []string{"a", "b"} {
+			if _, err := client.CoordinationV1().Leases(ns).Get(ctx, LeaseName(group, live), metav1.GetOptions{}); err != nil {
+				t.Errorf("%s's Lease: %v, want it kept", live, err)
+			}
+		}
 	})
 
 	t.Run("a member that leaves withdraws its Lease at once", func(t *testing.T) {
