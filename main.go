@@ -105,7 +105,7 @@ func run(ctx context.Context, opts *options) error {
 	metrics.RegisterBuildInfo(build)
 	// The slot gauges are served in single-leader mode too, both 0, so that one alert
 	// covers both modes.
-	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, writesHeldBack, syncDuration, slotCount, slotsHeld)
+	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, writesHeldBack, eventsDropped, syncDuration, slotCount, slotsHeld)
 	slotCount.Set(float64(opts.lease.shardSlots))
 
 	cfg, namespace, err := opts.clients.restConfig()

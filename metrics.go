@@ -1,6 +1,7 @@
 // The controller's own Prometheus metrics: its syncs, its stale-cache skips, the writes
-// its tenure held back, its slots, and the Foos it knows by readiness. client-go's
-// (work queues, REST clients, informers, leader election) come from internal/metrics.
+// its tenure held back, the Events it dropped, its slots, and the Foos it knows by
+// readiness. client-go's (work queues, REST clients, informers, leader election) come
+// from internal/metrics.
 
 package main
 
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/eventrecording"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
@@ -31,6 +33,11 @@ var (
 	writesHeldBack = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_writes_held_back_total",
 		Help: "Writes (Deployments, Foo status, Events) not sent because this replica's tenure of its Lease, or of the slot's, was not valid by its own clock, by reason: expired (the tenure ended or lapsed: the Lease was lost, or not renewed in time), stalled (the tenure was valid when the write was let through and over at a read of its body to send it: the process stalled in between, or the Lease was lost meanwhile; the body never arrived whole) or none (a write outside any tenure where every write needs one: a bug).",
+	}, []string{"reason"})
+
+	eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sample_controller_events_dropped_total",
+		Help: "Events recorded and never written, by reason: tenure_over (held back at the end of this replica's tenure of its Lease, or of the slot's: they belong to the syncs of that tenure) or shutdown (the wait of 5 s for them at shutdown ended first).",
 	}, []string{"reason"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -88,6 +95,9 @@ func init() {
 	}
 	for _, reason := range []string{tenure.ReasonExpired, tenure.ReasonStalled, tenure.ReasonNone} {
 		writesHeldBack.WithLabelValues(reason)
+	}
+	for _, reason := range []string{eventrecording.DroppedTenureOver, eventrecording.DroppedShutdown} {
+		eventsDropped.WithLabelValues(reason)
 	}
 }
 
@@ -157,3 +167,6 @@ func (c *cachedObjectsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(foos), writes.Foos)
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(deployments), writes.Deployments)
 }
+
+// dropEvent counts an Event recorded and never written.
+func dropEvent(reason string) { eventsDropped.WithLabelValues(reason).Inc() }

@@ -50,12 +50,24 @@ type Recording struct {
 	once sync.Once
 }
 
+// Reasons an Event recorded was never written, for Start's dropped.
+const (
+	// DroppedTenureOver: its write was held back, the replica's tenure being over.
+	DroppedTenureOver = "tenure_over"
+	// DroppedShutdown: the shutdown's wait for it ended first.
+	DroppedShutdown = "shutdown"
+)
+
 // Start starts recording Events through client, as component. The recording outlives
 // ctx; Shutdown ends it. With a tenure, the Events are written only while it is valid
 // (through a tenure.Gate in client) and dropped otherwise: they belong to the syncs of
-// that tenure.
-func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure) (*Recording, error) {
-	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{})}
+// that tenure. dropped, if set, is told each Event recorded and never written, with
+// the reason (DroppedTenureOver, DroppedShutdown).
+func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure, dropped func(reason string)) (*Recording, error) {
+	if dropped == nil {
+		dropped = func(string) {}
+	}
+	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{}), dropped: dropped}
 	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	broadcaster := events.NewBroadcaster(sink)
 	if err := broadcaster.StartRecordingToSinkWithContext(recordCtx); err != nil {
@@ -111,6 +123,9 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 		case <-r.took:
 		case <-time.After(time.Until(deadline)):
 			logger.Info("Gave up waiting for Events to be queued", "recorded", r.recorded.Load(), "queued", r.queued.Load(), "timeout", timeout)
+			for range r.recorded.Load() - r.queued.Load() {
+				r.sink.dropped(DroppedShutdown)
+			}
 			r.broadcaster.Shutdown()
 			return
 		}
@@ -145,7 +160,8 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 // last one ended, and holds its writes to a tenure.
 type countingSink struct {
 	events.EventSink
-	tenure *tenure.Tenure
+	tenure  *tenure.Tenure
+	dropped func(reason string)
 
 	mu       sync.Mutex
 	inFlight int
@@ -162,11 +178,13 @@ func (s *countingSink) begin() {
 	s.last = time.Now()
 }
 
-func (s *countingSink) end() {
+func (s *countingSink) end(written bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.inFlight--
-	s.written++
+	if written {
+		s.written++
+	}
 	s.last = time.Now()
 	if s.inFlight == 0 {
 		select {
@@ -184,18 +202,19 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 }
 
 // write makes one write of the sink within the tenure. A write the tenure's gate held
-// back is dropped, and reported to the broadcaster as done: it would retry any other
-// error, 12 times 10 s apart, and could write the Event in a tenure it does not
-// belong to.
+// back is dropped, counted as such (not as written), and reported to the broadcaster
+// as done: it would retry any other error, 12 times 10 s apart, and could write the
+// Event in a tenure it does not belong to.
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
 	s.begin()
-	defer s.end()
 	if s.tenure != nil {
 		ctx = tenure.NewContext(ctx, s.tenure)
 	}
 	written, err := do(ctx)
+	s.end(err == nil)
 	if errors.Is(err, tenure.ErrNotHeld) {
 		klog.FromContext(ctx).V(2).Info("Dropped an Event: this replica's tenure is over", "reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name))
+		s.dropped(DroppedTenureOver)
 		return event, nil
 	}
 	return written, err

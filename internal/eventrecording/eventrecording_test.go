@@ -3,6 +3,7 @@ package eventrecording
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
 // TestShutdownWritesEverything records Events for many objects, cancels
@@ -31,7 +34,7 @@ func TestShutdownWritesEverything(t *testing.T) {
 		written.Add(1)
 		return false, nil, nil
 	})
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil)
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func TestShutdownIsBounded(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil)
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +74,41 @@ func TestShutdownIsBounded(t *testing.T) {
 	recording.Shutdown(ctx, 300*time.Millisecond)
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("shutdown took %v with a 300ms timeout", took)
+	}
+}
+
+// TestEventsHeldBackAreDropped records Events whose writes the tenure's gate holds
+// back, the replica's tenure being over: each is counted as dropped, with its reason,
+// and none as written.
+func TestEventsHeldBackAreDropped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset()
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("POST events: %w", tenure.ErrNotHeld)
+	})
+	var mu sync.Mutex
+	dropped := map[string]int{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, func(reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		dropped[reason]++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	recording.Shutdown(ctx, 5*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if dropped[DroppedTenureOver] != n || len(dropped) != 1 {
+		t.Errorf("dropped %v, want %d %s", dropped, n, DroppedTenureOver)
+	}
+	if written, _, _ := recording.sink.state(); written != 0 {
+		t.Errorf("%d Events counted as written, want 0", written)
 	}
 }
 

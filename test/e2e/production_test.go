@@ -379,6 +379,7 @@ func TestMetrics(t *testing.T) {
 		{"sample_controller_stale_cache_skips_total", map[string]string{"resource": "foos"}},
 		{"sample_controller_stale_cache_skips_total", map[string]string{"resource": "deployments"}},
 		{"sample_controller_writes_held_back_total", map[string]string{"reason": "expired"}},
+		{"sample_controller_events_dropped_total", map[string]string{"reason": "tenure_over"}},
 		{"sample_controller_build_info", nil},
 	} {
 		if !m.Has(c.name, c.labels) {
