@@ -125,9 +125,13 @@ func CountLeaseName(group string) string {
 }
 
 // slotLeaseCount is the number of slots a slot Lease of group belongs to: 0 for a Lease
-// of a version before slot Leases named it, which may overlap any slot of any count.
-// It is false for a Lease that is no slot's.
+// of a version before slot Leases named it, which may overlap any slot of any count,
+// and 1 for the single leader's Lease, named as the group (Single). It is false for a
+// Lease that is no slot's.
 func slotLeaseCount(group, name string) (int, bool) {
+	if name == group {
+		return 1, true
+	}
 	rest, ok := strings.CutPrefix(name, group+"-slot-")
 	if !ok {
 		return 0, false
@@ -367,7 +371,7 @@ func (h *Holder) admit(ctx context.Context) bool {
 				logger.Info("Waiting for the Leases of another number of slots to be released or to expire", "leases", others.held, "slots", n)
 			}
 		default:
-			if _, act := h.Membership.Live(); !act || len(others.held) > 0 {
+			if !h.told() || len(others.held) > 0 {
 				return false
 			}
 			if err := h.setCount(ctx, lease); err != nil {
@@ -385,6 +389,16 @@ func (h *Holder) admit(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// told tells whether the membership tells this member to act; a single leader (no
+// membership) always is.
+func (h *Holder) told() bool {
+	if h.Membership == nil {
+		return true
+	}
+	_, act := h.Membership.Live()
+	return act
 }
 
 // FenceHolder is the holder a member of n slots writes into the expired Leases of
@@ -429,7 +443,7 @@ func (h *Holder) waitAdmissible(ctx context.Context) bool {
 		if count == h.Space.Len() {
 			return true
 		}
-		if _, act := h.Membership.Live(); act && h.observer.cachedOthersHeld(h.Space.Len()) == 0 {
+		if h.told() && h.observer.cachedOthersHeld(h.Space.Len()) == 0 {
 			return true
 		}
 		// The membership's changes are the holder loop's; it is read again every retry

@@ -261,15 +261,16 @@ type overlap struct {
 
 func (o overlap) String() string { return fmt.Sprintf("%v, %s", o.Write, o.what) }
 
-// leadership reads the replicas' logs of writes as a sequence of tenures: runs of Foo
-// and Deployment writes by one replica, in the order they were sent to the apiserver.
+// leadership reads the replicas' logs of writes as a sequence of tenures: runs of Foo,
+// Deployment and Event writes by one replica, in the order they were sent to the
+// apiserver.
 // It returns the gap of each hand-over, from the old leader's last answer to the new
 // leader's first request, and the writes that overlap another replica's: sent after
 // a later tenure had begun, or before the previous tenure's last answer.
 func leadership(logs [][]apiproxy.Write) (gaps []time.Duration, overlaps []overlap) {
 	var all []apiproxy.Write
 	for _, log := range logs {
-		all = append(all, objectWrites(log)...)
+		all = append(all, ownedWrites(log)...)
 	}
 	slices.SortFunc(all, func(a, b apiproxy.Write) int { return a.Sent.Compare(b.Sent) })
 	succeeded := map[string]time.Time{} // by replica whose tenure is over: when the next began

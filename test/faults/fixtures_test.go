@@ -117,6 +117,13 @@ func isObjectWrite(w apiproxy.Write) bool {
 	return w.Resource == "foos" || w.Resource == "deployments"
 }
 
+// ownedWrites keeps the writes a replica may make only inside its tenure: of Foos,
+// Deployments and Events (written on the broadcaster's timers, but through the same
+// gate).
+func ownedWrites(writes []apiproxy.Write) []apiproxy.Write {
+	return slices.DeleteFunc(writes, func(w apiproxy.Write) bool { return !isObjectWrite(w) && w.Resource != "events" })
+}
+
 // createFoo creates a Foo as a user would.
 func createFoo(t *testing.T, ns, name, deploymentName string, replicas int32) {
 	t.Helper()

@@ -133,12 +133,11 @@ func TestHelmChart(t *testing.T) {
 	env.Kubectl(t, "apply", "-n", ns, as, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
 	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 1)
 
-	// To sharded mode as docs/operations.md says: single-leader and sharded replicas
-	// do not fence each other, so the old ones are gone (scaled to zero; here, the
-	// controller stopped) before the upgrade starts new ones. The upgrade changes the
-	// Deployment's flags and replicas and the Role (sharded replicas list and watch
-	// each other's Leases): a controller with the new flags works with the new RBAC.
-	env.Kubectl(t, "scale", "-n", releaseNamespace, "deployment/sample-controller", "--replicas=0")
+	// To sharded mode in a rolling update, as docs/operations.md says. The upgrade
+	// changes the Deployment's flags and replicas and the Role (sharded replicas watch
+	// each other's Leases and delete a dead one's): a controller with the new flags
+	// works with the new RBAC. The old Pods stop as the rollout replaces them (here,
+	// the controller stops).
 	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
 		t.Error(err)
 	}

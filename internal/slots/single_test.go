@@ -1,0 +1,106 @@
+package slots
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
+)
+
+// TestSingleLeaderAndShardedReplicasTakeTurns runs the two modes of one group as a
+// rolling update that turns sharded mode off and on again does: a single leader starts
+// while a sharded replica works, and acts only once that replica has gone; a sharded
+// replica starts while the leader works, and acts only once the leader has gone. Their
+// works never overlap on any slot (the leader's covers every slot).
+func TestSingleLeaderAndShardedReplicasTakeTurns(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	withResourceVersions(client)
+	space := mustSpace(t, 4)
+	log := newWorkLog()
+	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	sharded := func(identity string) func() {
+		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
+		return stop
+	}
+	waitOwners := func(what string, want []string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return slices.Equal(log.owners(space.Len()), want), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: owners %q, want %q", what, log.owners(space.Len()), want)
+		}
+	}
+	// stays checks that the owners stay want for a while: the other mode waits.
+	stays := func(what string, want []string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			if owners := log.owners(space.Len()); !slices.Equal(owners, want) {
+				t.Fatalf("%s: owners %q, want %q", what, owners, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	all := func(identity string) []string { return slices.Repeat([]string{identity}, space.Len()) }
+
+	stopS := sharded("s")
+	waitOwners("the sharded replica works on every slot", all("s"))
+
+	// The single leader, as runAsLeader runs it: its work covers every slot.
+	lease := election.Lease{Namespace: testNamespace, Name: testGroup, Identity: "l",
+		Duration: timings.Duration, RenewDeadline: timings.RenewDeadline, RetryPeriod: timings.RetryPeriod}
+	leaderCtx, stopLeader := context.WithCancel(ctx)
+	var leaderDone sync.WaitGroup
+	leaderDone.Go(func() {
+		single := NewSingle(client, lease)
+		go single.Run(leaderCtx)
+		lock := lease.NewLock(client, nil, election.LockOptions{Labels: SingleLeaseLabels(testGroup)})
+		work := log.work("l", 0, nil)
+		for leaderCtx.Err() == nil {
+			if !single.WaitAdmissible(leaderCtx) {
+				return
+			}
+			election.Run(leaderCtx, election.Config{Lock: lock, OnLost: func() { t.Error("the leader lost its Lease") }}, func(ctx context.Context) error {
+				if !single.Admit(ctx) {
+					return nil
+				}
+				var slotsDone sync.WaitGroup
+				for slot := range space.Len() {
+					slotsDone.Go(func() { _ = work(ctx, slot) })
+				}
+				slotsDone.Wait()
+				return nil
+			})
+		}
+	})
+	t.Cleanup(func() {
+		stopLeader()
+		leaderDone.Wait()
+	})
+	stays("the leader waits while the sharded replica works", all("s"))
+	stopS()
+	waitOwners("the leader works once the sharded replica has gone", all("l"))
+
+	stopT := sharded("t")
+	defer stopT()
+	stays("the sharded replica waits while the leader works", all("l"))
+	stopLeader()
+	leaderDone.Wait()
+	waitOwners("the sharded replica works once the leader has gone", all("t"))
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.overlaps) > 0 {
+		t.Errorf("the modes worked on one slot at once:\n%s", log.overlaps)
+	}
+}
