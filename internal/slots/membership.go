@@ -174,7 +174,14 @@ func (m *Membership) collect(ctx context.Context) {
 		m.mu.Lock()
 		seen := m.sightingLocked(l)
 		m.mu.Unlock()
-		if now.Sub(seen) < collectAfter*m.duration {
+		// Standing still by this replica's watch and by its renewTime both: a watch
+		// that saw the last renewal late (its process was frozen) does not count it
+		// standing still from then.
+		renewed := time.Time{}
+		if l.Spec.RenewTime != nil {
+			renewed = l.Spec.RenewTime.Time
+		}
+		if now.Sub(seen) < collectAfter*m.duration || now.Sub(renewed) < collectAfter*m.duration {
 			continue
 		}
 		err := m.client.CoordinationV1().Leases(m.namespace).Delete(ctx, l.Name, metav1.DeleteOptions{

@@ -104,15 +104,22 @@ func TestMembership(t *testing.T) {
 		}
 		advance(t, 31*time.Second)
 		waitLive(t, a, "a", "b")
-		// And, standing still, it is deleted: so is every Lease left by a replica that
-		// died without withdrawing it.
+		if err := client.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitLive(t, a, "a", "b")
+	})
+
+	t.Run("the Lease of a replica killed without withdrawing it is deleted", func(t *testing.T) {
+		name := createMember(t, client, ns, group, "killed", 8, clk.Now(), clk.Now(), 30)
+		waitLive(t, a, "a", "b", "killed")
 		advance(t, collectAfter*30*time.Second)
 		a.collect(ctx)
 		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 			_, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		}); err != nil {
-			t.Error("the forged member's Lease, standing still, was never deleted")
+			t.Error("the killed replica's Lease, standing still, was never deleted")
 		}
 		for _, live := range []string{"a", "b"} {
 			if _, err := client.CoordinationV1().Leases(ns).Get(ctx, LeaseName(group, live), metav1.GetOptions{}); err != nil {
