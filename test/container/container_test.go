@@ -30,9 +30,10 @@ import (
 )
 
 // handoverWithin bounds how long the Lease may take to change hands after the leader's
-// container gets SIGTERM: the leader releases it on its way out, and the standby retries
-// every --leader-elect-retry-period (1 s in the manifest) plus up to 120% jitter.
-const handoverWithin = 3 * time.Second
+// container gets SIGTERM: the leader releases it on its way out, the release stands for
+// a second (the flight of a write the leader gave up on), and the standby retries every
+// --leader-elect-retry-period (1 s in the manifest) plus up to 120% jitter.
+const handoverWithin = 4 * time.Second
 
 // pod is one replica of the Deployment, run as a kubelet would run it.
 type pod struct {
