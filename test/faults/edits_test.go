@@ -15,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
@@ -139,15 +140,18 @@ type leaseEdit struct {
 // (kubectl replace --force).
 func leaseEdits(ns, name string) []leaseEdit {
 	leases := env.Kube.CoordinationV1().Leases(ns)
+	// Read and written back as kubectl edit does, again when a renewal came between.
 	update := func(change func(*coordinationv1.Lease, string)) func(context.Context, string) error {
 		return func(ctx context.Context, other string) error {
-			l, err := leases.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				change(l, other)
+				_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 				return err
-			}
-			change(l, other)
-			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-			return err
+			})
 		}
 	}
 	return []leaseEdit{
