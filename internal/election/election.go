@@ -21,11 +21,11 @@ import (
 
 // Config is one election.
 type Config struct {
-	// Lock is the Lease's lock (Lease.NewLock); the work's context carries its tenure,
+	// Lock is the Lease's lock (Lease.NewLock), whose Lease's Name also names the
+	// election in client-go's metrics and logs. The work's context carries its tenure,
 	// so that its writes pass a tenure.Gate only while it is valid. A read of the Lease
 	// that shows another holder while the work runs ends the tenure and the election at
 	// once, and is reported to OnLost.
-	// Its Lease's Name also names the election in client-go's metrics and logs.
 	Lock     *LeaseLock
 	WatchDog *leaderelection.HealthzAdaptor
 	// OnLost is called when the Lease is lost while the work runs, also when it was

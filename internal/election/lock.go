@@ -80,9 +80,9 @@ type LeaseLock struct {
 	// wrote is the resourceVersion of this process's last write naming itself, and
 	// releasedAt that of its last release.
 	wrote, releasedAt string
-	// sent is the renewTime of the last write naming this process that it sent,
-	// stored or not: a write whose answer was lost is known by it.
-	sent time.Time
+	// sentRenewal is the renewTime of the last write naming this process that it
+	// sent, stored or not: a write whose answer was lost is known by it.
+	sentRenewal time.Time
 }
 
 var _ resourcelock.Interface = &LeaseLock{}
@@ -221,7 +221,7 @@ func (l *LeaseLock) ownLocked(lease *coordinationv1.Lease) bool {
 		return true
 	}
 	renewed := lease.Spec.RenewTime
-	return renewed != nil && !l.sent.IsZero() && renewed.Truncate(time.Microsecond).Equal(l.sent) &&
+	return renewed != nil && !l.sentRenewal.IsZero() && renewed.Truncate(time.Microsecond).Equal(l.sentRenewal) &&
 		ptr.Deref(lease.Spec.HolderIdentity, "") == l.lease.Identity
 }
 
@@ -261,7 +261,7 @@ func (l *LeaseLock) Create(ctx context.Context, record resourcelock.LeaderElecti
 	l.mu.Lock()
 	wait := l.longest
 	if lease.Spec.RenewTime != nil {
-		l.sent = lease.Spec.RenewTime.Truncate(time.Microsecond)
+		l.sentRenewal = lease.Spec.RenewTime.Truncate(time.Microsecond)
 	}
 	l.mu.Unlock()
 	sent := l.clock.Now()
@@ -310,7 +310,7 @@ func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElecti
 	}
 	if mine && spec.RenewTime != nil {
 		l.mu.Lock()
-		l.sent = spec.RenewTime.Truncate(time.Microsecond)
+		l.sentRenewal = spec.RenewTime.Truncate(time.Microsecond)
 		l.mu.Unlock()
 	}
 	sent := l.clock.Now()

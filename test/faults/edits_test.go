@@ -45,10 +45,9 @@ func TestLeaseEditedByAnotherClient(t *testing.T) {
 	started := slices.Clone(replicas)
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
-	leader, holder := waitLeaderOf(t, ns, lease, replicas, "")
-	edits := leaseEdits(ns, lease)
+	leader, _ := waitLeaderOf(t, ns, lease, replicas, "")
 	var parts []string
-	for _, e := range edits {
+	for _, e := range leaseEdits(ns) {
 		waitWrites(t, leader, 3)
 		standby := "" // the other replica
 		for _, c := range replicas {
@@ -57,12 +56,12 @@ func TestLeaseEditedByAnotherClient(t *testing.T) {
 			}
 		}
 		at := time.Now()
-		if err := e.change(t.Context(), standby); err != nil {
+		if err := e.change(t.Context(), lease, standby); err != nil {
 			t.Fatalf("%s: %v", e.name, err)
 		}
 		// Two durations: enough for any takeover the edit allows.
 		time.Sleep(2 * duration)
-		next, nextHolder := waitLeaderOf(t, ns, lease, replicas, "")
+		next, _ := waitLeaderOf(t, ns, lease, replicas, "")
 		part := fmt.Sprintf("%s: %s kept the Lease", e.name, leader.proxy.Name())
 		if next != leader {
 			waitWrites(t, next, 1)
@@ -73,14 +72,13 @@ func TestLeaseEditedByAnotherClient(t *testing.T) {
 			}
 			// The old leader, out of the running: a fresh standby takes its place.
 			others := slices.DeleteFunc(slices.Clone(replicas), func(c *proxiedController) bool { return c == leader })
-			standby := startProxied(t, ns, args...)
-			replicas = append(others, standby)
-			started = append(started, standby)
+			fresh := startProxied(t, ns, args...)
+			replicas = append(others, fresh)
+			started = append(started, fresh)
 		}
 		parts = append(parts, part)
-		leader, holder = next, nextHolder
+		leader = next
 	}
-	_ = holder
 	waitWrites(t, leader, 3)
 	stopLoad()
 	foos := <-load
@@ -128,21 +126,21 @@ func firstObjectWriteAfter(c *proxiedController, at time.Time) time.Time {
 	return time.Time{}
 }
 
-// leaseEdit is another client's edit of a Lease, given the identity of a replica
-// that does not hold it.
+// leaseEdit is another client's edit of a Lease, given its name and the identity of a
+// replica that does not hold it.
 type leaseEdit struct {
 	name   string
-	change func(ctx context.Context, other string) error
+	change func(ctx context.Context, lease, other string) error
 }
 
-// leaseEdits are the edits another client makes of the Lease ns/name: (a) empty the
-// holder, (b) name another replica, (c) lower the duration, (d) delete and recreate it
-// (kubectl replace --force).
-func leaseEdits(ns, name string) []leaseEdit {
+// leaseEdits are the edits another client makes of a Lease in ns: (a) empty the holder,
+// (b) name another replica, (c) lower the duration, (d) delete and recreate it (kubectl
+// replace --force).
+func leaseEdits(ns string) []leaseEdit {
 	leases := env.Kube.CoordinationV1().Leases(ns)
 	// Read and written back as kubectl edit does, again when a renewal came between.
-	update := func(change func(*coordinationv1.Lease, string)) func(context.Context, string) error {
-		return func(ctx context.Context, other string) error {
+	update := func(change func(*coordinationv1.Lease, string)) func(context.Context, string, string) error {
+		return func(ctx context.Context, name, other string) error {
 			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				l, err := leases.Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
@@ -158,7 +156,7 @@ func leaseEdits(ns, name string) []leaseEdit {
 		{"empty the holder", update(func(l *coordinationv1.Lease, _ string) { l.Spec.HolderIdentity = ptr.To("") })},
 		{"name another replica", update(func(l *coordinationv1.Lease, other string) { l.Spec.HolderIdentity = ptr.To(other) })},
 		{"lower the duration to 1s", update(func(l *coordinationv1.Lease, _ string) { l.Spec.LeaseDurationSeconds = ptr.To[int32](1) })},
-		{"delete and recreate it", func(ctx context.Context, _ string) error {
+		{"delete and recreate it", func(ctx context.Context, name, _ string) error {
 			l, err := leases.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -194,9 +192,8 @@ func TestSlotLeaseEditedByAnotherClient(t *testing.T) {
 	var parts []string
 	editedAt := map[string]time.Time{}
 	// Edit i on slot i.
-	for i := range len(leaseEdits(ns, "")) {
+	for i, e := range leaseEdits(ns) {
 		name := slots.SlotLeaseName(shardGroup, i, shardSlots)
-		e := leaseEdits(ns, name)[i]
 		// The holder of the slot, and another replica: the holder of another slot.
 		leases, err := env.Kube.CoordinationV1().Leases(ns).List(t.Context(), metav1.ListOptions{LabelSelector: slots.SlotOfLabel + "=" + shardGroup})
 		if err != nil {
@@ -214,7 +211,7 @@ func TestSlotLeaseEditedByAnotherClient(t *testing.T) {
 			}
 		}
 		editedAt[name] = time.Now()
-		if err := e.change(t.Context(), other); err != nil {
+		if err := e.change(t.Context(), name, other); err != nil {
 			t.Fatalf("%s: %v", e.name, err)
 		}
 		time.Sleep(2 * shardLease)

@@ -48,25 +48,15 @@ func TestInstallPaths(t *testing.T) {
 
 	t.Run("examples, then the chart", func(t *testing.T) {
 		helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
-		api.unchanged(t, "helm install")
-		ownedOnce(t, "helm install", releaseNamespace)
-		helm(t, "upgrade", release, chart, "-n", releaseNamespace, "--reset-then-reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m")
-		api.unchanged(t, "helm upgrade")
-		ownedOnce(t, "helm upgrade", releaseNamespace)
-		uninstall(t, releaseNamespace)
-		api.unchanged(t, "helm uninstall")
+		api.check(t, "helm install", releaseNamespace)
+		api.upgradeAndUninstall(t, chart, releaseNamespace)
 	})
 
 	t.Run("the chart, then the examples", func(t *testing.T) {
 		helm(t, "install", release, chart, "-n", releaseNamespace, "--wait", "--timeout", "3m")
 		env.Kubectl(t, "apply", "-k", examples)
-		api.unchanged(t, "kubectl apply -k artifacts/examples")
-		ownedOnce(t, "kubectl apply -k artifacts/examples", releaseNamespace)
-		helm(t, "upgrade", release, chart, "-n", releaseNamespace, "--reset-then-reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m")
-		api.unchanged(t, "helm upgrade")
-		ownedOnce(t, "helm upgrade", releaseNamespace)
-		uninstall(t, releaseNamespace)
-		api.unchanged(t, "helm uninstall")
+		api.check(t, "kubectl apply -k artifacts/examples", releaseNamespace)
+		api.upgradeAndUninstall(t, chart, releaseNamespace)
 	})
 
 	t.Run("make deploy, then the chart", func(t *testing.T) {
@@ -77,8 +67,7 @@ func TestInstallPaths(t *testing.T) {
 			}
 		}
 		deploy("apply")
-		api.unchanged(t, "make deploy")
-		ownedOnce(t, "make deploy", framework.DeployNamespace)
+		api.check(t, "make deploy", framework.DeployNamespace)
 		installed := snapshotInstall(t, framework.DeployNamespace)
 
 		// Without the handover helm stops, saying how to go on, and changes nothing.
@@ -97,17 +86,30 @@ func TestInstallPaths(t *testing.T) {
 		// And make deploy refuses to install over the chart's release, likewise.
 		deploy("handover")
 		helm(t, "install", release, chart, "-n", framework.DeployNamespace, "--wait", "--timeout", "3m")
-		api.unchanged(t, "helm install after the handover")
-		ownedOnce(t, "helm install after the handover", framework.DeployNamespace)
+		api.check(t, "helm install after the handover", framework.DeployNamespace)
 		if out, err := env.Deploy(ctx, "apply", ""); err == nil || !strings.Contains(out, "helm release "+release) {
 			t.Errorf("make deploy over the helm release: err = %v, want it refused naming the release:\n%s", err, out)
 		}
-		helm(t, "upgrade", release, chart, "-n", framework.DeployNamespace, "--reset-then-reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m")
-		api.unchanged(t, "helm upgrade")
-		ownedOnce(t, "helm upgrade", framework.DeployNamespace)
-		uninstall(t, framework.DeployNamespace)
-		api.unchanged(t, "helm uninstall")
+		api.upgradeAndUninstall(t, chart, framework.DeployNamespace)
 	})
+}
+
+// check checks, after step, that the API is unchanged and that no object of the
+// controller's install in namespace is owned twice.
+func (s *apiSnapshot) check(t *testing.T, step, namespace string) {
+	t.Helper()
+	s.unchanged(t, step)
+	ownedOnce(t, step, namespace)
+}
+
+// upgradeAndUninstall upgrades the release in namespace and uninstalls it, checking
+// after each step.
+func (s *apiSnapshot) upgradeAndUninstall(t *testing.T, chart, namespace string) {
+	t.Helper()
+	helm(t, "upgrade", release, chart, "-n", namespace, "--reset-then-reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m")
+	s.check(t, "helm upgrade", namespace)
+	uninstall(t, namespace)
+	s.unchanged(t, "helm uninstall")
 }
 
 // uninstall removes the release from namespace and checks that what it owned went
