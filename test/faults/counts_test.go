@@ -116,7 +116,7 @@ func meddleWithMembers(t *testing.T, ns, count string, change func(coordinationc
 		if l.Annotations[slots.SlotsAnnotation] != count {
 			continue
 		}
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := retry.RetryOnConflict(conflictBackoff, func() error {
 			lease, err := leases.Get(t.Context(), l.Name, metav1.GetOptions{})
 			if err != nil {
 				return err

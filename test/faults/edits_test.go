@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
@@ -138,24 +137,18 @@ type leaseEdit struct {
 // replace --force).
 func leaseEdits(ns string) []leaseEdit {
 	leases := env.Kube.CoordinationV1().Leases(ns)
-	// Read and written back as kubectl edit does, again when a renewal came between.
-	update := func(change func(*coordinationv1.Lease, string)) func(context.Context, string, string) error {
+	// A merge patch, as kubectl patch sends: no resourceVersion, so it lands on whatever
+	// renewal came last instead of losing a race with the next one.
+	patch := func(spec func(other string) string) func(context.Context, string, string) error {
 		return func(ctx context.Context, name, other string) error {
-			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				l, err := leases.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				change(l, other)
-				_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-				return err
-			})
+			_, err := leases.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":`+spec(other)+`}`), metav1.PatchOptions{})
+			return err
 		}
 	}
 	return []leaseEdit{
-		{"empty the holder", update(func(l *coordinationv1.Lease, _ string) { l.Spec.HolderIdentity = ptr.To("") })},
-		{"name another replica", update(func(l *coordinationv1.Lease, other string) { l.Spec.HolderIdentity = ptr.To(other) })},
-		{"lower the duration to 1s", update(func(l *coordinationv1.Lease, _ string) { l.Spec.LeaseDurationSeconds = ptr.To[int32](1) })},
+		{"empty the holder", patch(func(string) string { return `{"holderIdentity":""}` })},
+		{"name another replica", patch(func(other string) string { return fmt.Sprintf(`{"holderIdentity":%q}`, other) })},
+		{"lower the duration to 1s", patch(func(string) string { return `{"leaseDurationSeconds":1}` })},
 		{"delete and recreate it", func(ctx context.Context, name, _ string) error {
 			l, err := leases.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

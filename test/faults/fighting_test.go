@@ -37,7 +37,7 @@ func TestFightingActor(t *testing.T) {
 	var restores []time.Duration
 	began := time.Now()
 	for fight := 0; time.Since(began) < fightFor; fight++ {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := retry.RetryOnConflict(conflictBackoff, func() error {
 			d, err := deployments.Get(t.Context(), "contested", metav1.GetOptions{})
 			if err != nil {
 				return err
