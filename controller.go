@@ -576,6 +576,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		}
 	case errors.Is(syncErr, reconcile.ErrNotOwned):
 		c.reportNotOwned(ctx, foo, deployment)
+	case tenure.Fenced(syncErr):
+		// The API server's fencing policy: the Lease names another Pod now. Nothing to
+		// tell the Foo's author; the next tenure, most likely another replica's, retries.
+		return syncErr
 	case reconcile.IsRejected(syncErr) && !apierrors.HasStatusCause(syncErr, corev1.NamespaceTerminatingCause):
 		// A namespace being deleted refuses creates, events included, and takes the
 		// Foo with it; there is no one to tell. The name was not taken.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
@@ -355,6 +356,17 @@ func TestSyncHandler(t *testing.T) {
 		want:    []action{create(reconcile.NewDeployment(foo))},
 		wantErr: true,
 	}, {
+		// Another replica holds the Lease now: nothing to tell the Foo's author.
+		name: "a write the fencing policy refused is retried without an event or a status",
+		foo:  foo,
+		setup: func(f *fixture) {
+			f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+				return true, nil, fencedError()
+			})
+		},
+		want:    []action{create(reconcile.NewDeployment(foo))},
+		wantErr: true,
+	}, {
 		name: "create failure is returned for a retry",
 		foo:  foo,
 		setup: func(f *fixture) {
@@ -400,6 +412,7 @@ func TestSyncHandlerMarksRefusals(t *testing.T) {
 	}{
 		{"refused by a policy", apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web", errors.New("no")), true},
 		{"namespace being deleted", terminating, false},
+		{"fenced: another replica holds the Lease", fencedError(), false},
 		{"server unavailable", apierrors.NewServiceUnavailable("etcd is down"), false},
 	}
 	for _, tt := range tests {
@@ -417,6 +430,14 @@ func TestSyncHandlerMarksRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fencedError is the fencing policy's refusal of a Deployment write: this Pod no longer
+// holds the Lease.
+func fencedError() error {
+	return apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
+		errors.New("ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: "+
+			tenure.FencedMessage+"Pod a_1 does not hold the Lease sample-controller-system/sample-controller, b_2 does"))
 }
 
 func TestSyncHandlerStatusConflict(t *testing.T) {

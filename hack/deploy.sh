@@ -67,6 +67,10 @@ for component in ${COMPONENTS}; do
     exit 2
   fi
 done
+if [[ " ${COMPONENTS} " == *" fencing "* && " ${COMPONENTS} " == *" sharded "* ]]; then
+  echo "hack/deploy.sh: the fencing component fences the single leader's Lease; with sharded it would refuse every write. Choose one (docs/reliability.md)." >&2
+  exit 2
+fi
 
 {
   echo "# Written by hack/deploy.sh for IMAGE=${IMAGE} COMPONENTS=\"${COMPONENTS}\"; do not edit."

@@ -112,12 +112,18 @@ Deployments.
 	// namespace.
 	renderings := make([]*rendering, 1<<len(components))
 	for set := range renderings {
+		if !possible(uint(set)) {
+			continue // refused by the chart's values check; nil
+		}
 		if renderings[set], err = a.render(uint(set)); err != nil {
 			return nil, err
 		}
 	}
 	var ids []objectID
 	for _, r := range renderings {
+		if r == nil {
+			continue
+		}
 		for _, id := range r.order {
 			if !slices.Contains(ids, id) {
 				ids = append(ids, id)
@@ -129,6 +135,7 @@ Deployments.
 		return nil, err
 	}
 	files["templates/install-check.yaml"] = check
+	files["templates/values-check.yaml"] = valuesCheck()
 	images := 0
 	for _, id := range ids {
 		if id.kind == "Namespace" && id.name == a.namespace {
@@ -200,6 +207,22 @@ saying what to do. helm template and --dry-run see no cluster (lookup is empty) 
 `, generatedBy, strings.Join(objects, " "), namespace), nil
 }
 
+// valuesCheck is a template that renders nothing and refuses the components that
+// cannot be combined, saying why, before helm changes anything.
+func valuesCheck() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{{- /* %s */ -}}\n", generatedBy)
+	for _, c := range components {
+		if c.without == "" {
+			continue
+		}
+		other := components[slices.IndexFunc(components, func(o component) bool { return o.dir == c.without })]
+		fmt.Fprintf(&b, "{{- if and %s %s }}\n{{- fail %q }}\n{{- end }}\n", enabled(c), enabled(other),
+			fmt.Sprintf("%s.enabled and %s.enabled cannot be combined: set one of them to false (see the comments in values.yaml).", c.value, other.value))
+	}
+	return b.String()
+}
+
 func addTemplate(files map[string]string, id objectID, t string) error {
 	name := "templates/" + strings.ToLower(id.kind) + "-" + id.name + ".yaml"
 	if _, dup := files[name]; dup {
@@ -229,12 +252,18 @@ func (a *artifacts) template(id objectID, renderings []*rendering, full uint) (s
 	needs := full
 	var in []uint
 	for set := uint(0); set <= full; set++ {
+		if renderings[set] == nil {
+			continue // components that cannot be combined
+		}
 		if _, ok := renderings[set].objects[id]; ok {
 			needs &= set
 			in = append(in, set)
 		}
 	}
 	for set := uint(0); set <= full; set++ {
+		if renderings[set] == nil {
+			continue
+		}
 		if _, ok := renderings[set].objects[id]; ok != (set&needs == needs) {
 			return "", fmt.Errorf("%s: it is in the renderings of the component sets %b, which is not every set with components %b", id, in, needs)
 		}
@@ -244,7 +273,7 @@ func (a *artifacts) template(id objectID, renderings []*rendering, full uint) (s
 	var changes []change
 	for c := range components {
 		bit := uint(1) << c
-		if bit > full || needs&bit != 0 {
+		if bit > full || needs&bit != 0 || renderings[needs|bit] == nil {
 			continue
 		}
 		for _, h := range diffLines(base, lines(renderings[needs|bit].objects[id])) {
@@ -272,7 +301,7 @@ func (a *artifacts) template(id objectID, renderings []*rendering, full uint) (s
 		}
 	}
 	for set := needs; set <= full; set++ {
-		if set&needs != needs {
+		if set&needs != needs || renderings[set] == nil {
 			continue
 		}
 		var hunks []hunk

@@ -110,6 +110,12 @@ func TestChartIsKustomize(t *testing.T) {
 		}
 		t.Run("components="+strings.Join(names, ","), func(t *testing.T) {
 			out, err := helm(t.Context(), t, args...)
+			if !possible(set) {
+				if err == nil || !strings.Contains(out, "cannot be combined") {
+					t.Fatalf("helm %q: err = %v, output:\n%s\nwant a refusal of the combination", args, err, out)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("helm %q: %v\n%s", args, err, out)
 			}

@@ -20,6 +20,24 @@ type component struct {
 	dir   string // under artifacts/deploy/components
 	value string // <value>.enabled in the chart's values
 	doc   string // the comment above it in values.yaml
+	// without is the dir of the component this one cannot be combined with, if any:
+	// hack/deploy.sh and the chart refuse the pair, and the generator renders no
+	// set with both.
+	without string
+}
+
+// possible tells whether the components whose bits are set in set can be combined.
+func possible(set uint) bool {
+	for i, c := range components {
+		if set&(1<<i) == 0 || c.without == "" {
+			continue
+		}
+		j := slices.IndexFunc(components, func(o component) bool { return o.dir == c.without })
+		if j >= 0 && set&(1<<j) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // components are in the order hack/deploy.sh lists them in its overlay: cert-manager
@@ -27,10 +45,11 @@ type component struct {
 // artifacts/deploy/components needs an entry here (the generator refuses to run
 // without one), so that the chart never silently lacks a component.
 var components = []component{
-	{"networkpolicy", "networkPolicy", "A NetworkPolicy for the controller's Pods: Prometheus in on the metrics port,\n# the controller out to the API server, nothing else."},
-	{"prometheus", "prometheus", "Monitoring with the Prometheus Operator (monitoring.coreos.com/v1 must be\n# served): a ServiceMonitor that scrapes every replica with a ServiceAccount's token,\n# the alerts in a PrometheusRule, and a Grafana dashboard in a ConfigMap labelled\n# grafana_dashboard: \"1\"."},
-	{"sharded", "sharded", "Sharded mode (alpha): three replicas, each acting on its share of 16 slots of\n# Foos, instead of one leader with standbys. See docs/sharding.md."},
-	{"cert-manager", "certManager", "A serving certificate for /metrics from cert-manager (cert-manager.io/v1 must be\n# served), issued by a CA of the controller's own; with prometheus.enabled the\n# ServiceMonitor verifies it instead of skipping verification."},
+	{"networkpolicy", "networkPolicy", "A NetworkPolicy for the controller's Pods: Prometheus in on the metrics port,\n# the controller out to the API server, nothing else.", ""},
+	{"prometheus", "prometheus", "Monitoring with the Prometheus Operator (monitoring.coreos.com/v1 must be\n# served): a ServiceMonitor that scrapes every replica with a ServiceAccount's token,\n# the alerts in a PrometheusRule, and a Grafana dashboard in a ConfigMap labelled\n# grafana_dashboard: \"1\".", ""},
+	{"sharded", "sharded", "Sharded mode (alpha): three replicas, each acting on its share of 16 slots of\n# Foos, instead of one leader with standbys. See docs/sharding.md.", ""},
+	{"fencing", "fencing", "Fencing the API server enforces (Kubernetes 1.30 or later): a\n# ValidatingAdmissionPolicy admits the controller's Deployment writes and Foo status\n# writes only from the Pod that holds the leader's Lease. Not with sharded.", "sharded"},
+	{"cert-manager", "certManager", "A serving certificate for /metrics from cert-manager (cert-manager.io/v1 must be\n# served), issued by a CA of the controller's own; with prometheus.enabled the\n# ServiceMonitor verifies it instead of skipping verification.", ""},
 }
 
 // objectID names an object of a rendering the way kustomize identifies it.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +37,7 @@ func TestDeployComponents(t *testing.T) {
 	}
 	want := map[string]string{
 		"cert-manager":  "certificate.cert-manager.io/sample-controller-metrics",
+		"fencing":       "validatingadmissionpolicy.admissionregistration.k8s.io/sample-controller-fencing",
 		"networkpolicy": "networkpolicy.networking.k8s.io/sample-controller",
 		"prometheus":    "servicemonitor.monitoring.coreos.com/sample-controller",
 	}
@@ -47,16 +47,30 @@ func TestDeployComponents(t *testing.T) {
 		}
 	}
 
+	// fencing and sharded cannot be combined: each is applied with all the others.
 	dir := overlayDir(t)
-	out, err := env.DeployComponents(t.Context(), dir, components, "apply", "--dry-run=server")
-	if err != nil {
-		t.Fatalf("make deploy COMPONENTS=%q (dry run): %v\n%s", strings.Join(components, " "), err, out)
-	}
-	for _, object := range append(slices.Collect(maps.Values(want)), "prometheusrule.monitoring.coreos.com/sample-controller",
-		"poddisruptionbudget.policy/sample-controller", "deployment.apps/sample-controller", "configmap/sample-controller-dashboard") {
-		if !strings.Contains(out, object) {
-			t.Errorf("make deploy COMPONENTS=%q would not apply %s:\n%s", strings.Join(components, " "), object, out)
+	for _, without := range []string{"sharded", "fencing"} {
+		set := slices.DeleteFunc(slices.Clone(components), func(c string) bool { return c == without })
+		out, err := env.DeployComponents(t.Context(), dir, set, "apply", "--dry-run=server")
+		if err != nil {
+			t.Fatalf("make deploy COMPONENTS=%q (dry run): %v\n%s", strings.Join(set, " "), err, out)
 		}
+		objects := []string{"prometheusrule.monitoring.coreos.com/sample-controller", "poddisruptionbudget.policy/sample-controller",
+			"deployment.apps/sample-controller", "configmap/sample-controller-dashboard"}
+		for name, object := range want {
+			if name != without {
+				objects = append(objects, object)
+			}
+		}
+		for _, object := range objects {
+			if !strings.Contains(out, object) {
+				t.Errorf("make deploy COMPONENTS=%q would not apply %s:\n%s", strings.Join(set, " "), object, out)
+			}
+		}
+	}
+	out, err := env.DeployComponents(t.Context(), dir, []string{"sharded", "fencing"}, "apply", "--dry-run=server")
+	if err == nil || !strings.Contains(out, "the fencing component fences the single leader's Lease") {
+		t.Errorf("make deploy COMPONENTS=\"sharded fencing\": err = %v, output:\n%s\nwant a refusal of the pair", err, out)
 	}
 
 	checkVerifiedScrape(t, env.Kubectl(t, "kustomize", dir))
