@@ -17,7 +17,8 @@ const FencedMessage = "the controller is fenced: "
 // sent it does not hold the Lease, by the fencing policy. Such a write was sent from
 // a tenure that has ended, or reached the API server after the Lease changed hands:
 // not a refusal of the object to report, but a write to drop and retry under the next
-// tenure (another replica's, most likely).
+// tenure (another replica's, most likely). The Gate ends the write's tenure when it
+// sees such an answer.
 func Fenced(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), FencedMessage)
 }

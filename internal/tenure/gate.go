@@ -3,6 +3,7 @@
 package tenure
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -127,9 +128,28 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if resp.StatusCode == http.StatusForbidden {
+		resp.Body = endIfFenced(tenure, resp.Body)
+	}
 	// The deadline must outlive the response until its body is read.
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil
+}
+
+// endIfFenced ends tenure when a refusal's body is the fencing policy's (Fenced): the
+// API server has seen the Lease name another Pod, which this process has not, or its
+// tenure would be over. The next renewal that succeeds begins a new one; a renewal
+// that finds the Lease taken ends the process. It reads the body's first 64 KiB (a
+// Status is far shorter) and returns the body whole.
+func endIfFenced(tenure *Tenure, body io.ReadCloser) io.ReadCloser {
+	peeked, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+	if bytes.Contains(peeked, []byte(FencedMessage)) {
+		tenure.End()
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(peeked), body), body}
 }
 
 func (t *gatedTransport) heldBack(req *http.Request, reason string, err error) error {

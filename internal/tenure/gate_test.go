@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -365,5 +367,42 @@ func TestGateStalledWrite(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGateEndsAFencedTenure checks that the fencing policy's refusal ends the write's
+// tenure, and reaches the caller whole; another refusal leaves the tenure as it was.
+func TestGateEndsAFencedTenure(t *testing.T) {
+	for _, tc := range []struct {
+		name, message string
+		ends          bool
+	}{
+		{"the fencing policy's refusal", "ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: " + FencedMessage + "Pod a_1 does not hold the Lease ns/l, b_2 does", true},
+		{"another policy's refusal", "ValidatingAdmissionPolicy 'replicas' with binding 'replicas' denied request: too many replicas", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusForbidden)
+				_ = json.NewEncoder(w).Encode(&metav1.Status{
+					TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+					Status:   metav1.StatusFailure, Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden,
+					Message: "deployments.apps \"d\" is forbidden: " + tc.message,
+				})
+			}))
+			t.Cleanup(server.Close)
+			client, _ := gatedClient(t, &apiServer{Server: server}, &Gate{Required: true})
+			tenure := validTenure(15 * time.Second)
+			_, err := client.AppsV1().Deployments("ns").Create(NewContext(t.Context(), tenure), &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.message) {
+				t.Fatalf("Create() = %v, want the refusal whole", err)
+			}
+			if Fenced(err) != tc.ends {
+				t.Errorf("Fenced(%v) = %v, want %v", err, !tc.ends, tc.ends)
+			}
+			if tenure.Valid() == tc.ends {
+				t.Errorf("after the refusal the tenure is valid: %v, want %v", tenure.Valid(), !tc.ends)
+			}
+		})
 	}
 }

@@ -381,6 +381,13 @@ func WriteServiceAccountKubeconfig(ctx context.Context, kube kubernetes.Interfac
 	if err != nil {
 		return err
 	}
+	return WriteTokenKubeconfig(adminKubeconfig, namespace, name, token, path)
+}
+
+// WriteTokenKubeconfig writes a kubeconfig for the cluster of adminKubeconfig that
+// authenticates with token, as user, in namespace.
+func WriteTokenKubeconfig(adminKubeconfig, namespace, user, token, path string) error {
+	name := user
 	admin, err := clientcmd.LoadFromFile(adminKubeconfig)
 	if err != nil {
 		return err
@@ -427,22 +434,29 @@ func (e *Env) BindClusterRole(t *testing.T, clusterRole, namespace, name string)
 	})
 }
 
-// GrantShardedLeases lets the ServiceAccount of artifacts/deploy use Leases in ns as the
-// sharded component of artifacts/deploy lets it in its own namespace: that component's
-// Role, as kustomize renders it, bound in ns until t ends with the namespace.
-func (e *Env) GrantShardedLeases(t *testing.T, ns string) {
+// RenderComponent is artifacts/deploy with the component of artifacts/deploy/components
+// named component, as kustomize renders it: YAML documents.
+func (e *Env) RenderComponent(t *testing.T, component string) string {
 	t.Helper()
 	overlay := t.TempDir()
 	rel, err := filepath.Rel(overlay, filepath.Join(e.RepoRoot, "artifacts", "deploy"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	kustomization := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s/components/sharded\n", rel, rel)
+	kustomization := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s/components/%s\n", rel, rel, component)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return e.Kubectl(t, "kustomize", overlay)
+}
+
+// GrantShardedLeases lets the ServiceAccount of artifacts/deploy use Leases in ns as the
+// sharded component of artifacts/deploy lets it in its own namespace: that component's
+// Role, as kustomize renders it, bound in ns until t ends with the namespace.
+func (e *Env) GrantShardedLeases(t *testing.T, ns string) {
+	t.Helper()
 	var role *rbacv1.Role
-	for _, doc := range strings.Split(e.Kubectl(t, "kustomize", overlay), "\n---\n") {
+	for _, doc := range strings.Split(e.RenderComponent(t, "sharded"), "\n---\n") {
 		var r rbacv1.Role
 		if err := yaml.Unmarshal([]byte(doc), &r); err == nil && r.Kind == "Role" && r.Name == "sample-controller-leader-election" {
 			role = &r
@@ -455,7 +469,7 @@ func (e *Env) GrantShardedLeases(t *testing.T, ns string) {
 	if _, err := e.Kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.Kube.RbacV1().RoleBindings(ns).Create(t.Context(), &rbacv1.RoleBinding{
+	_, err := e.Kube.RbacV1().RoleBindings(ns).Create(t.Context(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ServiceAccount, Namespace: DeployNamespace}},

@@ -1,0 +1,454 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	gate "github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
+	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+)
+
+// TestFencedByAdmission puts artifacts/deploy/components/fencing's policy in front of
+// two namespaces, each with a binding to a Lease of its own (the component's binding
+// names the Lease of artifacts/deploy, which other cases' controllers do not hold), and
+// two Pods' bound ServiceAccount tokens as the writers.
+//
+// By hand, on a Lease the case sets: the holder's writes are admitted, the other Pod's
+// and a token bound to no Pod refused; after a change of holder, how long the old
+// holder's writes are still admitted and the new one's still refused (the policy's
+// view of the Lease lags it); a write held in flight across the change is refused when
+// it lands, where its resourceVersion would have let it commit; and what the policy
+// costs a write, against the same write in a namespace without it, alternating.
+//
+// Then with controllers: two replicas run on the Pods' tokens and identities while
+// Foos change, and the leader's traffic is stalled until the other has taken over and
+// written: every Foo or Deployment write of the old leader that reaches the API server
+// after the takeover must be refused, and the Foos converge through the policy.
+func TestFencedByAdmission(t *testing.T) {
+	t.Parallel()
+	ns, probeNS, openNS := env.NewNamespace(t), env.NewNamespace(t), env.NewNamespace(t)
+	env.GrantShardedLeases(t, ns)
+	const lease, probeLease = "fenced", "probe"
+	installFencing(t, map[string]string{ns: lease, probeNS: probeLease})
+	a, b := newBoundPod(t), newBoundPod(t)
+
+	// By hand: a Lease held by a, a Deployment in each namespace to write.
+	leases := env.Kube.CoordinationV1().Leases(probeNS)
+	if _, err := leases.Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: probeLease},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.identity), LeaseDurationSeconds: ptr.To[int32](15)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{probeNS, openNS} {
+		if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), probeDeployment(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probes := map[string]*appsv1.Deployment{}
+	for _, ns := range []string{probeNS, openNS} {
+		d, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "probe", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.ResourceVersion = "" // unconditional: the deployment controller writes its status
+		probes[ns] = d
+	}
+	// The Deployment written back unchanged, as a dry run: through authorization and
+	// admission, stored nowhere.
+	probe := func(c kubernetes.Interface, ns string) error {
+		_, err := c.AppsV1().Deployments(ns).Update(t.Context(), probes[ns], metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	waitAdmitted := func(c kubernetes.Interface) {
+		framework.Eventually(t, timeout, "the policy to admit the holder", func(ctx context.Context) (bool, string) {
+			err := probe(c, probeNS)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	// The policy and its binding take effect once the API server has seen them.
+	framework.Eventually(t, timeout, "the policy to refuse the Pod that does not hold the Lease", func(ctx context.Context) (bool, string) {
+		err := probe(b.client, probeNS)
+		return gate.Fenced(err), fmt.Sprint(err)
+	})
+	waitAdmitted(a.client)
+	unbound, err := clientcmd.BuildConfigFromFlags("", env.ControllerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound.QPS, unbound.Burst = -1, 0
+	if err := probe(kubernetes.NewForConfigOrDie(unbound), probeNS); !gate.Fenced(err) || !strings.Contains(err.Error(), "bound to no Pod") {
+		t.Errorf("a write with a token bound to no Pod: %v, want the fencing policy's refusal", err)
+	}
+	if err := probe(b.client, openNS); err != nil {
+		t.Errorf("a write where no binding applies: %v, want it admitted", err)
+	}
+
+	// The policy's lag: the Lease changes hands three times; the old holder writes
+	// until refused, then the new one until admitted.
+	var oldAdmitted, newRefused []time.Duration
+	holder, other := a, b
+	for range 3 {
+		setHolder(t, probeNS, probeLease, other.identity)
+		changed := time.Now()
+		oldAdmitted = append(oldAdmitted, untilFenced(t, func() error { return probe(holder.client, probeNS) }, true).Sub(changed))
+		newRefused = append(newRefused, untilFenced(t, func() error { return probe(other.client, probeNS) }, false).Sub(changed))
+		holder, other = other, holder
+	}
+
+	// In flight: the holder's write of a label, held by a proxy, lands after the Lease
+	// has changed hands, with the resourceVersion it read; the write itself is valid.
+	proxy, err := apiproxy.StartForCluster(t.Context(), env.Cluster, "proxy-fencing-"+holder.pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	throughProxy := filepath.Join(env.OutDir, proxy.Name()+".kubeconfig")
+	if err := proxy.WriteKubeconfig(holder.kubeconfig, throughProxy); err != nil {
+		t.Fatal(err)
+	}
+	proxied, err := clientcmd.BuildConfigFromFlags("", throughProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxied.QPS = -1
+	deployments := kubernetes.NewForConfigOrDie(proxied).AppsV1().Deployments(probeNS)
+	d, err := deployments.Get(t.Context(), "probe", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall()
+	landed := make(chan error, 1)
+	go func() {
+		metav1.SetMetaDataLabel(&d.ObjectMeta, "sent-by", "the-old-holder")
+		_, err := deployments.Update(t.Context(), d, metav1.UpdateOptions{})
+		landed <- err
+	}()
+	framework.Eventually(t, timeout, "the proxy to hold the write", func(context.Context) (bool, string) {
+		return proxy.Held() > 0, "nothing held"
+	})
+	setHolder(t, probeNS, probeLease, other.identity)
+	waitAdmitted(other.client)
+	proxy.Release()
+	inFlight := <-landed
+	if !gate.Fenced(inFlight) {
+		t.Errorf("the old holder's write in flight across the change of holder: %v, want the fencing policy's refusal", inFlight)
+	}
+
+	// The cost: the same dry-run write, with the policy and without, alternating.
+	var fenced, open []time.Duration
+	for range 200 {
+		for _, w := range []struct {
+			ns    string
+			times *[]time.Duration
+		}{{probeNS, &fenced}, {openNS, &open}} {
+			began := time.Now()
+			if err := probe(other.client, w.ns); err != nil {
+				t.Fatalf("a write of the holder in %s: %v", w.ns, err)
+			}
+			*w.times = append(*w.times, time.Since(began))
+		}
+	}
+
+	// With controllers: the leader stalled, then the Lease edited to name the standby.
+	args := []string{
+		"--leader-elect", "--leader-elect-resource-namespace=" + ns, "--leader-elect-resource-name=" + lease,
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
+	}
+	standby := newBoundPod(t) // the third Pod, for the replica that replaces the first leader
+	replicas := []*proxiedController{a.startProxied(t, ns, args...), b.startProxied(t, ns, args...)}
+	loadCtx, stopLoad := context.WithCancel(t.Context())
+	load := startLoad(loadCtx, t, ns)
+	leader, leaderID := waitLeaderOf(t, ns, lease, replicas, "")
+	var parts []string
+	refusedOfNew := 0 // the new leaders' writes the policy refused before their first admitted one
+	for _, fault := range []string{"stall", "edit"} {
+		next := replicas[0]
+		if next == leader {
+			next = replicas[1]
+		}
+		waitWrites(t, leader, 3)
+		var at time.Time
+		switch fault {
+		case "stall":
+			// Right after one of its writes, and held until the other replica has taken
+			// over and written, and the leader has exited on losing the Lease.
+			hit := make(chan struct{})
+			var once sync.Once
+			leader.proxy.AfterWrite(func(w apiproxy.Write) {
+				if isObjectWrite(w) {
+					once.Do(func() {
+						leader.proxy.Stall()
+						close(hit)
+					})
+				}
+			})
+			<-hit
+			at = time.Now()
+		case "edit":
+			// Another client names the standby: the leader's tenure is still valid by
+			// its own clock until it next renews.
+			at = time.Now()
+			setHolder(t, ns, lease, identityOf(t, next))
+		}
+		nextID := ""
+		next, nextID = waitLeaderOf(t, ns, lease, []*proxiedController{next}, leaderID)
+		waitWrites(t, next, 1)
+		select {
+		case <-leader.process().Exited():
+		case <-time.After(timeout):
+			t.Fatalf("%s: the old leader did not exit within %v of losing the Lease", fault, timeout)
+		}
+		if fault == "stall" {
+			leader.proxy.Release()
+		}
+		for _, w := range objectWrites(next.proxy.Writes()) {
+			if w.Code == 403 {
+				refusedOfNew++
+			}
+		}
+		sent, refused, last := judgeOldLeader(t, fault, leader, next, at)
+		part := fmt.Sprintf("%s: %d Foo or Deployment writes of the old leader reached the API server after the fault, %d of them refused by the policy", fault, sent, refused)
+		if sent > 0 {
+			part += fmt.Sprintf(", the last %.2fs after it", last.Sub(at).Seconds())
+		}
+		parts = append(parts, part)
+		if fault == "stall" {
+			replicas = []*proxiedController{next, standby.startProxied(t, ns, args...)}
+		}
+		leader, leaderID = next, nextID
+	}
+	waitWrites(t, leader, 3)
+	stopLoad()
+	foos := <-load
+	settled := checkInvariants(t, ns, foos)
+
+	fmt.Printf("faults: fenced by admission (ValidatingAdmissionPolicy on the Lease, Pod-bound tokens): after a change of holder the old holder's writes were admitted for %s more, the new holder's refused for %s (3 changes); "+
+		"a write held in flight across the change was refused; a dry-run Deployment update took %s with the policy and %s without (median of 200, alternating; quartiles %s and %s); "+
+		"with controllers, %s; the new leaders had %d writes refused; %d Foos converged %.1fs after the load stopped\n",
+		durations(oldAdmitted), durations(newRefused), median(fenced), median(open), quartiles(fenced), quartiles(open),
+		strings.Join(parts, "; "), refusedOfNew, len(foos), settled.Seconds())
+}
+
+// judgeOldLeader fails t for any Foo or Deployment write of old that reached the API
+// server after next's first write and was admitted, and counts those of old's writes
+// that reached it after at, and of them those the fencing policy refused; last is
+// when the last of them was sent.
+func judgeOldLeader(t *testing.T, fault string, old, next *proxiedController, at time.Time) (sent, refused int, last time.Time) {
+	t.Helper()
+	takeover := firstObjectWriteAfter(next, at)
+	for _, w := range objectWrites(old.proxy.Writes()) {
+		if !w.Sent.After(at) {
+			continue
+		}
+		sent++
+		last = w.Sent
+		switch {
+		case w.Code == 403:
+			refused++
+		case w.Code < 300 && w.Sent.After(takeover):
+			t.Errorf("%s: a write of the old leader reached the API server after the new leader's first write and was admitted: %v", fault, w)
+		}
+	}
+	return sent, refused, last
+}
+
+// installFencing creates the fencing component's policy, as kustomize renders it, and
+// for each namespace a binding of it to the Lease named there.
+func installFencing(t *testing.T, leases map[string]string) {
+	t.Helper()
+	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	for _, doc := range strings.Split(env.RenderComponent(t, "fencing"), "\n---\n") {
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := yaml.Unmarshal([]byte(doc), &p); err == nil && p.Kind == "ValidatingAdmissionPolicy" {
+			policy = &p
+		}
+	}
+	if policy == nil {
+		t.Fatal("the fencing component renders no ValidatingAdmissionPolicy")
+	}
+	policies := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	policy.ObjectMeta = metav1.ObjectMeta{Name: policy.Name}
+	if _, err := policies.Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Delete(context.Background(), policy.Name, metav1.DeleteOptions{}) })
+	bindings := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	for ns, lease := range leases {
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "fencing-" + ns},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        policy.Name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+				ParamRef: &admissionregistrationv1.ParamRef{
+					Name: lease, Namespace: ns,
+					ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
+				},
+				MatchResources: &admissionregistrationv1.MatchResources{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+				},
+			},
+		}
+		if _, err := bindings.Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = bindings.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
+	}
+}
+
+// boundPod is a Pod of the controller's ServiceAccount, never scheduled, and a
+// kubeconfig with a token bound to it: the policy knows its writes by the Pod's name
+// and UID, and a controller given identity's environment takes it in Leases.
+type boundPod struct {
+	pod        *corev1.Pod
+	identity   string
+	kubeconfig string
+	client     kubernetes.Interface
+}
+
+func newBoundPod(t *testing.T) *boundPod {
+	t.Helper()
+	pods := env.Kube.CoreV1().Pods(framework.DeployNamespace)
+	pod, err := pods.Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "fencing-"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName:           framework.ServiceAccount,
+			AutomountServiceAccountToken: ptr.To(false),
+			// Nowhere to run: the token needs the Pod, not a container.
+			NodeSelector: map[string]string{"sample-controller.test/fencing": "nowhere"},
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "controller", Image: "sample-controller",
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a Pod to bind a token to: %v", err)
+	}
+	t.Cleanup(func() { _ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) })
+	token, err := env.Kube.CoreV1().ServiceAccounts(framework.DeployNamespace).CreateToken(t.Context(), framework.ServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To[int64](3600),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a token bound to Pod %s: %v", pod.Name, err)
+	}
+	p := &boundPod{pod: pod, identity: pod.Name + "_" + string(pod.UID), kubeconfig: filepath.Join(env.OutDir, pod.Name+".kubeconfig")}
+	if err := framework.WriteTokenKubeconfig(env.Kubeconfig, framework.DeployNamespace, framework.ServiceAccount, token.Status.Token, p.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS = -1 // no client-side rate limit: the case times single writes
+	p.client = kubernetes.NewForConfigOrDie(cfg)
+	return p
+}
+
+// startProxied starts a controller as the Pod: with its token and its identity.
+func (p *boundPod) startProxied(t *testing.T, ns string, args ...string) *proxiedController {
+	t.Helper()
+	c := newProxiedOn(t, env.Cluster, p.kubeconfig, ns, args...)
+	c.env = []string{"POD_NAME=" + p.pod.Name, "POD_UID=" + string(p.pod.UID)}
+	c.start(t)
+	return c
+}
+
+// probeDeployment is a Deployment no controller owns, to write to.
+func probeDeployment() *appsv1.Deployment {
+	labels := map[string]string{"app": "probe"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
+			},
+		},
+	}
+}
+
+// setHolder has another client name identity the holder of the Lease ns/name.
+func setHolder(t *testing.T, ns, name, identity string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"holderIdentity":%q,"renewTime":%q}}`, identity, metav1.NowMicro().Format(metav1.RFC3339Micro))
+	if _, err := env.Kube.CoordinationV1().Leases(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// untilFenced writes until the write is refused by the fencing policy (fenced) or
+// admitted (!fenced), and returns when that answer was sent for.
+func untilFenced(t *testing.T, write func() error, fenced bool) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		sent := time.Now()
+		err := write()
+		if gate.Fenced(err) == fenced && (fenced || err == nil) {
+			return sent
+		}
+		if err != nil && !gate.Fenced(err) && !apierrors.IsConflict(err) {
+			t.Fatalf("a write while the policy catches up: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("the policy did not %s the write within %v", map[bool]string{true: "refuse", false: "admit"}[fenced], timeout)
+	return time.Time{}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func quartiles(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("%s-%s", s[len(s)/4].Round(10*time.Microsecond), s[3*len(s)/4].Round(10*time.Microsecond))
+}
+
+func durations(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var parts []string
+	for _, d := range s {
+		parts = append(parts, d.Round(time.Millisecond).String())
+	}
+	return strings.Join(parts, ", ")
+}
