@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 
+	gate "github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/test/container/node"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
@@ -114,6 +117,8 @@ func TestDeploymentOnRealNode(t *testing.T) {
 		return leader != "", "holder " + holder
 	})
 
+	fenceWithComponent(t, pods, leader)
+
 	// nginx Pods have no toleration: they run on the simulated nodes, and the Foo
 	// converges from the real node's controller.
 	ns := env.NewNamespace(t)
@@ -149,6 +154,68 @@ func TestDeploymentOnRealNode(t *testing.T) {
 		successor, time.Since(deleted).Round(time.Millisecond))
 	env.Kubectl(t, "patch", "-n", ns, "foo/example-foo", "--type=merge", "-p", `{"spec":{"replicas":2}}`)
 	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 2)
+}
+
+// fenceWithComponent installs the fencing component's policy and binding as shipped,
+// until t ends, and checks it in force on the replicas the kubelet runs: a write with
+// the token of leader's Pod is admitted, one with the token of another replica's Pod or
+// a token bound to no Pod is refused. From then on every write of the controller goes
+// through it, the Foo's and the hand-over's that follow.
+func fenceWithComponent(t *testing.T, pods []corev1.Pod, leader string) {
+	t.Helper()
+	policy, binding := env.Fencing(t)
+	policies := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	bindings := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	if _, err := policies.Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Delete(context.Background(), policy.Name, metav1.DeleteOptions{}) })
+	if _, err := bindings.Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bindings.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
+
+	probe := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencing-probe"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "fencing-probe"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "fencing-probe"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
+			},
+		},
+	}
+	// A Deployment created as a dry run: through admission, stored nowhere.
+	write := func(c kubernetes.Interface) error {
+		_, err := c.AppsV1().Deployments(framework.DeployNamespace).Create(t.Context(), probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	token, err := framework.ServiceAccountToken(t.Context(), env.Kube, framework.DeployNamespace, framework.ServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unboundPath := filepath.Join(env.OutDir, "unbound.kubeconfig")
+	if err := framework.WriteTokenKubeconfig(env.Kubeconfig, framework.DeployNamespace, framework.ServiceAccount, token, unboundPath); err != nil {
+		t.Fatal(err)
+	}
+	unbound := framework.KubeconfigClient(t, unboundPath)
+	// The API server takes up a new policy within a second or so.
+	framework.Eventually(t, framework.Timeout, "the fencing policy to refuse a token bound to no Pod", func(context.Context) (bool, string) {
+		err := write(unbound)
+		return gate.Fenced(err), fmt.Sprint(err)
+	})
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		err := write(env.PodTokenKubeconfig(t, &p, filepath.Join(env.OutDir, p.Name+".kubeconfig")))
+		switch {
+		case p.Name == leader && err != nil:
+			t.Errorf("a write with the token of the leader's Pod %s: %v, want it admitted", p.Name, err)
+		case p.Name != leader && !gate.Fenced(err):
+			t.Errorf("a write with the token of the standby's Pod %s: %v, want the fencing policy's refusal", p.Name, err)
+		}
+	}
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -14,16 +14,13 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	gate "github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
@@ -94,12 +91,7 @@ func TestFencedByAdmission(t *testing.T) {
 		return gate.Fenced(err), fmt.Sprint(err)
 	})
 	waitAdmitted(a.client)
-	unbound, err := clientcmd.BuildConfigFromFlags("", env.ControllerKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unbound.QPS, unbound.Burst = -1, 0
-	if err := probe(kubernetes.NewForConfigOrDie(unbound), probeNS); !gate.Fenced(err) || !strings.Contains(err.Error(), "bound to no Pod") {
+	if err := probe(framework.KubeconfigClient(t, env.ControllerKubeconfig), probeNS); !gate.Fenced(err) || !strings.Contains(err.Error(), "bound to no Pod") {
 		t.Errorf("a write with a token bound to no Pod: %v, want the fencing policy's refusal", err)
 	}
 	if err := probe(b.client, openNS); err != nil {
@@ -129,12 +121,7 @@ func TestFencedByAdmission(t *testing.T) {
 	if err := proxy.WriteKubeconfig(holder.kubeconfig, throughProxy); err != nil {
 		t.Fatal(err)
 	}
-	proxied, err := clientcmd.BuildConfigFromFlags("", throughProxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxied.QPS = -1
-	deployments := kubernetes.NewForConfigOrDie(proxied).AppsV1().Deployments(probeNS)
+	deployments := framework.KubeconfigClient(t, throughProxy).AppsV1().Deployments(probeNS)
 	d, err := deployments.Get(t.Context(), "probe", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +235,7 @@ func TestFencedByAdmission(t *testing.T) {
 	fmt.Printf("faults: fenced by admission (ValidatingAdmissionPolicy on the Lease, Pod-bound tokens): after a change of holder the old holder's writes were admitted for %s more, the new holder's refused for %s (3 changes); "+
 		"a write held in flight across the change was refused; a dry-run Deployment update took %s with the policy and %s without (median of 200, alternating; quartiles %s and %s); "+
 		"with controllers, %s; the new leaders had %d writes refused; %d Foos converged %.1fs after the load stopped\n",
-		durations(oldAdmitted), durations(newRefused), median(fenced), median(open), quartiles(fenced), quartiles(open),
+		durations(oldAdmitted), durations(newRefused), median(fenced).Round(10*time.Microsecond), median(open).Round(10*time.Microsecond), quartiles(fenced), quartiles(open),
 		strings.Join(parts, "; "), refusedOfNew, len(foos), settled.Seconds())
 }
 
@@ -276,21 +263,13 @@ func judgeOldLeader(t *testing.T, fault string, old, next *proxiedController, at
 }
 
 // installFencing creates the fencing component's policy, as kustomize renders it, and
-// for each namespace a binding of it to the Lease named there.
+// for each namespace a binding of it to the Lease named there, in place of the
+// component's binding (whose Lease, artifacts/deploy's, no controller of this suite
+// holds).
 func installFencing(t *testing.T, leases map[string]string) {
 	t.Helper()
-	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, doc := range strings.Split(env.RenderComponent(t, "fencing"), "\n---\n") {
-		var p admissionregistrationv1.ValidatingAdmissionPolicy
-		if err := yaml.Unmarshal([]byte(doc), &p); err == nil && p.Kind == "ValidatingAdmissionPolicy" {
-			policy = &p
-		}
-	}
-	if policy == nil {
-		t.Fatal("the fencing component renders no ValidatingAdmissionPolicy")
-	}
+	policy, _ := env.Fencing(t)
 	policies := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
-	policy.ObjectMeta = metav1.ObjectMeta{Name: policy.Name}
 	if _, err := policies.Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -355,25 +334,8 @@ func newBoundPod(t *testing.T) *boundPod {
 		t.Fatalf("creating a Pod to bind a token to: %v", err)
 	}
 	t.Cleanup(func() { _ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) })
-	token, err := env.Kube.CoreV1().ServiceAccounts(framework.DeployNamespace).CreateToken(t.Context(), framework.ServiceAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: ptr.To[int64](3600),
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a token bound to Pod %s: %v", pod.Name, err)
-	}
 	p := &boundPod{pod: pod, identity: pod.Name + "_" + string(pod.UID), kubeconfig: filepath.Join(env.OutDir, pod.Name+".kubeconfig")}
-	if err := framework.WriteTokenKubeconfig(env.Kubeconfig, framework.DeployNamespace, framework.ServiceAccount, token.Status.Token, p.kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS = -1 // no client-side rate limit: the case times single writes
-	p.client = kubernetes.NewForConfigOrDie(cfg)
+	p.client = env.PodTokenKubeconfig(t, pod, p.kubeconfig)
 	return p
 }
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -450,6 +451,36 @@ func (e *Env) RenderComponent(t *testing.T, component string) string {
 	return e.Kubectl(t, "kustomize", overlay)
 }
 
+// Fencing is the fencing component's policy and binding, as kustomize renders them,
+// with nothing of the cluster's in their metadata: to create.
+func (e *Env) Fencing(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, doc := range strings.Split(e.RenderComponent(t, "fencing"), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "ValidatingAdmissionPolicy":
+			policy = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			if err := yaml.Unmarshal([]byte(doc), policy); err != nil {
+				t.Fatal(err)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			if err := yaml.Unmarshal([]byte(doc), binding); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if policy == nil || binding == nil {
+		t.Fatal("the fencing component renders no ValidatingAdmissionPolicy and binding")
+	}
+	return policy, binding
+}
+
 // GrantShardedLeases lets the ServiceAccount of artifacts/deploy use Leases in ns as the
 // sharded component of artifacts/deploy lets it in its own namespace: that component's
 // Role, as kustomize renders it, bound in ns until t ends with the namespace.
@@ -477,6 +508,43 @@ func (e *Env) GrantShardedLeases(t *testing.T, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// PodTokenKubeconfig writes to path a kubeconfig whose token is the ServiceAccount's of
+// pod, bound to pod as the kubelet binds the token it mounts: it authenticates with the
+// Pod's name and UID in the user's extra, and only while the Pod exists. It returns a
+// client of it, without a client-side rate limit.
+func (e *Env) PodTokenKubeconfig(t *testing.T, pod *corev1.Pod, path string) kubernetes.Interface {
+	t.Helper()
+	token, err := e.Kube.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(t.Context(), pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To[int64](3600),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a token bound to Pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	if err := WriteTokenKubeconfig(e.Kubeconfig, pod.Namespace, pod.Spec.ServiceAccountName, token.Status.Token, path); err != nil {
+		t.Fatal(err)
+	}
+	return KubeconfigClient(t, path)
+}
+
+// KubeconfigClient is a client of the kubeconfig at path, without a client-side rate
+// limit.
+func KubeconfigClient(t *testing.T, path string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS = -1
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
 
 // ServiceAccountToken returns a new token of the ServiceAccount (TokenRequest), valid
