@@ -494,6 +494,14 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		syncsTotal.WithLabelValues(syncRejected).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Requeuing with backoff", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
+	case tenure.Fenced(err):
+		// The API server's fencing policy refused a write: another replica holds the
+		// Lease now, as this one learns at its next renewal. Logged as an error all the
+		// same: a refusal that lasts is a policy that cannot match this replica (its
+		// token bound to no Pod, POD_NAME or POD_UID missing, a Lease of another name).
+		syncsTotal.WithLabelValues(syncFenced).Inc()
+		utilruntime.HandleErrorWithContext(ctx, err, "A write was refused by the fencing policy, requeuing", "foo", key)
+		c.workqueue.AddRateLimited(key)
 	case errors.Is(err, tenure.ErrNotHeld):
 		// This replica may no longer write for the Foo; the one that may syncs it.
 		// Kept with backoff in case the tenure is renewed late, not lost.

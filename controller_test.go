@@ -436,8 +436,8 @@ func TestSyncHandlerMarksRefusals(t *testing.T) {
 // holds the Lease.
 func fencedError() error {
 	return apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
-		errors.New("ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: "+
-			tenure.FencedMessage+"Pod a_1 does not hold the Lease sample-controller-system/sample-controller, b_2 does"))
+		errors.New("ValidatingAdmissionPolicy '"+tenure.FencingPolicy+"' with binding '"+tenure.FencingPolicy+"' denied request: "+
+			tenure.FencedMessage+"Pod a_1 does not hold the Lease sample-controller-system/sample-controller"+tenure.HeldByAnother+"b_2"))
 }
 
 func TestSyncHandlerStatusConflict(t *testing.T) {

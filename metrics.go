@@ -22,7 +22,7 @@ import (
 var (
 	syncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_syncs_total",
-		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), held_back (a write was held back: this replica's tenure of the Lease was not valid; see sample_controller_writes_held_back_total), or stale (skipped until the cache catches up; see sample_controller_stale_cache_skips_total).",
+		Help: "Foo syncs by result: success, conflict (the cache was stale; retried), error (retried with backoff), rejected (the API server refused the Deployment write; reported on the Foo and retried with backoff), held_back (a write was held back: this replica's tenure of the Lease was not valid; see sample_controller_writes_held_back_total), fenced (the API server's fencing policy refused a write: another replica holds the Lease), or stale (skipped until the cache catches up; see sample_controller_stale_cache_skips_total).",
 	}, []string{"result"})
 
 	staleSkipsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -83,11 +83,14 @@ const (
 	// syncHeldBack: a write of the sync was held back, the replica's tenure of the
 	// Lease being over; the Foo is retried with backoff, by whichever replica holds it.
 	syncHeldBack = "held_back"
+	// syncFenced: the API server's fencing policy refused a write of the sync: the
+	// Lease names another replica (or, when it lasts, the policy cannot match this one).
+	syncFenced = "fenced"
 )
 
 func init() {
 	// Every series exists from the start, so rates work from the first scrape.
-	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale, syncHeldBack} {
+	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale, syncHeldBack, syncFenced} {
 		syncsTotal.WithLabelValues(result)
 	}
 	for _, resource := range []string{writes.Foos, writes.Deployments} {

@@ -98,6 +98,18 @@ fi
 # The namespace every install of artifacts/deploy goes to.
 NAMESPACE=sample-controller-system
 
+# remove_fencing deletes the fencing component's policy and binding, which are
+# cluster-scoped: an apply without the component, or an uninstall, must not leave the
+# policy fencing writes on a Lease nobody will hold (in sharded mode, every write).
+remove_fencing() {
+  local objects
+  objects="$("${KUBECTL}" get validatingadmissionpolicybinding,validatingadmissionpolicy     --field-selector metadata.name=sample-controller-fencing --ignore-not-found -o name 2>/dev/null || true)"
+  if [[ -n "${objects}" ]]; then
+    # shellcheck disable=SC2086 # one name per line
+    "${KUBECTL}" delete ${objects} --ignore-not-found "$@"
+  fi
+}
+
 case "${action}" in
   apply)
     release="$("${KUBECTL}" get clusterrole sample-controller --ignore-not-found \
@@ -106,10 +118,14 @@ case "${action}" in
       echo "hack/deploy.sh: the controller is installed already, by the helm release ${release% *} in namespace ${release#* }; upgrade that release, or uninstall it first (helm uninstall ${release% *} -n ${release#* }: the CRD and the Foos stay)" >&2
       exit 1
     fi
+    if [[ " ${COMPONENTS} " != *" fencing "* ]]; then
+      remove_fencing "$@"
+    fi
     "${KUBECTL}" apply -k "${REPO_ROOT}/artifacts/examples" "$@"
     "${KUBECTL}" apply -k "${OVERLAY}" "$@"
     ;;
   delete)
+    remove_fencing "$@"
     "${KUBECTL}" delete -k "${OVERLAY}" --ignore-not-found "$@"
     ;;
   handover)

@@ -112,6 +112,9 @@ func loadArtifacts(repoRoot string) (*artifacts, error) {
 		}
 	}
 	for _, c := range components {
+		if c.without != "" && !slices.ContainsFunc(components, func(o component) bool { return o.dir == c.without }) {
+			return nil, fmt.Errorf("the chart's component %s is without %q, which is no component", c.value, c.without)
+		}
 		if !a.fsys.Exists(path.Join("/artifacts/deploy/components", c.dir, "kustomization.yaml")) {
 			return nil, fmt.Errorf("the chart's component %s has no artifacts/deploy/components/%s/kustomization.yaml", c.value, c.dir)
 		}

@@ -9,16 +9,34 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// FencedMessage is what the fencing policy's refusals say, after the policy's name:
-// the policy's messageExpression begins with it.
-const FencedMessage = "the controller is fenced: "
+const (
+	// FencingPolicy is the name of the fencing component's ValidatingAdmissionPolicy,
+	// which the API server's refusals by it name.
+	FencingPolicy = "sample-controller-fencing"
+	// FencedMessage begins the message of the policy's refusals.
+	FencedMessage = "the controller is fenced: "
+	// HeldByAnother is in the message when the Lease names another holder.
+	HeldByAnother = "; it is held by "
+)
 
-// Fenced tells whether err is the API server refusing a write because the Pod that
-// sent it does not hold the Lease, by the fencing policy. Such a write was sent from
-// a tenure that has ended, or reached the API server after the Lease changed hands:
-// not a refusal of the object to report, but a write to drop and retry under the next
-// tenure (another replica's, most likely). The Gate ends the write's tenure when it
-// sees such an answer.
+// Fenced tells whether err is the API server refusing a write by the fencing policy:
+// the Pod that sent it does not hold the Lease, or the policy could not decide. Such
+// a write was sent from a tenure that has ended, or reached the API server after the
+// Lease changed hands: not a refusal of the Foo to report, but a write to retry under
+// the next tenure (another replica's, most likely).
 func Fenced(err error) bool {
-	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), FencedMessage)
+	if !apierrors.IsForbidden(err) {
+		return false
+	}
+	message := err.Error()
+	return strings.Contains(message, FencedMessage) || strings.Contains(message, "ValidatingAdmissionPolicy '"+FencingPolicy+"'")
+}
+
+// heldByAnother tells whether a refusal's body says the Lease is held by another: the
+// API server has seen it change hands, which this process has not, or its tenure
+// would be over. A Lease another client emptied is not: its holder takes it back at
+// its next renewal.
+func heldByAnother(body []byte) bool {
+	s := string(body)
+	return strings.Contains(s, FencedMessage) && strings.Contains(s, HeldByAnother)
 }

@@ -17,17 +17,22 @@ func TestFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(policy), "'"+FencedMessage+"'") {
-		t.Fatalf("the fencing policy's message does not begin with %q", FencedMessage)
+	for _, words := range []string{"name: " + FencingPolicy + "\n", "'" + FencedMessage + "'", "'" + HeldByAnother + "'"} {
+		if !strings.Contains(string(policy), words) {
+			t.Errorf("the fencing policy does not have %q", words)
+		}
 	}
 	deployments := schema.GroupResource{Group: "apps", Resource: "deployments"}
-	fenced := apierrors.NewForbidden(deployments, "web",
-		errors.New("ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: "+FencedMessage+"Pod a_1 does not hold the Lease ns/sample-controller, b_2 does"))
+	refusal := func(message string) error {
+		return apierrors.NewForbidden(deployments, "web", errors.New("ValidatingAdmissionPolicy '"+FencingPolicy+"' with binding '"+FencingPolicy+"' denied request: "+message))
+	}
 	for _, c := range []struct {
 		err  error
 		want bool
 	}{
-		{fenced, true},
+		{refusal(FencedMessage + "Pod a_1 does not hold the Lease ns/sample-controller" + HeldByAnother + "b_2"), true},
+		{refusal(FencedMessage + "Pod a_1 does not hold the Lease ns/sample-controller, which has no holder"), true},
+		{refusal("expression 'variables.pod != \"\"' resulted in error: no such key"), true},
 		{apierrors.NewForbidden(deployments, "web", errors.New("ValidatingAdmissionPolicy 'replicas' denied request: too many replicas")), false},
 		{apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil), false},
 		{errors.New(FencedMessage), false},

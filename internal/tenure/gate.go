@@ -136,14 +136,15 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// endIfFenced ends tenure when a refusal's body is the fencing policy's (Fenced): the
-// API server has seen the Lease name another Pod, which this process has not, or its
-// tenure would be over. The next renewal that succeeds begins a new one; a renewal
-// that finds the Lease taken ends the process. It reads the body's first 64 KiB (a
-// Status is far shorter) and returns the body whole.
+// endIfFenced ends tenure when a refusal's body is the fencing policy's saying that
+// another Pod holds the Lease: the API server has seen it change hands, which this
+// process has not, or its tenure would be over. The next renewal that succeeds begins
+// a new one (after a change the policy saw before the Lease's own watch did, say); a
+// renewal that finds the Lease taken ends the process. It reads the body's first 64
+// KiB (a Status is far shorter) and returns the body whole.
 func endIfFenced(tenure *Tenure, body io.ReadCloser) io.ReadCloser {
 	peeked, _ := io.ReadAll(io.LimitReader(body, 64<<10))
-	if bytes.Contains(peeked, []byte(FencedMessage)) {
+	if heldByAnother(peeked) {
 		tenure.End()
 	}
 	return struct {

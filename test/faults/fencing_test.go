@@ -30,7 +30,8 @@ import (
 // TestFencedByAdmission puts artifacts/deploy/components/fencing's policy in front of
 // two namespaces, each with a binding to a Lease of its own (the component's binding
 // names the Lease of artifacts/deploy, which other cases' controllers do not hold), and
-// two Pods' bound ServiceAccount tokens as the writers.
+// two Pods' bound ServiceAccount tokens as the writers; a third binding names a Lease
+// that does not exist.
 //
 // By hand, on a Lease the case sets: the holder's writes are admitted, the other Pod's
 // and a token bound to no Pod refused; after a change of holder, how long the old
@@ -40,15 +41,17 @@ import (
 // costs a write, against the same write in a namespace without it, alternating.
 //
 // Then with controllers: two replicas run on the Pods' tokens and identities while
-// Foos change, and the leader's traffic is stalled until the other has taken over and
-// written: every Foo or Deployment write of the old leader that reaches the API server
-// after the takeover must be refused, and the Foos converge through the policy.
+// Foos change, and another client empties the Lease's holder (the leader must take it
+// back), then the leader's traffic is stalled until the other has taken over and
+// written, then the Lease is edited to name the standby: every Foo or Deployment write
+// of an old leader that reaches the API server after the new leader's first write must
+// be refused, and the Foos converge through the policy.
 func TestFencedByAdmission(t *testing.T) {
 	t.Parallel()
-	ns, probeNS, openNS := env.NewNamespace(t), env.NewNamespace(t), env.NewNamespace(t)
+	ns, probeNS, openNS, leaselessNS := env.NewNamespace(t), env.NewNamespace(t), env.NewNamespace(t), env.NewNamespace(t)
 	env.GrantShardedLeases(t, ns)
 	const lease, probeLease = "fenced", "probe"
-	installFencing(t, map[string]string{ns: lease, probeNS: probeLease})
+	installFencing(t, map[string]string{ns: lease, probeNS: probeLease, leaselessNS: "missing"})
 	a, b := newBoundPod(t), newBoundPod(t)
 
 	// By hand: a Lease held by a, a Deployment in each namespace to write.
@@ -59,13 +62,13 @@ func TestFencedByAdmission(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{probeNS, openNS} {
+	for _, ns := range []string{probeNS, openNS, leaselessNS} {
 		if _, err := env.Kube.AppsV1().Deployments(ns).Create(t.Context(), probeDeployment(), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	probes := map[string]*appsv1.Deployment{}
-	for _, ns := range []string{probeNS, openNS} {
+	for _, ns := range []string{probeNS, openNS, leaselessNS} {
 		d, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "probe", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -96,6 +99,13 @@ func TestFencedByAdmission(t *testing.T) {
 	}
 	if err := probe(b.client, openNS); err != nil {
 		t.Errorf("a write where no binding applies: %v, want it admitted", err)
+	}
+	// The API server looks the Lease up before the policy's matchConditions: a missing
+	// Lease must not refuse anyone's writes (a fresh install, a Lease deleted by hand).
+	for who, c := range map[string]kubernetes.Interface{"the admin": env.Kube, "a Pod": b.client} {
+		if err := probe(c, leaselessNS); err != nil {
+			t.Errorf("a write of %s where the binding's Lease is missing: %v, want it admitted", who, err)
+		}
 	}
 
 	// The policy's lag: the Lease changes hands three times; the old holder writes
@@ -171,7 +181,7 @@ func TestFencedByAdmission(t *testing.T) {
 	leader, leaderID := waitLeaderOf(t, ns, lease, replicas, "")
 	var parts []string
 	refusedOfNew := 0 // the new leaders' writes the policy refused before their first admitted one
-	for _, fault := range []string{"stall", "edit"} {
+	for _, fault := range []string{"empty", "stall", "edit"} {
 		next := replicas[0]
 		if next == leader {
 			next = replicas[1]
@@ -179,6 +189,24 @@ func TestFencedByAdmission(t *testing.T) {
 		waitWrites(t, leader, 3)
 		var at time.Time
 		switch fault {
+		case "empty":
+			// Another client empties the holder: the leader takes its Lease back at its
+			// next renewal, the policy's refusals meanwhile ("no holder") ending nothing.
+			at = time.Now()
+			setHolder(t, ns, lease, "")
+			time.Sleep(2 * 4 * time.Second)
+			if kept, _ := waitLeaderOf(t, ns, lease, replicas, ""); kept != leader {
+				t.Errorf("empty: %s holds the Lease emptied under %s, want the leader to take it back", kept.proxy.Name(), leader.proxy.Name())
+			}
+			refused := 0
+			for _, w := range objectWrites(leader.proxy.Writes()) {
+				if w.Sent.After(at) && w.Code == 403 {
+					refused++
+				}
+			}
+			waitWrites(t, leader, 1)
+			parts = append(parts, fmt.Sprintf("empty: the leader took its Lease back, %d of its writes refused meanwhile", refused))
+			continue
 		case "stall":
 			// Right after one of its writes, and held until the other replica has taken
 			// over and written, and the leader has exited on losing the Lease.
@@ -268,7 +296,7 @@ func judgeOldLeader(t *testing.T, fault string, old, next *proxiedController, at
 // holds).
 func installFencing(t *testing.T, leases map[string]string) {
 	t.Helper()
-	policy, _ := env.Fencing(t)
+	policy, shipped := env.Fencing(t)
 	policies := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	if _, err := policies.Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -283,7 +311,7 @@ func installFencing(t *testing.T, leases map[string]string) {
 				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 				ParamRef: &admissionregistrationv1.ParamRef{
 					Name: lease, Namespace: ns,
-					ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
+					ParameterNotFoundAction: shipped.Spec.ParamRef.ParameterNotFoundAction,
 				},
 				MatchResources: &admissionregistrationv1.MatchResources{
 					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
