@@ -115,7 +115,7 @@ func run(ctx context.Context, opts *options) error {
 	if err := opts.complete(logger, namespace); err != nil {
 		return err
 	}
-	clients, err := newClients(ctx, cfg, opts.lease.elected())
+	clients, err := newClients(ctx, cfg, opts.lease.elected(), opts.lease.Identity)
 	if err != nil {
 		return err
 	}
@@ -142,10 +142,11 @@ type clients struct {
 // cannot be reached (outage.Hold), instead of failing into client-go's reflector
 // backoff, which grows to a minute and would keep the informers asleep long after the
 // server is back. With elected, every write but the Leases' passes the gate of its
-// tenure (tenure.Gate). The hold is outside the gate: a write that waited for the API
+// tenure (tenure.Gate), which knows this process by identity in the fencing policy's
+// refusals. The hold is outside the gate: a write that waited for the API
 // server is checked against its tenure, and given the server-side timeout of what is
 // left of it, when it is sent, not before it waited.
-func newClients(ctx context.Context, cfg *rest.Config, elected bool) (*clients, error) {
+func newClients(ctx context.Context, cfg *rest.Config, elected bool, identity string) (*clients, error) {
 	logger := klog.FromContext(ctx)
 	var wentDown time.Time
 	hold, err := outage.New(ctx, cfg, outage.DefaultInterval, func(down bool) {
@@ -162,6 +163,7 @@ func newClients(ctx context.Context, cfg *rest.Config, elected bool) (*clients, 
 	gate := &tenure.Gate{
 		Required: elected,
 		HeldBack: func(reason string) { writesHeldBack.WithLabelValues(reason).Inc() },
+		Identity: identity,
 	}
 	leases, kube, foos := clientConfigs(cfg, gate, hold)
 	c := &clients{config: cfg}

@@ -349,6 +349,26 @@ func TestProcessNextWorkItem(t *testing.T) {
 		f.waitRequeued(ctx, clk, 5*time.Millisecond)
 	})
 
+	t.Run("a fenced write is counted as fenced and retried with backoff", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+			return true, nil, fencedError()
+		})
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		clk := f.useQueueClock()
+		fenced, failed := testutil.ToFloat64(syncsTotal.WithLabelValues(syncFenced)), testutil.ToFloat64(syncsTotal.WithLabelValues(syncError))
+		c.workqueue.Add(key)
+		c.processNextWorkItem(ctx)
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncFenced)) - fenced; got != 1 {
+			t.Errorf("fenced syncs counted = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncError)) - failed; got != 0 {
+			t.Errorf("error syncs counted for a fenced write = %v, want 0", got)
+		}
+		f.waitRequeued(ctx, clk, 5*time.Millisecond)
+	})
+
 	t.Run("a refused write waits at most a minute between tries", func(t *testing.T) {
 		f := newFixture(t, nil, nil, nil)
 		c := f.controller

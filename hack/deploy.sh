@@ -14,7 +14,8 @@
 #                           applies removed. Nothing else changes, and nothing runs twice.
 #
 # `apply` refuses, before changing anything, to install over a helm release's
-# controller: one install acts on Foos.
+# controller: one install acts on Foos. `apply` without the fencing component, and
+# `delete`, delete its policy and bindings, which are cluster-scoped.
 #
 # COMPONENTS adds kustomize components of artifacts/deploy/components, by directory
 # name, separated by spaces: COMPONENTS="prometheus networkpolicy"; cert-manager goes
@@ -98,15 +99,23 @@ fi
 # The namespace every install of artifacts/deploy goes to.
 NAMESPACE=sample-controller-system
 
-# remove_fencing deletes the fencing component's policy and binding, which are
+# remove_fencing deletes the fencing component's policy and bindings, which are
 # cluster-scoped: an apply without the component, or an uninstall, must not leave the
 # policy fencing writes on a Lease nobody will hold (in sharded mode, every write).
+# Of the arguments, it passes on those that choose the cluster, and a dry run.
 remove_fencing() {
-  local objects
-  objects="$("${KUBECTL}" get validatingadmissionpolicybinding,validatingadmissionpolicy     --field-selector metadata.name=sample-controller-fencing --ignore-not-found -o name 2>/dev/null || true)"
+  local cluster=() dry=() arg objects
+  for arg in "$@"; do
+    case "${arg}" in
+      --context=* | --kubeconfig=* | --server=* | --cluster=* | --user=*) cluster+=("${arg}") ;;
+      --dry-run*) dry+=("${arg}") ;;
+    esac
+  done
+  objects="$("${KUBECTL}" get validatingadmissionpolicybinding,validatingadmissionpolicy "${cluster[@]}" \
+    -l app.kubernetes.io/name=sample-controller --ignore-not-found -o name 2>/dev/null || true)"
   if [[ -n "${objects}" ]]; then
     # shellcheck disable=SC2086 # one name per line
-    "${KUBECTL}" delete ${objects} --ignore-not-found "$@"
+    "${KUBECTL}" delete ${objects} "${cluster[@]}" "${dry[@]}" --ignore-not-found
   fi
 }
 

@@ -20,23 +20,31 @@ const (
 )
 
 // Fenced tells whether err is the API server refusing a write by the fencing policy:
-// the Pod that sent it does not hold the Lease, or the policy could not decide. Such
-// a write was sent from a tenure that has ended, or reached the API server after the
-// Lease changed hands: not a refusal of the Foo to report, but a write to retry under
-// the next tenure (another replica's, most likely).
+// the Pod that sent it does not hold the Lease (403), or the policy could not decide
+// (a 422 naming the policy: its expression failed, or the API server has not synced
+// the Lease yet). Such a write was sent from a tenure that has ended, reached the API
+// server after the Lease changed hands, or came too early: not a refusal of the Foo to
+// report, but a write to retry under the next tenure (another replica's, most likely).
 func Fenced(err error) bool {
-	if !apierrors.IsForbidden(err) {
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
 		return false
 	}
 	message := err.Error()
-	return strings.Contains(message, FencedMessage) || strings.Contains(message, "ValidatingAdmissionPolicy '"+FencingPolicy+"'")
+	return apierrors.IsForbidden(err) && strings.Contains(message, FencedMessage) ||
+		strings.Contains(message, "ValidatingAdmissionPolicy '"+FencingPolicy+"'")
 }
 
-// heldByAnother tells whether a refusal's body says the Lease is held by another: the
-// API server has seen it change hands, which this process has not, or its tenure
-// would be over. A Lease another client emptied is not: its holder takes it back at
-// its next renewal.
-func heldByAnother(body []byte) bool {
+// heldByAnother tells whether a refusal's body says the Lease is held by another than
+// self (this process's identity in Leases, if known): the API server has seen it
+// change hands, which this process has not, or its tenure would be over. A Lease
+// another client emptied is not: its holder takes it back at its next renewal. Nor is
+// one held by self: the policy cannot match this process (its token bound to no Pod,
+// or its identity not its Pod's), and no tenure of its own would change that.
+func heldByAnother(body []byte, self string) bool {
 	s := string(body)
-	return strings.Contains(s, FencedMessage) && strings.Contains(s, HeldByAnother)
+	if !strings.Contains(s, FencedMessage) || !strings.Contains(s, HeldByAnother) {
+		return false
+	}
+	// The holder ends the message, which ends the Status's JSON string.
+	return self == "" || !strings.Contains(s, HeldByAnother+self+`"`)
 }

@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func TestFenced(t *testing.T) {
@@ -32,7 +33,9 @@ func TestFenced(t *testing.T) {
 	}{
 		{refusal(FencedMessage + "Pod a_1 does not hold the Lease ns/sample-controller" + HeldByAnother + "b_2"), true},
 		{refusal(FencedMessage + "Pod a_1 does not hold the Lease ns/sample-controller, which has no holder"), true},
-		{refusal("expression 'variables.pod != \"\"' resulted in error: no such key"), true},
+		// The policy failing rather than refusing: 422, naming the policy.
+		{apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", field.ErrorList{field.Invalid(nil, nil,
+			"ValidatingAdmissionPolicy '"+FencingPolicy+"' with binding '"+FencingPolicy+"' denied request: failed to configure binding: paramKind not yet synced")}), true},
 		{apierrors.NewForbidden(deployments, "web", errors.New("ValidatingAdmissionPolicy 'replicas' denied request: too many replicas")), false},
 		{apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil), false},
 		{errors.New(FencedMessage), false},

@@ -49,6 +49,10 @@ type Gate struct {
 	Required bool
 	// HeldBack, if set, is told each write held back, with the reason.
 	HeldBack func(reason string)
+	// Identity is this process's identity in Leases, if it has one: the fencing
+	// policy's refusal naming another holder ends the write's tenure, one naming this
+	// process does not.
+	Identity string
 }
 
 // Wrap returns next behind the gate, for rest.Config.Wrap.
@@ -129,7 +133,7 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusForbidden {
-		resp.Body = endIfFenced(tenure, resp.Body)
+		resp.Body = endIfFenced(tenure, resp.Body, t.gate.Identity)
 	}
 	// The deadline must outlive the response until its body is read.
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
@@ -142,9 +146,9 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // a new one (after a change the policy saw before the Lease's own watch did, say); a
 // renewal that finds the Lease taken ends the process. It reads the body's first 64
 // KiB (a Status is far shorter) and returns the body whole.
-func endIfFenced(tenure *Tenure, body io.ReadCloser) io.ReadCloser {
+func endIfFenced(tenure *Tenure, body io.ReadCloser, self string) io.ReadCloser {
 	peeked, _ := io.ReadAll(io.LimitReader(body, 64<<10))
-	if heldByAnother(peeked) {
+	if heldByAnother(peeked, self) {
 		tenure.End()
 	}
 	return struct {

@@ -380,6 +380,8 @@ func TestGateEndsAFencedTenure(t *testing.T) {
 		{"the fencing policy's refusal: another holds the Lease", "ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: " + FencedMessage + "Pod a_1 does not hold the Lease ns/l" + HeldByAnother + "b_2", true},
 		// Another client emptied it: the holder takes it back at its next renewal.
 		{"the fencing policy's refusal: the Lease has no holder", "ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: " + FencedMessage + "Pod a_1 does not hold the Lease ns/l, which has no holder", false},
+		// The policy cannot match this process: no tenure would change that.
+		{"the fencing policy's refusal: this process holds the Lease", "ValidatingAdmissionPolicy 'sample-controller-fencing' with binding 'sample-controller-fencing' denied request: " + FencedMessage + "its token is bound to no Pod does not hold the Lease ns/l" + HeldByAnother + "host_1", false},
 		{"another policy's refusal", "ValidatingAdmissionPolicy 'replicas' with binding 'replicas' denied request: too many replicas", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -393,7 +395,7 @@ func TestGateEndsAFencedTenure(t *testing.T) {
 				})
 			}))
 			t.Cleanup(server.Close)
-			client, _ := gatedClient(t, &apiServer{Server: server}, &Gate{Required: true})
+			client, _ := gatedClient(t, &apiServer{Server: server}, &Gate{Required: true, Identity: "host_1"})
 			tenure := validTenure(15 * time.Second)
 			_, err := client.AppsV1().Deployments("ns").Create(NewContext(t.Context(), tenure), &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d"}}, metav1.CreateOptions{})
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.message) {

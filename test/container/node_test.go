@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	gate "github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/test/container/node"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
@@ -163,20 +164,23 @@ func TestDeploymentOnRealNode(t *testing.T) {
 // through it, the Foo's and the hand-over's that follow.
 func fenceWithComponent(t *testing.T, pods []corev1.Pod, leader string) {
 	t.Helper()
-	policy, binding := env.Fencing(t)
+	policy, shipped := env.Fencing(t)
 	policies := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	bindings := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	if _, err := policies.Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = policies.Delete(context.Background(), policy.Name, metav1.DeleteOptions{}) })
-	if _, err := bindings.Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, binding := range shipped {
+		if _, err := bindings.Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = bindings.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
 	}
-	t.Cleanup(func() { _ = bindings.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
 
+	// Labelled as the controller's own: the policy's binding matches only those.
 	probe := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "fencing-probe"},
+		ObjectMeta: metav1.ObjectMeta{Name: "fencing-probe", Labels: map[string]string{reconcile.FooUIDLabel: "probe"}},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "fencing-probe"}},
 			Template: corev1.PodTemplateSpec{

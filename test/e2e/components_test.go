@@ -196,17 +196,17 @@ subjects:
 	}
 
 	// The check bites on this very scrape: one label value misspelled fails it.
-	broken := strings.Replace(manifests, `result="error"`, `result="errors"`, 1)
+	broken := strings.Replace(manifests, `result="rejected"`, `result="rejecte"`, 1)
 	if broken == manifests {
-		t.Fatal(`no alert selects result="error"`)
+		t.Fatal(`no alert selects result="rejected"`)
 	}
 	if err := os.WriteFile(rules, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err = exec.CommandContext(t.Context(), checker, "--rules", rules, "--metrics", scrape).CombinedOutput()
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), `result="errors"`) {
-		t.Errorf("hack/alertcheck with result=\"errors\": %v, want it to fail naming the value\n%s", err, out)
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), `result="rejecte"`) {
+		t.Errorf("hack/alertcheck with result=\"rejecte\": %v, want it to fail naming the value\n%s", err, out)
 	}
 }
 

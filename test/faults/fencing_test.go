@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	gate "github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
@@ -175,6 +175,8 @@ func TestFencedByAdmission(t *testing.T) {
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 	}
 	standby := newBoundPod(t) // the third Pod, for the replica that replaces the first leader
+	const trigger = "trigger" // a Foo the case changes, besides the load's
+	createFoo(t, ns, trigger, trigger, 1)
 	replicas := []*proxiedController{a.startProxied(t, ns, args...), b.startProxied(t, ns, args...)}
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	load := startLoad(loadCtx, t, ns)
@@ -190,22 +192,36 @@ func TestFencedByAdmission(t *testing.T) {
 		var at time.Time
 		switch fault {
 		case "empty":
-			// Another client empties the holder: the leader takes its Lease back at its
-			// next renewal, the policy's refusals meanwhile ("no holder") ending nothing.
-			at = time.Now()
-			setHolder(t, ns, lease, "")
-			time.Sleep(2 * 4 * time.Second)
-			if kept, _ := waitLeaderOf(t, ns, lease, replicas, ""); kept != leader {
-				t.Errorf("empty: %s holds the Lease emptied under %s, want the leader to take it back", kept.proxy.Name(), leader.proxy.Name())
-			}
-			refused := 0
-			for _, w := range objectWrites(leader.proxy.Writes()) {
-				if w.Sent.After(at) && w.Code == 403 {
-					refused++
+			// Another client empties the holder and a Foo changes at once, so that the
+			// leader writes before its next renewal: the policy refuses that ("no
+			// holder"), which must end nothing, and the leader takes its Lease back at
+			// the renewal. Tried again if no write came in between.
+			refused, tries := 0, 0
+			var lastRefused time.Time
+			for ; tries < 3 && refused == 0; tries++ {
+				at = time.Now()
+				setHolder(t, ns, lease, "")
+				patchFooSpec(t, ns, trigger, fmt.Sprintf(`{"replicas":%d}`, tries+2))
+				time.Sleep(2 * 4 * time.Second)
+				if kept, _ := waitLeaderOf(t, ns, lease, replicas, ""); kept != leader {
+					t.Fatalf("empty: %s holds the Lease emptied under %s, want the leader to take it back", kept.proxy.Name(), leader.proxy.Name())
+				}
+				for _, w := range objectWrites(leader.proxy.Writes()) {
+					if w.Sent.After(at) && w.Code == 403 {
+						refused++
+						lastRefused = w.Sent
+					}
 				}
 			}
-			waitWrites(t, leader, 1)
-			parts = append(parts, fmt.Sprintf("empty: the leader took its Lease back, %d of its writes refused meanwhile", refused))
+			if refused == 0 {
+				t.Fatalf("empty: in %d tries, no write of the leader reached the policy while its Lease was empty", tries)
+			}
+			framework.Eventually(t, timeout, "a write of the leader admitted after it took its Lease back", func(context.Context) (bool, string) {
+				return slices.ContainsFunc(objectWrites(leader.proxy.Writes()), func(w apiproxy.Write) bool {
+					return w.Sent.After(lastRefused) && w.Code < 300
+				}), "none yet"
+			})
+			parts = append(parts, fmt.Sprintf("empty: the leader took its Lease back and wrote again (%d of its writes refused meanwhile, %d tries)", refused, tries))
 			continue
 		case "stall":
 			// Right after one of its writes, and held until the other replica has taken
@@ -225,8 +241,9 @@ func TestFencedByAdmission(t *testing.T) {
 		case "edit":
 			// Another client names the standby: the leader's tenure is still valid by
 			// its own clock until it next renews.
+			standbyID := identityOf(t, next)
 			at = time.Now()
-			setHolder(t, ns, lease, identityOf(t, next))
+			setHolder(t, ns, lease, standbyID)
 		}
 		nextID := ""
 		next, nextID = waitLeaderOf(t, ns, lease, []*proxiedController{next}, leaderID)
@@ -257,7 +274,7 @@ func TestFencedByAdmission(t *testing.T) {
 	}
 	waitWrites(t, leader, 3)
 	stopLoad()
-	foos := <-load
+	foos := append(<-load, trigger)
 	settled := checkInvariants(t, ns, foos)
 
 	fmt.Printf("faults: fenced by admission (ValidatingAdmissionPolicy on the Lease, Pod-bound tokens): after a change of holder the old holder's writes were admitted for %s more, the new holder's refused for %s (3 changes); "+
@@ -291,9 +308,9 @@ func judgeOldLeader(t *testing.T, fault string, old, next *proxiedController, at
 }
 
 // installFencing creates the fencing component's policy, as kustomize renders it, and
-// for each namespace a binding of it to the Lease named there, in place of the
-// component's binding (whose Lease, artifacts/deploy's, no controller of this suite
-// holds).
+// its bindings, for each namespace one of each bound to the Lease named there and
+// matching that namespace alone: the component's name the Lease of artifacts/deploy,
+// which no controller of this suite holds.
 func installFencing(t *testing.T, leases map[string]string) {
 	t.Helper()
 	policy, shipped := env.Fencing(t)
@@ -304,24 +321,16 @@ func installFencing(t *testing.T, leases map[string]string) {
 	t.Cleanup(func() { _ = policies.Delete(context.Background(), policy.Name, metav1.DeleteOptions{}) })
 	bindings := env.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	for ns, lease := range leases {
-		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "fencing-" + ns},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        policy.Name,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-				ParamRef: &admissionregistrationv1.ParamRef{
-					Name: lease, Namespace: ns,
-					ParameterNotFoundAction: shipped.Spec.ParamRef.ParameterNotFoundAction,
-				},
-				MatchResources: &admissionregistrationv1.MatchResources{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-				},
-			},
+		for _, b := range shipped {
+			binding := b.DeepCopy()
+			binding.Name += "-" + ns
+			binding.Spec.ParamRef.Name, binding.Spec.ParamRef.Namespace = lease, ns
+			binding.Spec.MatchResources.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+			if _, err := bindings.Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = bindings.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
 		}
-		if _, err := bindings.Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = bindings.Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
 	}
 }
 
@@ -376,11 +385,12 @@ func (p *boundPod) startProxied(t *testing.T, ns string, args ...string) *proxie
 	return c
 }
 
-// probeDeployment is a Deployment no controller owns, to write to.
+// probeDeployment is a Deployment no controller acts on, labelled as the controller's
+// own so that the fencing policy's binding matches it, to write to.
 func probeDeployment() *appsv1.Deployment {
 	labels := map[string]string{"app": "probe"}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{reconcile.FooUIDLabel: "probe"}},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](0),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},

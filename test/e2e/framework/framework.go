@@ -451,12 +451,12 @@ func (e *Env) RenderComponent(t *testing.T, component string) string {
 	return e.Kubectl(t, "kustomize", overlay)
 }
 
-// Fencing is the fencing component's policy and binding, as kustomize renders them,
+// Fencing is the fencing component's policy and bindings, as kustomize renders them,
 // with nothing of the cluster's in their metadata: to create.
-func (e *Env) Fencing(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+func (e *Env) Fencing(t *testing.T) (*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
 	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	var binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	var bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	for _, doc := range strings.Split(e.RenderComponent(t, "fencing"), "\n---\n") {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
@@ -469,16 +469,17 @@ func (e *Env) Fencing(t *testing.T) (*admissionregistrationv1.ValidatingAdmissio
 				t.Fatal(err)
 			}
 		case "ValidatingAdmissionPolicyBinding":
-			binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 			if err := yaml.Unmarshal([]byte(doc), binding); err != nil {
 				t.Fatal(err)
 			}
+			bindings = append(bindings, binding)
 		}
 	}
-	if policy == nil || binding == nil {
-		t.Fatal("the fencing component renders no ValidatingAdmissionPolicy and binding")
+	if policy == nil || len(bindings) == 0 {
+		t.Fatal("the fencing component renders no ValidatingAdmissionPolicy and bindings")
 	}
-	return policy, binding
+	return policy, bindings
 }
 
 // GrantShardedLeases lets the ServiceAccount of artifacts/deploy use Leases in ns as the
