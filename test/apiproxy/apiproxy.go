@@ -51,10 +51,11 @@ type Proxy struct {
 	// is well defined and a hook sees them one at a time.
 	hookMu sync.Mutex
 
-	mu         sync.Mutex
-	writes     []Write
-	afterWrite func(Write)
-	conns      map[net.Conn]struct{}
+	mu          sync.Mutex
+	writes      []Write
+	beforeWrite func(Write)
+	afterWrite  func(Write)
+	conns       map[net.Conn]struct{}
 	// stalled is open while traffic is held; Release closes it. held counts what
 	// waits on it.
 	stalled chan struct{}
@@ -207,6 +208,16 @@ func (p *Proxy) AfterWrite(hook func(Write)) {
 	p.afterWrite = hook
 }
 
+// BeforeWrite sets a hook, nil for none, that runs for every write once the proxy has
+// it whole and before it is forwarded: a hook that calls Stall holds that very write,
+// as a write on the wire when its writer lost the right to make it. The record it gets
+// has no Sent, Answered or Code yet.
+func (p *Proxy) BeforeWrite(hook func(Write)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.beforeWrite = hook
+}
+
 // Stall holds all traffic until Release: new requests are not forwarded, answers are
 // not returned, and open watches deliver nothing more. A write that reached the proxy
 // is forwarded on Release even if its client has gone meanwhile, as bytes already on
@@ -323,6 +334,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		record.Name = objectName(r.Header.Get("Content-Type"), body)
 	}
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), writeKey{}, record)
+	p.mu.Lock()
+	before := p.beforeWrite
+	p.mu.Unlock()
+	if before != nil {
+		before(*record)
+	}
 	if err := p.waitReleased(ctx); err != nil {
 		return
 	}

@@ -272,6 +272,38 @@ func TestAPIProxyStallHoldsTraffic(t *testing.T) {
 	}
 }
 
+// TestAPIProxyBeforeWriteHoldsTheWrite checks that a hook before a write that stalls
+// the proxy holds that very write until Release, and that the hook sees it.
+func TestAPIProxyBeforeWriteHoldsTheWrite(t *testing.T) {
+	upstream := newFakeAPIServer(t)
+	p, client := startTestProxy(t, upstream.Server)
+	var seen []Write
+	p.BeforeWrite(func(w Write) {
+		seen = append(seen, w)
+		p.Stall()
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := do(t.Context(), client, p, http.MethodPut, "/apis/apps/v1/namespaces/ns/deployments/web", "{}")
+		done <- err
+	}()
+	waitHeld(t, p, 1)
+	if got := upstream.seen(); len(got) != 0 {
+		t.Errorf("the apiserver got %v before Release", got)
+	}
+	if len(seen) != 1 || seen[0].Resource != "deployments" || seen[0].Name != "web" || !seen[0].Sent.IsZero() {
+		t.Errorf("the hook saw %v, want the write to web, not yet sent", seen)
+	}
+	p.BeforeWrite(nil)
+	p.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("the held write after Release: %v", err)
+	}
+	if want := []string{"PUT /apis/apps/v1/namespaces/ns/deployments/web"}; !cmp.Equal(upstream.seen(), want) {
+		t.Errorf("after Release the apiserver got %v, want %v", upstream.seen(), want)
+	}
+}
+
 // waitHeld waits until the proxy holds n requests.
 func waitHeld(t *testing.T, p *Proxy, n int) {
 	t.Helper()

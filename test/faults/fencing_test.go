@@ -42,8 +42,9 @@ import (
 //
 // Then with controllers: two replicas run on the Pods' tokens and identities while
 // Foos change, and another client empties the Lease's holder (the leader must take it
-// back), then the leader's traffic is stalled until the other has taken over and
-// written, then the Lease is edited to name the standby: every Foo or Deployment write
+// back), then the leader's traffic is stalled on one of its writes until the other has
+// taken over and written (that write must then be refused), then the Lease is edited
+// to name the standby: every Foo or Deployment write
 // of an old leader that reaches the API server after the new leader's first write must
 // be refused, and the Foos converge through the policy.
 func TestFencedByAdmission(t *testing.T) {
@@ -182,7 +183,9 @@ func TestFencedByAdmission(t *testing.T) {
 	load := startLoad(loadCtx, t, ns)
 	leader, leaderID := waitLeaderOf(t, ns, lease, replicas, "")
 	var parts []string
-	refusedOfNew := 0 // the new leaders' writes the policy refused before their first admitted one
+	var heldWrite apiproxy.Write // the stalled leader's write held across the takeover
+	heldCode := 0                // and the API server's answer to it
+	refusedOfNew := 0            // the new leaders' writes the policy refused before their first admitted one
 	for _, fault := range []string{"empty", "stall", "edit"} {
 		next := replicas[0]
 		if next == leader {
@@ -224,19 +227,21 @@ func TestFencedByAdmission(t *testing.T) {
 			parts = append(parts, fmt.Sprintf("empty: the leader took its Lease back and wrote again (%d of its writes refused meanwhile, %d tries)", refused, tries))
 			continue
 		case "stall":
-			// Right after one of its writes, and held until the other replica has taken
-			// over and written, and the leader has exited on losing the Lease.
-			hit := make(chan struct{})
+			// On one of its writes, which the proxy holds whole: a write on the wire
+			// when the Lease changes hands. Held, with everything else of the leader's,
+			// until the other replica has taken over and written and the leader has
+			// exited.
+			hit := make(chan apiproxy.Write, 1)
 			var once sync.Once
-			leader.proxy.AfterWrite(func(w apiproxy.Write) {
+			leader.proxy.BeforeWrite(func(w apiproxy.Write) {
 				if isObjectWrite(w) {
 					once.Do(func() {
 						leader.proxy.Stall()
-						close(hit)
+						hit <- w
 					})
 				}
 			})
-			<-hit
+			heldWrite = <-hit
 			at = time.Now()
 		case "edit":
 			// Another client names the standby: the leader's tenure is still valid by
@@ -254,7 +259,25 @@ func TestFencedByAdmission(t *testing.T) {
 			t.Fatalf("%s: the old leader did not exit within %v of losing the Lease", fault, timeout)
 		}
 		if fault == "stall" {
+			leader.proxy.BeforeWrite(nil)
 			leader.proxy.Release()
+			// The held write lands after the takeover: the policy refuses it (403), or
+			// its resourceVersion does (409) if the new leader wrote that object first.
+			var landed apiproxy.Write
+			framework.Eventually(t, timeout, "the held write to be answered", func(context.Context) (bool, string) {
+				i := slices.IndexFunc(leader.proxy.Writes(), func(w apiproxy.Write) bool {
+					return w.Received.Equal(heldWrite.Received) && w.Name == heldWrite.Name
+				})
+				if i < 0 {
+					return false, "not yet"
+				}
+				landed = leader.proxy.Writes()[i]
+				return true, ""
+			})
+			if landed.Code < 300 {
+				t.Errorf("stall: the old leader's write held across the takeover was admitted: %v", landed)
+			}
+			heldCode = landed.Code
 		}
 		for _, w := range objectWrites(next.proxy.Writes()) {
 			if w.Code == 403 {
@@ -263,6 +286,9 @@ func TestFencedByAdmission(t *testing.T) {
 		}
 		sent, refused, last := judgeOldLeader(t, fault, leader, next, at)
 		part := fmt.Sprintf("%s: %d Foo or Deployment writes of the old leader reached the API server after the fault, %d of them refused by the policy", fault, sent, refused)
+		if fault == "stall" {
+			part += fmt.Sprintf(" (the write held across the takeover, %s %s %s, answered %d)", heldWrite.Method, heldWrite.Resource, heldWrite.Name, heldCode)
+		}
 		if sent > 0 {
 			part += fmt.Sprintf(", the last %.2fs after it", last.Sub(at).Seconds())
 		}
