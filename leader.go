@@ -31,7 +31,7 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 	if lease.leaderElect {
 		leading = tenure.New(clock.RealClock{})
 	}
-	eventRecording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, leading, dropEvent)
+	eventRecording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, leading, dropEvent, eventsInFlight(opts.workers))
 	if err != nil {
 		return err
 	}

@@ -153,6 +153,14 @@ func workers(flag, shardSlots int) int {
 	}
 }
 
+// eventsInFlight bounds the Event writes of a queue's workers in flight at once: a
+// quarter of the workers, at least one. An Event reports a sync's work and should not
+// hold it up: at a cold start every sync records one, and unbounded they would
+// compete with the Deployment and status writes of the syncs still running.
+func eventsInFlight(workers int) int {
+	return max(1, workers/4)
+}
+
 // elected tells whether every write needs a valid tenure of a Lease: with leader
 // election or slots.
 func (l *leaseOptions) elected() bool { return l.leaderElect || l.shardSlots > 0 }

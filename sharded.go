@@ -91,7 +91,7 @@ func runSlot(ctx context.Context, clients *clients, opts controllerOptions, spac
 	if held == nil {
 		return fmt.Errorf("slot %d runs without a tenure", slot)
 	}
-	recording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, held, dropEvent)
+	recording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, held, dropEvent, eventsInFlight(opts.workers))
 	if err != nil {
 		return err
 	}

@@ -58,16 +58,22 @@ const (
 	DroppedShutdown = "shutdown"
 )
 
-// Start starts recording Events through client, as component. The recording outlives
-// ctx; Shutdown ends it. With a tenure, the Events are written only while it is valid
-// (through a tenure.Gate in client) and dropped otherwise: they belong to the syncs of
-// that tenure. dropped, if set, is told each Event recorded and never written, with
-// the reason (DroppedTenureOver, DroppedShutdown).
-func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure, dropped func(reason string)) (*Recording, error) {
+// Start starts recording Events through client, as component, with at most inFlight
+// of their writes in flight at once (at least one). client-go's broadcaster writes
+// each Event from a goroutine of its own, with no bound: at a cold start, as many
+// Events at once as syncs recorded, competing with the Deployment writes they report.
+// The recording outlives ctx; Shutdown ends it. With a tenure, the Events are written
+// only while it is valid (through a tenure.Gate in client) and dropped otherwise:
+// they belong to the syncs of that tenure. dropped, if set, is told each Event
+// recorded and never written, with the reason (DroppedTenureOver, DroppedShutdown).
+func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure, dropped func(reason string), inFlight int) (*Recording, error) {
 	if dropped == nil {
 		dropped = func(string) {}
 	}
-	sink := &countingSink{EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{}), dropped: dropped}
+	sink := &countingSink{
+		EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{}), dropped: dropped,
+		slots: make(chan struct{}, max(1, inFlight)),
+	}
 	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	broadcaster := events.NewBroadcaster(sink)
 	if err := broadcaster.StartRecordingToSinkWithContext(recordCtx); err != nil {
@@ -157,11 +163,13 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 }
 
 // countingSink is an EventSink that knows how many writes are in flight and when the
-// last one ended, and holds its writes to a tenure.
+// last one ended, bounds how many are sent at once, and holds its writes to a tenure.
 type countingSink struct {
 	events.EventSink
 	tenure  *tenure.Tenure
 	dropped func(reason string)
+	// slots holds a token for each write in flight: its capacity is the bound.
+	slots chan struct{}
 
 	mu       sync.Mutex
 	inFlight int
@@ -206,7 +214,16 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 // as done: it would retry any other error, 12 times 10 s apart, and could write the
 // Event in a tenure it does not belong to.
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
+	// In flight from here, for Shutdown, while it waits for a slot too.
 	s.begin()
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-ctx.Done():
+		// The recording was stopped: Shutdown gave up waiting.
+		s.end(false)
+		return nil, ctx.Err()
+	}
 	if s.tenure != nil {
 		ctx = tenure.NewContext(ctx, s.tenure)
 	}

@@ -3,6 +3,9 @@ package eventrecording
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
@@ -34,7 +39,7 @@ func TestShutdownWritesEverything(t *testing.T) {
 		written.Add(1)
 		return false, nil, nil
 	})
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil)
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +70,7 @@ func TestShutdownIsBounded(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil)
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +97,7 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		dropped[reason]++
-	})
+	}, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +114,48 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 	}
 	if written, _, _ := recording.sink.state(); written != 0 {
 		t.Errorf("%d Events counted as written, want 0", written)
+	}
+}
+
+// TestEventWritesAreBounded records many Events at once against an API server whose
+// every answer is slow, and checks that no more than the bound are ever in flight
+// together, and that every one is written. (The fake clientset runs its reactors one
+// at a time, so this takes an HTTP server.)
+func TestEventWritesAreBounded(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var inFlight, most, written atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for seen := most.Load(); now > seen && !most.CompareAndSwap(seen, now); seen = most.Load() {
+		}
+		body, _ := io.ReadAll(r.Body)
+		time.Sleep(20 * time.Millisecond)
+		written.Add(1)
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body) // the Event as sent
+	}))
+	defer server.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: server.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound, n = 3, 30
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	recording.Shutdown(ctx, 10*time.Second)
+	if got := written.Load(); got != n {
+		t.Errorf("%d of %d Events written", got, n)
+	}
+	if got := most.Load(); got > bound || got < 2 {
+		t.Errorf("at most %d Event writes were in flight together, want 2 to %d", got, bound)
 	}
 }
 

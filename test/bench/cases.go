@@ -31,6 +31,11 @@ type coldStartResult struct {
 	Seconds         float64 `json:"seconds"`
 	DeploymentsDone int     `json:"deploymentsDone"`
 	StatusesDone    int     `json:"statusesDone"`
+	// DeploymentsSeconds and StatusesSeconds are when the last Deployment, and the
+	// last status, was done, of a cold start that converged: the work a user waits
+	// for apart from the writes that report it.
+	DeploymentsSeconds float64 `json:"deploymentsSeconds,omitempty"`
+	StatusesSeconds    float64 `json:"statusesSeconds,omitempty"`
 	// Requests from the start until --settle after convergence.
 	Requests          requestCounts      `json:"requests"`
 	PerFoo            map[string]float64 `json:"requestsPerFoo"`

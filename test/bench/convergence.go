@@ -57,8 +57,11 @@ type convergence struct {
 	byDeployment       map[string]*fooProgress // by spec.deploymentName
 	byUID              map[types.UID]*fooProgress
 	nDep, nFoo, nEvent int // Deployments that match, statuses that satisfy the rule, Events
-	doneAfter          time.Duration
-	done               bool
+	// depsAfter and statusesAfter are when every Deployment, and every status, was
+	// last seen done, until the whole is: the work a user waits for, and its report.
+	depsAfter, statusesAfter time.Duration
+	doneAfter                time.Duration
+	done                     bool
 }
 
 type fooProgress struct {
@@ -67,7 +70,7 @@ type fooProgress struct {
 }
 
 func newConvergence(foos []*samplev1alpha1.Foo, rule statusRule, start time.Time) *convergence {
-	c := &convergence{rule: rule, start: start, byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}}
+	c := &convergence{rule: rule, start: start, byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}, depsAfter: -1, statusesAfter: -1}
 	for _, f := range foos {
 		p := &fooProgress{foo: f}
 		c.byDeployment[f.Spec.DeploymentName], c.byUID[f.UID] = p, p
@@ -123,8 +126,24 @@ func (c *convergence) countEvents() {
 }
 
 func (c *convergence) checkDone(at time.Time) {
+	if c.done {
+		return
+	}
 	n := len(c.byUID)
-	if !c.done && c.nDep == n && c.nFoo == n && (!c.events || c.nEvent == n) {
+	// Each time the last one is done: one may fall behind and come back.
+	if c.nDep == n && c.depsAfter < 0 {
+		c.depsAfter = at.Sub(c.start)
+	}
+	if c.nDep < n {
+		c.depsAfter = -1
+	}
+	if c.nFoo == n && c.statusesAfter < 0 {
+		c.statusesAfter = at.Sub(c.start)
+	}
+	if c.nFoo < n {
+		c.statusesAfter = -1
+	}
+	if c.nDep == n && c.nFoo == n && (!c.events || c.nEvent == n) {
 		c.done, c.doneAfter = true, at.Sub(c.start)
 	}
 }
@@ -156,6 +175,7 @@ func (c *convergence) result(waited time.Duration) coldStartResult {
 	}
 	if c.done {
 		r.Seconds = c.doneAfter.Seconds()
+		r.DeploymentsSeconds, r.StatusesSeconds = c.depsAfter.Seconds(), c.statusesAfter.Seconds()
 	}
 	return r
 }

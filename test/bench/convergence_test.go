@@ -130,7 +130,9 @@ func TestConvergence(t *testing.T) {
 	if !c.isDone() {
 		t.Fatal("not done with every Deployment and status in place")
 	}
-	want := coldStartResult{Foos: 2, Converged: true, Seconds: 0.5, DeploymentsDone: 2, StatusesDone: 2}
+	// The last Deployment at 500 ms; the statuses all done at 460 ms, after one fell
+	// behind at 450.
+	want := coldStartResult{Foos: 2, Converged: true, Seconds: 0.5, DeploymentsDone: 2, StatusesDone: 2, DeploymentsSeconds: 0.5, StatusesSeconds: 0.46}
 	got := c.result(time.Minute)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("result = %+v, want %+v", got, want)

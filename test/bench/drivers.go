@@ -89,6 +89,10 @@ func (c controller) start(ctx context.Context, s *session) error {
 	return nil
 }
 
+// resync is the informers' resync period on every side that has informers: ours (by
+// its flag) and the watching limit. The steady-state window covers one.
+const resync = 30 * time.Second
+
 // ourController builds our controller (unless --our-binary names a build) and says
 // how to run it: with a resync that the steady-state window covers, and
 // --controller-args unless they are another controller's.
@@ -101,7 +105,7 @@ func ourController(ctx context.Context, cfg config, root string) (controller, er
 			return controller{}, err
 		}
 	}
-	args := []string{"--resync-period=30s"}
+	args := []string{"--resync-period=" + resync.String()}
 	if cfg.controllerBinary == "" {
 		args = append(args, strings.Fields(cfg.controllerArgs)...)
 	}
@@ -208,14 +212,14 @@ func (l *limitRun) connect() error {
 }
 
 // startInformers lists and watches the Foos and their Deployments as our controller
-// does (the Deployments' label, no managedFields) until both caches are filled, and
-// calls changed with each Foo whose spec an update changed.
+// does (the Deployments' label, no managedFields, the same resync) until both caches
+// are filled, and calls changed with each Foo whose spec an update changed.
 func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
+	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 		kubeinformers.WithNamespace(benchNamespace),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel }),
 		kubeinformers.WithTransform(dropManagedFields))
-	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0,
+	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, resync,
 		sampleinformers.WithNamespace(benchNamespace),
 		sampleinformers.WithTransform(dropManagedFields))
 	kubeFactory.Apps().V1().Deployments().Informer()

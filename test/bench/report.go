@@ -129,11 +129,13 @@ func buildTable(res *results) *table {
 			if cs.Converged && cs.Seconds > 0 {
 				ratio(row(sectionColdStart, n, 1, "cold start, %d Foos ÷ %s (×)", n, r.Column), seconds)
 			}
-			set(row(sectionColdStart, n, 2, "requests per Foo, %d Foos: total", n), cs.PerFooTotal, cs.Converged, "n/a (timed out)")
+			set(row(sectionColdStart, n, 2, "cold start, %d Foos: the last Deployment (s)", n), cs.DeploymentsSeconds, cs.Converged, "n/a (timed out)")
+			set(row(sectionColdStart, n, 3, "cold start, %d Foos: the last status (s)", n), cs.StatusesSeconds, cs.Converged, "n/a (timed out)")
+			set(row(sectionColdStart, n, 4, "requests per Foo, %d Foos: total", n), cs.PerFooTotal, cs.Converged, "n/a (timed out)")
 			for _, k := range keys[n] {
-				set(row(sectionColdStart, n, 3, "requests per Foo, %d Foos: %s", n, k), cs.PerFoo[k], cs.Converged, "n/a (timed out)")
+				set(row(sectionColdStart, n, 5, "requests per Foo, %d Foos: %s", n, k), cs.PerFoo[k], cs.Converged, "n/a (timed out)")
 			}
-			set(row(sectionColdStart, n, 4, "events written per Foo, %d Foos", n), cs.EventWritesPerFoo, cs.Converged, "n/a (timed out)")
+			set(row(sectionColdStart, n, 6, "events written per Foo, %d Foos", n), cs.EventWritesPerFoo, cs.Converged, "n/a (timed out)")
 		}
 		if st := r.Steady; st != nil {
 			set(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", st.Foos), st.PerMinute, true, "")
