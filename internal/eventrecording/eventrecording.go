@@ -216,14 +216,14 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
 	// In flight from here, for Shutdown, while it waits for a slot too.
 	s.begin()
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	case <-ctx.Done():
-		// The recording was stopped: Shutdown gave up waiting.
+	if !s.acquire(ctx) {
+		// The recording was stopped: Shutdown gave up waiting for this one. Reported
+		// to the broadcaster as done, which it would otherwise log as an error.
 		s.end(false)
-		return nil, ctx.Err()
+		s.dropped(DroppedShutdown)
+		return event, nil
 	}
+	defer func() { <-s.slots }()
 	if s.tenure != nil {
 		ctx = tenure.NewContext(ctx, s.tenure)
 	}
@@ -235,6 +235,19 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func
 		return event, nil
 	}
 	return written, err
+}
+
+// acquire waits for a slot to write in, and tells whether it got one before ctx ended.
+func (s *countingSink) acquire(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (s *countingSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {

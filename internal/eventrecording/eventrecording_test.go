@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -79,6 +80,44 @@ func TestShutdownIsBounded(t *testing.T) {
 	recording.Shutdown(ctx, 300*time.Millisecond)
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("shutdown took %v with a 300ms timeout", took)
+	}
+}
+
+// TestEventsWaitingAtShutdownAreDropped checks that Events still waiting for their
+// turn to be written when shutdown gives up are counted as dropped at shutdown.
+func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset()
+	release := make(chan struct{})
+	defer close(release)
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil
+	})
+	var mu sync.Mutex
+	dropped := map[string]int{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, func(reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		dropped[reason]++
+	}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3 // one written forever, two waiting behind it
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	recording.Shutdown(ctx, 300*time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return dropped[DroppedShutdown] == n-1, nil
+	}); err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Errorf("dropped %v, want %d at shutdown", dropped, n-1)
 	}
 }
 

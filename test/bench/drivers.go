@@ -222,7 +222,11 @@ func startInformers(ctx context.Context, kube kubernetes.Interface, sample clien
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, resync,
 		sampleinformers.WithNamespace(benchNamespace),
 		sampleinformers.WithTransform(dropManagedFields))
-	kubeFactory.Apps().V1().Deployments().Informer()
+	// A handler that does nothing: an informer resyncs only for its handlers, and
+	// ours has them.
+	if _, err = kubeFactory.Apps().V1().Deployments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{}); err != nil {
+		return nil, err
+	}
 	_, err = sampleFactory.Samplecontroller().V1alpha1().Foos().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			if old, foo := oldObj.(*samplev1alpha1.Foo), newObj.(*samplev1alpha1.Foo); foo.Generation != old.Generation {
