@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -94,13 +95,8 @@ func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	var mu sync.Mutex
-	dropped := map[string]int{}
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, func(reason string) {
-		mu.Lock()
-		defer mu.Unlock()
-		dropped[reason]++
-	}, 1)
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +107,9 @@ func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 	}
 	recording.Shutdown(ctx, 300*time.Millisecond)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return dropped[DroppedShutdown] == n-1, nil
+		return dropped.get()[DroppedShutdown] == n-1, nil
 	}); err != nil {
-		mu.Lock()
-		defer mu.Unlock()
-		t.Errorf("dropped %v, want %d at shutdown", dropped, n-1)
+		t.Errorf("dropped %v, want %d at shutdown", dropped.get(), n-1)
 	}
 }
 
@@ -130,13 +122,8 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, fmt.Errorf("POST events: %w", tenure.ErrNotHeld)
 	})
-	var mu sync.Mutex
-	dropped := map[string]int{}
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, func(reason string) {
-		mu.Lock()
-		defer mu.Unlock()
-		dropped[reason]++
-	}, 4)
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,10 +133,8 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
 	}
 	recording.Shutdown(ctx, 5*time.Second)
-	mu.Lock()
-	defer mu.Unlock()
-	if dropped[DroppedTenureOver] != n || len(dropped) != 1 {
-		t.Errorf("dropped %v, want %d %s", dropped, n, DroppedTenureOver)
+	if got := dropped.get(); got[DroppedTenureOver] != n || len(got) != 1 {
+		t.Errorf("dropped %v, want %d %s", got, n, DroppedTenureOver)
 	}
 	if written, _, _ := recording.sink.state(); written != 0 {
 		t.Errorf("%d Events counted as written, want 0", written)
@@ -196,6 +181,28 @@ func TestEventWritesAreBounded(t *testing.T) {
 	if got := most.Load(); got > bound || got < 2 {
 		t.Errorf("at most %d Event writes were in flight together, want 2 to %d", got, bound)
 	}
+}
+
+// droppedCounts counts the Events Start's dropped is told of, by reason.
+type droppedCounts struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (d *droppedCounts) add(reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.counts == nil {
+		d.counts = map[string]int{}
+	}
+	d.counts[reason]++
+}
+
+// get is a copy of the counts so far.
+func (d *droppedCounts) get() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.counts)
 }
 
 func newPod(name string) *corev1.Pod {

@@ -108,6 +108,10 @@ type testMember struct {
 
 const testNamespace, testGroup = "system", "sample-controller"
 
+// testTimings are the slot Leases' timings of the holder tests: short, so that a
+// member's death is seen within seconds.
+var testTimings = election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+
 // start runs the member until the returned stop is called, or the test ends.
 func (m testMember) start(ctx context.Context, t *testing.T) (*Holder, func()) {
 	runCtx, cancel := context.WithCancel(ctx)
@@ -152,7 +156,7 @@ func TestHolderHandsSlotsOver(t *testing.T) {
 	withResourceVersions(client)
 	space := mustSpace(t, 8)
 	log := newWorkLog()
-	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := testTimings
 
 	start := func(identity string) (stop func()) {
 		_, stop = testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
@@ -382,7 +386,7 @@ func TestHolderTakesSlotsWhileItDrains(t *testing.T) {
 	withResourceVersions(client)
 	space := mustSpace(t, 12)
 	log := newWorkLog()
-	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := testTimings
 	start := func(identity string, drained <-chan struct{}) func() {
 		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drained: drained}.start(ctx, t)
 		return stop
@@ -462,7 +466,7 @@ func TestHolderWithdrawsAfterDraining(t *testing.T) {
 	withResourceVersions(client)
 	space := mustSpace(t, 4)
 	log := newWorkLog()
-	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := testTimings
 	const drain = 2 * time.Second
 	_, stop := testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log, drain: drain}.start(ctx, t)
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -505,7 +509,7 @@ func TestHolderStopsWhenToldNotToAct(t *testing.T) {
 	withResourceVersions(client)
 	space := mustSpace(t, 4)
 	log := newWorkLog()
-	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := testTimings
 	testMember{client: client, identity: "a", space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
 	waitFor := func(what string, done func([]string) bool) {
 		t.Helper()

@@ -26,7 +26,7 @@ func TestSingleLeaderAndShardedReplicasTakeTurns(t *testing.T) {
 	withResourceVersions(client)
 	space := mustSpace(t, 4)
 	log := newWorkLog()
-	timings := election.Lease{Duration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	timings := testTimings
 	sharded := func(identity string) func() {
 		_, stop := testMember{client: client, identity: identity, space: space, memberDuration: 10 * time.Second, timings: timings, log: log}.start(ctx, t)
 		return stop

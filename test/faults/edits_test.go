@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
-	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
 
@@ -83,10 +82,7 @@ func TestLeaseEditedByAnotherClient(t *testing.T) {
 	foos := <-load
 	settled := checkInvariants(t, ns, foos)
 
-	var logs [][]apiproxy.Write
-	for _, c := range started {
-		logs = append(logs, c.proxy.Writes())
-	}
+	logs := writesOf(started)
 	_, overlaps := leadership(logs)
 	for _, o := range overlaps {
 		t.Errorf("two replicas wrote at once: %v", o)
@@ -228,10 +224,7 @@ func TestSlotLeaseEditedByAnotherClient(t *testing.T) {
 	writes, outside, handOffs := checkTenures(t, env.Sample, ns, started)
 	// Another replica's tenure of an edited slot begins only once the holder's must be
 	// over: a whole duration after the edit, at least.
-	var logs [][]apiproxy.Write
-	for _, c := range started {
-		logs = append(logs, c.proxy.Writes())
-	}
+	logs := writesOf(started)
 	tenures := slotTenures(logs)
 	for name, at := range editedAt {
 		ts := tenures[name]

@@ -123,10 +123,7 @@ func TestLeaderFailover(t *testing.T) {
 	foos := <-load
 	settled := checkInvariants(t, ns, foos)
 
-	var logs [][]apiproxy.Write
-	for _, c := range started {
-		logs = append(logs, c.proxy.Writes())
-	}
+	logs := writesOf(started)
 	handovers, overlaps := leadership(logs)
 	// The stalled leader's writes held by its proxy reach the apiserver when the proxy
 	// lets them go, after the next leader has begun: lease-based election has no

@@ -306,7 +306,7 @@ func TestFencedByAdmission(t *testing.T) {
 	fmt.Printf("faults: fenced by admission (ValidatingAdmissionPolicy on the Lease, Pod-bound tokens): after a change of holder the old holder's writes were admitted for %s more, the new holder's refused for %s (3 changes); "+
 		"a write held in flight across the change was refused; a dry-run Deployment update took %s with the policy and %s without (median of 200, alternating; quartiles %s and %s); "+
 		"with controllers, %s; the new leaders had %d writes refused; %d Foos converged %.1fs after the load stopped\n",
-		durations(oldAdmitted), durations(newRefused), median(fenced).Round(10*time.Microsecond), median(open).Round(10*time.Microsecond), quartiles(fenced), quartiles(open),
+		durations(oldAdmitted), durations(newRefused), quantile(fenced, 0.5), quantile(open, 0.5), quartiles(fenced), quartiles(open),
 		strings.Join(parts, "; "), refusedOfNew, len(foos), settled.Seconds())
 }
 
@@ -457,16 +457,15 @@ func untilFenced(t *testing.T, write func() error, fenced bool) time.Time {
 	return time.Time{}
 }
 
-func median(ds []time.Duration) time.Duration {
+// quantile is the q-th of ds (unsorted), to 10 µs.
+func quantile(ds []time.Duration, q float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return percentile(s, q).Round(10 * time.Microsecond)
 }
 
 func quartiles(ds []time.Duration) string {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return fmt.Sprintf("%s-%s", s[len(s)/4].Round(10*time.Microsecond), s[3*len(s)/4].Round(10*time.Microsecond))
+	return fmt.Sprintf("%s-%s", quantile(ds, 0.25), quantile(ds, 0.75))
 }
 
 func durations(ds []time.Duration) string {

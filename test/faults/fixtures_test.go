@@ -107,6 +107,15 @@ func (c *proxiedController) process() *localcluster.Controller {
 	return c.proc
 }
 
+// writesOf is the proxies' logs of writes of controllers, in their order.
+func writesOf(controllers []*proxiedController) [][]apiproxy.Write {
+	var logs [][]apiproxy.Write
+	for _, c := range controllers {
+		logs = append(logs, c.proxy.Writes())
+	}
+	return logs
+}
+
 // objectWrites keeps the writes of Foos and Deployments: Events and Leases are
 // written asynchronously, on timers, and say nothing of the controller's decisions.
 func objectWrites(writes []apiproxy.Write) []apiproxy.Write {

@@ -330,10 +330,7 @@ func checkTenures(t *testing.T, sample clientset.Interface, ns string, replicas 
 	for _, foo := range foos.Items {
 		uidOf[foo.Namespace+"/"+foo.Name] = foo.UID
 	}
-	var logs [][]apiproxy.Write
-	for _, c := range replicas {
-		logs = append(logs, c.proxy.Writes())
-	}
+	logs := writesOf(replicas)
 	tenures := slotTenures(logs)
 	for i, log := range logs {
 		space, err := slots.NewSpace(replicas[i].slots())
