@@ -130,8 +130,12 @@ case "${action}" in
     if [[ " ${COMPONENTS} " != *" fencing "* ]]; then
       remove_fencing "$@"
     fi
-    "${KUBECTL}" apply -k "${REPO_ROOT}/artifacts/examples" "$@"
-    "${KUBECTL}" apply -k "${OVERLAY}" "$@"
+    # Server-side, under kubectl's own field manager, as install.yaml is applied: the two
+    # are one owner of the same fields, so that either upgrades the other and a field one
+    # version drops is removed. --force-conflicts: what make deploy declares wins over
+    # hand edits of its objects, as a client-side apply's did.
+    "${KUBECTL}" apply --server-side --force-conflicts -k "${REPO_ROOT}/artifacts/examples" "$@"
+    "${KUBECTL}" apply --server-side --force-conflicts -k "${OVERLAY}" "$@"
     ;;
   delete)
     remove_fencing "$@"

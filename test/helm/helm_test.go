@@ -191,11 +191,7 @@ func TestInstallYAML(t *testing.T) {
 	if _, err := env.Kube.CoreV1().Namespaces().Get(ctx, framework.DeployNamespace, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the controller's namespace after uninstalling install.yaml: %v, want it gone", err)
 	}
-	for _, name := range []string{"sample-controller", "samplecontroller-foo-editor"} {
-		if _, err := env.Kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("ClusterRole %s after uninstalling install.yaml: %v, want it gone", name, err)
-		}
-	}
+	gone(t, "uninstalling install.yaml", framework.DeployNamespace)
 }
 
 // startDeployed runs the controller as the Deployment in namespace would run it: with

@@ -19,11 +19,12 @@ import (
 )
 
 // TestInstallPaths runs the orders in which docs/operations.md says the install paths
-// combine, with Foos present: the examples (the CRD) then the chart, the chart then the
-// examples, and make deploy then the chart, as a migration through the handover. After
-// every step the CRD, the Foos and their Deployments are the same objects, unchanged,
-// and no object of the controller's install is owned both by helm and by kubectl; an
-// order that cannot work stops before changing anything, saying what to do.
+// combine, with Foos present: the examples (the CRD) then the chart; the chart then the
+// examples; the examples then install.yaml and make deploy upgrading each other, then
+// make undeploy; and make deploy then the chart, as a migration through the handover.
+// After every step the CRD, the Foos and their Deployments are the same objects,
+// unchanged, and no object of the controller's install has two owners; an order that
+// cannot work stops before changing anything, saying what to do.
 func TestInstallPaths(t *testing.T) {
 	ctx := t.Context()
 	examples := filepath.Join(env.RepoRoot, "artifacts", "examples")
@@ -59,14 +60,28 @@ func TestInstallPaths(t *testing.T) {
 		api.upgradeAndUninstall(t, chart, releaseNamespace)
 	})
 
-	t.Run("make deploy, then the chart", func(t *testing.T) {
-		deploy := func(action string) {
-			t.Helper()
-			if out, err := env.Deploy(ctx, action, ""); err != nil {
-				t.Fatalf("hack/deploy.sh %s: %v\n%s", action, err, out)
-			}
+	deploy := func(t *testing.T, action string) {
+		t.Helper()
+		if out, err := env.Deploy(ctx, action, ""); err != nil {
+			t.Fatalf("hack/deploy.sh %s: %v\n%s", action, err, out)
 		}
-		deploy("apply")
+	}
+
+	t.Run("examples, then install.yaml and make deploy over each other", func(t *testing.T) {
+		install := filepath.Join(releaseDir(t), "install.yaml")
+		env.Kubectl(t, "apply", "--server-side", "-f", install)
+		api.check(t, "kubectl apply --server-side -f install.yaml", framework.DeployNamespace)
+		deploy(t, "apply")
+		api.check(t, "make deploy over install.yaml", framework.DeployNamespace)
+		env.Kubectl(t, "apply", "--server-side", "-f", install)
+		api.check(t, "install.yaml over make deploy", framework.DeployNamespace)
+		deploy(t, "delete")
+		api.unchanged(t, "make undeploy")
+		gone(t, "make undeploy", framework.DeployNamespace)
+	})
+
+	t.Run("make deploy, then the chart", func(t *testing.T) {
+		deploy(t, "apply")
 		api.check(t, "make deploy", framework.DeployNamespace)
 		installed := snapshotInstall(t, framework.DeployNamespace)
 
@@ -84,7 +99,7 @@ func TestInstallPaths(t *testing.T) {
 		}
 
 		// And make deploy refuses to install over the chart's release, likewise.
-		deploy("handover")
+		deploy(t, "handover")
 		helm(t, "install", release, chart, "-n", framework.DeployNamespace, "--wait", "--timeout", "3m")
 		api.check(t, "helm install after the handover", framework.DeployNamespace)
 		if out, err := env.Deploy(ctx, "apply", ""); err == nil || !strings.Contains(out, "helm release "+release) {
@@ -117,13 +132,20 @@ func (s *apiSnapshot) upgradeAndUninstall(t *testing.T, chart, namespace string)
 func uninstall(t *testing.T, namespace string) {
 	t.Helper()
 	helm(t, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+	gone(t, "helm uninstall", namespace)
+}
+
+// gone checks, after the uninstall step, that what an install owns went with it: the
+// controller's Deployment in namespace, its ClusterRole, and the Foo roles.
+func gone(t *testing.T, step, namespace string) {
+	t.Helper()
 	ctx := t.Context()
 	if _, err := env.Kube.AppsV1().Deployments(namespace).Get(ctx, "sample-controller", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the controller's Deployment after helm uninstall: %v, want it gone", err)
+		t.Errorf("the controller's Deployment after %s: %v, want it gone", step, err)
 	}
 	for _, name := range []string{"sample-controller", "samplecontroller-foo-editor"} {
 		if _, err := env.Kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("ClusterRole %s after helm uninstall: %v, want it gone", name, err)
+			t.Errorf("ClusterRole %s after %s: %v, want it gone", name, step, err)
 		}
 	}
 }
@@ -188,9 +210,9 @@ func snapshotInstall(t *testing.T, namespace string) map[string]string {
 	return objects
 }
 
-// ownedOnce checks that no object of the controller's install carries both helm's
-// ownership and a record of a kubectl apply (client-side: its annotation; server-side:
-// kubectl's Apply entry in the managed fields). The CRD is nobody's: helm's crds/
+// ownedOnce checks that no object of the controller's install carries two owners'
+// records: helm's ownership, a client-side kubectl apply's annotation, a server-side
+// kubectl apply's entry in the managed fields. The CRD is nobody's: helm's crds/
 // installs it only when missing and never touches it again.
 func ownedOnce(t *testing.T, step, namespace string) {
 	t.Helper()
