@@ -60,13 +60,9 @@ vulncheck: ## Check the controller's code for known vulnerabilities it can reach
 	hack/vulncheck.sh
 
 .PHONY: bench
-bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane (BENCH_ARGS='...').
+bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane, ours beside its peers (BENCH_ARGS='...').
 	cd test && go run ./bench --docs=../docs/performance.md $(BENCH_ARGS)
 
-.PHONY: bench-classic
-bench-classic: tools ## The same, side by side with the classic k8s.io/sample-controller.
-	hack/build-classic.sh
-	cd test && go run ./bench --docs=../docs/performance.md --controller-binary=../_output/bin/sample-controller-classic --foos=100,1000 $(BENCH_ARGS)
 
 .PHONY: update-codegen
 update-codegen: ## Regenerate clients, deepcopy and the CRD from pkg/apis.

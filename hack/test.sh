@@ -66,7 +66,7 @@ check_module_versions() {
   local format='{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}'
   product="$(go list -deps -test -f "${format}" ./... | sort -u)" || return 1
   [[ -n "${product}" ]] || { echo "go list found nothing the product builds" >&2; return 1; }
-  for dir in test hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/lint hack/tools/codegen; do
+  for dir in test test/bench/controllerruntime hack/release hack/tools hack/tools/kwok hack/tools/helm hack/tools/lint hack/tools/codegen; do
     patterns=./...
     [[ ${dir} == hack/tools* ]] && patterns=tool
     if ! (cd "${dir}" && go list -deps -test -tags e2e,faults -f "${format}" ${patterns} | sort -u) |
@@ -86,7 +86,7 @@ check_module_versions() {
 # suites' build tags: the linters of .golangci.yml, which find bugs, not style.
 lint() {
   local dir
-  for dir in . test hack/release hack/image hack/alertcheck; do
+  for dir in . test test/bench/controllerruntime hack/release hack/image hack/alertcheck; do
     echo "golangci-lint: ${dir}"
     (cd "${dir}" && "${REPO_ROOT}/_output/bin/golangci-lint" run --config "${REPO_ROOT}/.golangci.yml" \
       --build-tags e2e,faults ./...) || return 1
@@ -121,7 +121,9 @@ fuzz_tests() {
 
 # The harness (test/, a module of its own): its vet under every build tag the suites use.
 harness_vet() {
-  (cd test && go vet ./... && go vet -tags e2e ./... && go vet -tags faults ./...)
+  # And the bench's controller-runtime peer, a module of its own.
+  (cd test && go vet ./... && go vet -tags e2e ./... && go vet -tags faults ./...) &&
+    (cd test/bench/controllerruntime && go vet ./...)
 }
 
 # The test module's own tests, outside the suites' build tags: the local control plane's

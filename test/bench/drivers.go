@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -120,6 +121,43 @@ func foreignController(cfg config) controller {
 		args = []string{"-kubeconfig=" + kubeconfigPlaceholder}
 	}
 	return controller{Name: cfg.controllerName, Binary: cfg.controllerBinary, Args: args, Rule: ruleWritten}
+}
+
+// peerNames are the controllers a user would pick instead of ours, as --peers and
+// hack/build-peers.sh name them.
+var peerNames = []string{"classic", "controller-runtime"}
+
+// peer says how to run the peer name, built into binDir: at its defaults, with the
+// bench's resync where it takes one (the classic one's is 30 s already). A Foo counts
+// as done once the peer wrote its status at all.
+func peer(name, binDir string) controller {
+	c := controller{Name: name, Binary: filepath.Join(binDir, "peer-"+name), Rule: ruleWritten}
+	switch name {
+	case "classic":
+		c.Args = []string{"-kubeconfig=" + kubeconfigPlaceholder}
+	case "controller-runtime":
+		c.Args = []string{"--kubeconfig=" + kubeconfigPlaceholder, "--health-probe-bind-address=0", "--sync-period=" + resync.String()}
+	}
+	return c
+}
+
+// buildPeers builds the peers named with hack/build-peers.sh, which skips nothing but
+// is quick once Go's caches hold them, and says how to run them.
+func buildPeers(ctx context.Context, root string, names []string) ([]driver, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	progressf("building the peers %s", strings.Join(names, ", "))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-peers.sh"), names...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("hack/build-peers.sh: %w\n%s", err, out)
+	}
+	var out []driver
+	for _, name := range names {
+		out = append(out, peer(name, filepath.Join(root, "_output", "bin")))
+	}
+	return out, nil
 }
 
 // limit is the bench making our controller's writes itself, with no process, queue

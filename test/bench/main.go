@@ -33,6 +33,7 @@ type config struct {
 	reactionInflight                   int
 	ourBinary, controllerBinary        string
 	controllerName, controllerArgs     string
+	peers                              []string // names in peerNames, in the order given
 	outDir                             string
 	docs                               string   // the page the table is written into; "" for none
 	args                               []string // the flags given, but --docs: for the page and results.json
@@ -63,8 +64,10 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after convergence before counting requests or reading memory")
 	fs.IntVar(&cfg.workers, "workers", 32, "requests the limits have in flight (the controller's default --workers), and the bench when it creates objects")
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start after this long and report how far it got")
+	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated ("+strings.Join(peerNames, ", ")+"; empty for none): "+
+		"built by hack/build-peers.sh into <repo>/_output/bin and run at their defaults, with the bench's resync where they take one")
 	fs.StringVar(&cfg.ourBinary, "our-binary", "", "use this build of our controller instead of building it from the repository root")
-	fs.StringVar(&cfg.controllerBinary, "controller-binary", "", "also run every case against this controller, e.g. _output/bin/sample-controller-classic from hack/build-classic.sh")
+	fs.StringVar(&cfg.controllerBinary, "controller-binary", "", "also run every case against this controller, e.g. another build of ours")
 	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
@@ -84,6 +87,17 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.rates, err = parseInts("--rates", *rates); err != nil {
 		return cfg, err
+	}
+	for _, p := range strings.Split(*peers, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(peerNames, p) {
+			return cfg, fmt.Errorf("--peers: unknown peer %q; known: %s", p, strings.Join(peerNames, ", "))
+		}
+		if !slices.Contains(cfg.peers, p) {
+			cfg.peers = append(cfg.peers, p)
+		}
 	}
 	cfg.cases = map[string]bool{}
 	for _, c := range strings.Split(*cases, ",") {
@@ -242,6 +256,11 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	controllers := []driver{ours}
+	peers, err := buildPeers(ctx, root, cfg.peers)
+	if err != nil {
+		return err
+	}
+	controllers = append(controllers, peers...)
 	if cfg.controllerBinary != "" {
 		controllers = append(controllers, foreignController(cfg))
 	}

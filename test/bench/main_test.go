@@ -27,6 +27,14 @@ func TestParseFlags(t *testing.T) {
 	if len(cfg.args) != 0 {
 		t.Errorf("flags given: %q, want none", cfg.args)
 	}
+	if !slices.Equal(cfg.peers, peerNames) {
+		t.Errorf("peers %q, want every one: %q", cfg.peers, peerNames)
+	}
+	for flag, want := range map[string][]string{"--peers=": nil, "--peers=controller-runtime, classic,classic": {"controller-runtime", "classic"}} {
+		if cfg, err := parseFlags([]string{flag}); err != nil || !slices.Equal(cfg.peers, want) {
+			t.Errorf("%s gave peers %q, %v; want %q", flag, cfg.peers, err, want)
+		}
+	}
 
 	cfg, err = parseFlags([]string{"--controller-binary=/x/sample-controller-classic"})
 	if err != nil || cfg.controllerName != "sample-controller-classic" {
@@ -35,7 +43,7 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := parseFlags([]string{"--cases="}); err != nil || len(cfg.cases) != 0 {
 		t.Errorf("--cases= gave %v, %v; want cold starts alone", cfg.cases, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -128,6 +136,20 @@ func describeCase(c benchCase) string {
 		return fmt.Sprintf("reaction %d/s", c.rate)
 	}
 	return fmt.Sprintf("%T", c)
+}
+
+func TestPeers(t *testing.T) {
+	// Every peer runs with the admin kubeconfig and, where it takes one, the bench's resync.
+	for _, name := range peerNames {
+		c := peer(name, "/bin")
+		cmd := strings.Join(c.command("/k"), " ")
+		if c.Binary != "/bin/peer-"+name || !strings.Contains(cmd, "kubeconfig=/k") || c.Rule != ruleWritten {
+			t.Errorf("peer %s: binary %s, command %q, rule %v", name, c.Binary, cmd, c.Rule)
+		}
+	}
+	if cmd := strings.Join(peer("controller-runtime", "/bin").command("/k"), " "); !strings.Contains(cmd, "--sync-period="+resync.String()) {
+		t.Errorf("the controller-runtime peer runs %q, without the bench's resync", cmd)
+	}
 }
 
 func TestControllerArgs(t *testing.T) {
