@@ -111,13 +111,15 @@ func (r *FooReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: foo.Spec.DeploymentName, Namespace: foo.Namespace}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, deployment, func() error {
-		labels := map[string]string{"app": "nginx", "controller": foo.Name}
-		if deployment.CreationTimestamp.IsZero() { // the selector is immutable
+		// The template is set once: the API server fills in defaults, so setting it
+		// again would differ from what was read and update the Deployment every time.
+		if deployment.CreationTimestamp.IsZero() {
+			labels := map[string]string{"app": "nginx", "controller": foo.Name}
 			deployment.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+			deployment.Spec.Template.Labels = labels
+			deployment.Spec.Template.Spec.Containers = []corev1.Container{{Name: "nginx", Image: "nginx:latest"}}
 		}
 		deployment.Spec.Replicas = foo.Spec.Replicas
-		deployment.Spec.Template.Labels = labels
-		deployment.Spec.Template.Spec.Containers = []corev1.Container{{Name: "nginx", Image: "nginx:latest"}}
 		return controllerutil.SetControllerReference(&foo, deployment, r.Scheme)
 	}); err != nil {
 		return ctrl.Result{}, err
