@@ -52,6 +52,7 @@ type controller struct {
 	Args   []string   `json:"args"` // may hold kubeconfigPlaceholder
 	Rule   statusRule `json:"statusRule"`
 	Ours   bool       `json:"-"` // serves metrics and probes, records DeploymentCreated
+	Peer   bool       `json:"-"` // one of --peers: the table gives ours ÷ it
 }
 
 func (c controller) column() string   { return c.Name }
@@ -131,7 +132,7 @@ var peerNames = []string{"classic", "controller-runtime"}
 // bench's resync where it takes one (the classic one's is 30 s already). A Foo counts
 // as done once the peer wrote its status at all.
 func peer(name, binDir string) controller {
-	c := controller{Name: name, Binary: filepath.Join(binDir, "peer-"+name), Rule: ruleWritten}
+	c := controller{Name: name, Binary: filepath.Join(binDir, "peer-"+name), Rule: ruleWritten, Peer: true}
 	switch name {
 	case "classic":
 		c.Args = []string{"-kubeconfig=" + kubeconfigPlaceholder}

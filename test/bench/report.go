@@ -25,6 +25,7 @@ type results struct {
 type runResult struct {
 	Column    string           `json:"column"`
 	Limit     bool             `json:"limit"`
+	Peer      bool             `json:"peer,omitempty"`
 	Driver    driver           `json:"driver"`
 	Foos      int              `json:"foos"`
 	Pair      int              `json:"pair"`
@@ -70,13 +71,16 @@ type table struct {
 	columns []string // in the order of the runs
 	limits  map[string]bool
 	cells   map[rowKey]map[string]*cell
-	// ratios are rows of each side's figure in another row ÷ a limit's, pair by pair.
+	// ratios are rows of each side's figure in another row ÷ a limit's or a peer's,
+	// pair by pair.
 	ratios map[rowKey]ratioOf
 }
 
+// ratioOf is a ratio row: the figures of row ÷ those of the column to, for the
+// columns before it.
 type ratioOf struct {
-	row   rowKey
-	limit string
+	row rowKey
+	to  string
 }
 
 // cell is one side's figures in one row, by pair, and the texts of the pairs that
@@ -117,8 +121,14 @@ func buildTable(res *results) *table {
 				c.texts[r.Pair] = otherwise
 			}
 		}
+		// ratio makes k the ratio row of row of to this side, a limit; toPeer, to a peer.
 		ratio := func(k, of rowKey) {
 			if r.Limit {
+				t.ratios[k] = ratioOf{of, r.Column}
+			}
+		}
+		toPeer := func(k, of rowKey) {
+			if r.Peer {
 				t.ratios[k] = ratioOf{of, r.Column}
 			}
 		}
@@ -129,8 +139,14 @@ func buildTable(res *results) *table {
 			if cs.Converged && cs.Seconds > 0 {
 				ratio(row(sectionColdStart, n, 1, "cold start, %d Foos ÷ %s (×)", n, r.Column), seconds)
 			}
-			set(row(sectionColdStart, n, 2, "cold start, %d Foos: the last Deployment (s)", n), cs.DeploymentsSeconds, cs.Converged, "n/a (timed out)")
-			set(row(sectionColdStart, n, 3, "cold start, %d Foos: the last status (s)", n), cs.StatusesSeconds, cs.Converged, "n/a (timed out)")
+			lastDeployment := row(sectionColdStart, n, 2, "cold start, %d Foos: the last Deployment (s)", n)
+			set(lastDeployment, cs.DeploymentsSeconds, cs.Converged, "n/a (timed out)")
+			lastStatus := row(sectionColdStart, n, 3, "cold start, %d Foos: the last status (s)", n)
+			set(lastStatus, cs.StatusesSeconds, cs.Converged, "n/a (timed out)")
+			if cs.Converged {
+				toPeer(row(sectionColdStart, n, 2, "cold start, %d Foos: the last Deployment ÷ %s (×)", n, r.Column), lastDeployment)
+				toPeer(row(sectionColdStart, n, 3, "cold start, %d Foos: the last status ÷ %s (×)", n, r.Column), lastStatus)
+			}
 			set(row(sectionColdStart, n, 4, "requests per Foo, %d Foos: total", n), cs.PerFooTotal, cs.Converged, "n/a (timed out)")
 			for _, k := range keys[n] {
 				set(row(sectionColdStart, n, 5, "requests per Foo, %d Foos: %s", n, k), cs.PerFoo[k], cs.Converged, "n/a (timed out)")
@@ -166,9 +182,10 @@ func buildTable(res *results) *table {
 	return t
 }
 
-// markdown renders the table: the figure, one column per controller, then one per
-// limit. A ratio to a limit is given for the columns before it: the controllers, and
-// the watching limit against the plain one.
+// markdown renders the table: the figure, one column per controller (ours, the peers,
+// another), then one per limit. A ratio to a limit or a peer is given for the columns
+// before it: to a limit, the controllers, and the watching limit against the plain
+// one; to a peer, ours (and a peer before it).
 func (t *table) markdown() string {
 	isLimit := func(c string) bool { return t.limits[c] }
 	notLimit := func(c string) bool { return !t.limits[c] }
@@ -186,8 +203,8 @@ func (t *table) markdown() string {
 		cells := t.cells[k]
 		if r, ok := t.ratios[k]; ok {
 			cells = map[string]*cell{}
-			for _, c := range columns[:slices.Index(columns, r.limit)] {
-				cells[c] = divide(t.cells[r.row][c], t.cells[r.row][r.limit])
+			for _, c := range columns[:slices.Index(columns, r.to)] {
+				cells[c] = divide(t.cells[r.row][c], t.cells[r.row][r.to])
 			}
 		}
 		line := []string{k.name}

@@ -45,7 +45,7 @@ func TestCell(t *testing.T) {
 	}
 }
 
-// sampleResults is a run of ours, a classic controller and both limits on 100 Foos,
+// sampleResults is a run of ours, the classic peer and both limits on 100 Foos,
 // one pair, with the later cases on 100 Foos; the classic one timed out on 1000.
 func sampleResults() *results {
 	return &results{Runs: []runResult{
@@ -60,9 +60,9 @@ func sampleResults() *results {
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, Exact: 900, AchievedRate: 100, P50Ms: 12, P99Ms: 40, MaxMs: 55, DeadlineSeconds: 120}},
 		},
 		{
-			Column: "classic", Foos: 100, Pair: 1,
+			Column: "classic", Peer: true, Foos: 100, Pair: 1,
 			ColdStart: &coldStartResult{
-				Foos: 100, Converged: true, Seconds: 20,
+				Foos: 100, Converged: true, Seconds: 20, DeploymentsSeconds: 15, StatusesSeconds: 18,
 				PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1, "POST events": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
 			},
 			Steady:    &steadyResult{Foos: 100, PerMinute: 300},
@@ -86,7 +86,7 @@ func sampleResults() *results {
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, Exact: 1000, AchievedRate: 100, P50Ms: 8, P99Ms: 20, MaxMs: 30, DeadlineSeconds: 120}},
 		},
 		{
-			Column: "classic", Foos: 1000, Pair: 1,
+			Column: "classic", Peer: true, Foos: 1000, Pair: 1,
 			ColdStart: &coldStartResult{Foos: 1000, Seconds: 600, DeploymentsDone: 900, StatusesDone: 812},
 		},
 	}}
@@ -99,7 +99,9 @@ func TestMarkdownComparison(t *testing.T) {
 		"| cold start, 100 Foos (s) | 0.500 | 20.0 | 0.400 | 0.250 |\n",
 		"| cold start, 100 Foos ÷ limit (×) | 2.00 | 80.0 | 1.60 |  |\n",
 		"| cold start, 100 Foos ÷ limit watching (×) | 1.25 | 50.0 |  |  |\n",
-		"| cold start, 100 Foos: the last Deployment (s) | 0.300 | 0 | 0 | 0 |\n",
+		"| cold start, 100 Foos: the last Deployment (s) | 0.300 | 15.0 | 0 | 0 |\n",
+		"| cold start, 100 Foos: the last Deployment ÷ classic (×) | 0.020 |  |  |  |\n",
+		"| cold start, 100 Foos: the last status ÷ classic (×) | 0.025 |  |  |  |\n",
 		"| cold start, 1000 Foos: the last status (s) |  | n/a (timed out) |  |  |\n",
 		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 3.00 | 3.00 |\n",
 		"| requests per Foo, 100 Foos: POST events | 0 | 1.00 | 1.00 | 1.00 |\n",
@@ -132,7 +134,9 @@ func TestMarkdownComparison(t *testing.T) {
 		"cold start, 100 Foos ÷ limit (×)",
 		"cold start, 100 Foos ÷ limit watching (×)",
 		"cold start, 100 Foos: the last Deployment (s)",
+		"cold start, 100 Foos: the last Deployment ÷ classic (×)",
 		"cold start, 100 Foos: the last status (s)",
+		"cold start, 100 Foos: the last status ÷ classic (×)",
 		"requests per Foo, 100 Foos: total",
 		"requests per Foo, 100 Foos: POST deployments",
 		"requests per Foo, 100 Foos: POST events",

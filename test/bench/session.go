@@ -66,12 +66,13 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	_, isLimit := p.driver.(limit)
+	c, isController := p.driver.(controller)
 	s := &session{
 		cfg:    cfg,
 		name:   sessionName(fmt.Sprintf("%s %d %d", p.driver.column(), p.foos, p.pair)),
 		driver: p.driver,
 		fail:   fail,
-		result: runResult{Column: p.driver.column(), Limit: isLimit, Driver: p.driver, Foos: p.foos, Pair: p.pair},
+		result: runResult{Column: p.driver.column(), Limit: isLimit, Peer: isController && c.Peer, Driver: p.driver, Foos: p.foos, Pair: p.pair},
 	}
 	defer s.stop()
 	if err := s.setUp(ctx, root, p.foos); err != nil {

@@ -1,10 +1,10 @@
 // Command controllerruntime is the bench's controller-runtime peer: the Foo ->
 // Deployment job written the way a kubebuilder user writes it, to measure ours against
 // what a user would pick instead. It is what kubebuilder scaffolds, cut to the job:
-// controller-runtime's manager at its defaults (one worker, its cached client, its
-// client's 20 requests per second, burst 30), a reconciler that creates or updates the
-// Deployment with controllerutil.CreateOrUpdate and writes the Foo's status when it
-// changes, and no Events. It uses this repository's Foo types, as a kubebuilder project
+// controller-runtime's manager at its defaults (one worker, its cached client, no
+// client-side rate limit), a reconciler that creates or updates the Deployment with
+// controllerutil.CreateOrUpdate and writes the Foo's status when it changes, and no
+// Events. It uses this repository's Foo types, as a kubebuilder project
 // uses its own generated ones: the same JSON either way.
 //
 // It is a module of its own, so that controller-runtime stays out of the product's and
