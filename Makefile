@@ -63,7 +63,6 @@ vulncheck: ## Check the controller's code for known vulnerabilities it can reach
 bench: tools ## Measure cold start, requests, steady state, memory and reaction latency on a local control plane, ours beside its peers (BENCH_ARGS='...').
 	cd test && go run ./bench --docs=../docs/performance.md $(BENCH_ARGS)
 
-
 .PHONY: update-codegen
 update-codegen: ## Regenerate clients, deepcopy and the CRD from pkg/apis.
 	hack/update-codegen.sh

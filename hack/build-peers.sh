@@ -22,14 +22,13 @@ BIN_DIR="${REPO_ROOT}/_output/bin"
 mkdir -p "${BIN_DIR}"
 
 build_classic() {
-  local version="${CLASSIC_VERSION:-v0.37.1}" scratch
-  scratch="$(mktemp -d)"
-  # shellcheck disable=SC2064 # expand now: the variable is local
-  trap "rm -rf '${scratch}'" RETURN
+  local version="${CLASSIC_VERSION:-v0.37.1}"
   echo "build-peers: classic, k8s.io/sample-controller@${version}" >&2
   (
+    scratch="$(mktemp -d)"
+    trap 'rm -rf "${scratch}"' EXIT
     cd "${scratch}"
-    go mod init classic-build 2>/dev/null
+    go mod init classic-build >/dev/null 2>&1
     # go get lists every module it adds; show that only when it fails.
     if ! go get "k8s.io/sample-controller@${version}" 2>get.log; then
       cat get.log >&2

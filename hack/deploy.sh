@@ -23,7 +23,7 @@
 #
 # KUBECTL names the kubectl binary (default kubectl); KUBECONFIG and the rest of
 # kubectl's environment apply as usual. Extra arguments go to kubectl, e.g.
-# --dry-run=server. Needs nothing but kubectl: the image and the components are set by
+# --dry-run=server (not =client: the apply is server-side). Needs nothing but kubectl: the image and the components are set by
 # an overlay written to _output/deploy (or OVERLAY_DIR, a directory under the
 # repository: kustomize takes only relative paths), not by `kustomize edit`.
 set -o errexit -o nounset -o pipefail

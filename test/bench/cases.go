@@ -89,8 +89,8 @@ func (coldStartCase) run(ctx context.Context, s *session) error {
 	return nil
 }
 
-// steadyCase counts writes over --steady-window, which covers a resync: ours runs with
-// --resync-period=30s, the classic one resyncs every 30 s itself.
+// steadyCase counts writes over --steady-window, which covers a resync: every
+// controller side resyncs every 30 s (resync).
 type steadyCase struct{}
 
 type steadyResult struct {

@@ -60,7 +60,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.reactionDuration, "reaction-duration", 10*time.Second, "reaction case: how long changes are sent at each rate")
 	fs.DurationVar(&cfg.reactionDeadline, "reaction-deadline", 2*time.Minute, "reaction case: how long after the last change the bench waits for the Deployments")
 	fs.IntVar(&cfg.reactionInflight, "reaction-inflight", 100, "reaction case: most patches in flight at once; 100 sustain 1000 changes/s while a patch takes under 100 ms")
-	fs.DurationVar(&cfg.steadyWindow, "steady-window", 65*time.Second, "steady-state case: how long writes are counted (ours resyncs every 30 s)")
+	fs.DurationVar(&cfg.steadyWindow, "steady-window", 65*time.Second, "steady-state case: how long writes are counted (every controller resyncs every 30 s)")
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after convergence before counting requests or reading memory")
 	fs.IntVar(&cfg.workers, "workers", 32, "requests the limits have in flight (the controller's default --workers), and the bench when it creates objects")
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start after this long and report how far it got")
@@ -117,6 +117,9 @@ func parseFlags(args []string) (config, error) {
 	if cfg.controllerName == "" && cfg.controllerBinary != "" {
 		cfg.controllerName = filepath.Base(cfg.controllerBinary)
 	}
+	if taken := append([]string{ourName, limit{}.column(), limit{Watching: true}.column()}, peerNames...); cfg.controllerBinary != "" && slices.Contains(taken, cfg.controllerName) {
+		return cfg, fmt.Errorf("--controller-name %q is another side's column", cfg.controllerName)
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name != "docs" {
 			cfg.args = append(cfg.args, "--"+f.Name+"="+f.Value.String())
@@ -170,6 +173,9 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 		for pair := 1; pair <= cfg.pairs; pair++ {
 			first := (pair - 1) % len(sides)
 			for _, d := range slices.Concat(sides[first:], sides[:first]) {
+				if c, ok := d.(controller); ok && c.MaxFoos > 0 && n > c.MaxFoos {
+					continue
+				}
 				cases := []benchCase{coldStartCase{}}
 				if n == cfg.steadyFoos {
 					cases = append(cases, laterCases(cfg, d)...)

@@ -43,7 +43,7 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := parseFlags([]string{"--cases="}); err != nil || len(cfg.cases) != 0 {
 		t.Errorf("--cases= gave %v, %v; want cold starts alone", cfg.cases, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"--controller-binary=/x/classic"}, {"--controller-binary=/x/y", "--controller-name=ours"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -98,6 +98,16 @@ func TestPlan(t *testing.T) {
 			"classic 10 pair 2: cold start", "ours 10 pair 2: cold start",
 			"ours 10 pair 3: cold start", "classic 10 pair 3: cold start",
 		},
+	}, {
+		name:  "a side runs only up to its most Foos",
+		args:  []string{"--foos=1000,1001", "--cases=", "--pairs=2"},
+		other: true,
+		want: []string{
+			"ours 1000 pair 1: cold start", "classic 1000 pair 1: cold start",
+			"classic 1000 pair 2: cold start", "ours 1000 pair 2: cold start",
+			"ours 1001 pair 1: cold start",
+			"ours 1001 pair 2: cold start",
+		},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,7 +117,7 @@ func TestPlan(t *testing.T) {
 			}
 			controllers := []driver{controller{Name: ourName}}
 			if tt.other {
-				controllers = append(controllers, controller{Name: "classic"})
+				controllers = append(controllers, controller{Name: "classic", MaxFoos: 1000})
 			}
 			var got []string
 			for _, p := range plan(cfg, controllers) {
@@ -143,7 +153,7 @@ func TestPeers(t *testing.T) {
 	for _, name := range peerNames {
 		c := peer(name, "/bin")
 		cmd := strings.Join(c.command("/k"), " ")
-		if c.Binary != "/bin/peer-"+name || !strings.Contains(cmd, "kubeconfig=/k") || c.Rule != ruleWritten {
+		if c.Binary != "/bin/peer-"+name || !strings.Contains(cmd, "kubeconfig=/k") || !c.Peer {
 			t.Errorf("peer %s: binary %s, command %q, rule %v", name, c.Binary, cmd, c.Rule)
 		}
 	}

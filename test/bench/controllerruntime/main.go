@@ -3,8 +3,8 @@
 // what a user would pick instead. It is what kubebuilder scaffolds, cut to the job:
 // controller-runtime's manager at its defaults (one worker, its cached client, no
 // client-side rate limit), a reconciler that creates or updates the Deployment with
-// controllerutil.CreateOrUpdate and writes the Foo's status when it changes, and no
-// Events. It uses this repository's Foo types, as a kubebuilder project
+// controllerutil.CreateOrUpdate and writes the Foo's status when it changes (the
+// fields the CRD declares, with a Ready condition), and no Events. It uses this repository's Foo types, as a kubebuilder project
 // uses its own generated ones: the same JSON either way.
 //
 // It is a module of its own, so that controller-runtime stays out of the product's and
@@ -14,12 +14,14 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -125,12 +127,33 @@ func (r *FooReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 
-	status := foo.Status
+	status := *foo.Status.DeepCopy()
 	status.ObservedGeneration = foo.Generation
+	status.Replicas = deployment.Status.Replicas
+	status.ReadyReplicas = deployment.Status.ReadyReplicas
 	status.AvailableReplicas = deployment.Status.AvailableReplicas
+	status.Selector = metav1.FormatLabelSelector(deployment.Spec.Selector)
+	meta.SetStatusCondition(&status.Conditions, readyCondition(&foo, deployment))
 	if equality.Semantic.DeepEqual(status, foo.Status) {
 		return ctrl.Result{}, nil
 	}
 	foo.Status = status
 	return ctrl.Result{}, r.Status().Update(ctx, &foo)
+}
+
+// readyCondition is True once the Deployment has rolled out with every replica
+// available.
+func readyCondition(foo *samplev1alpha1.Foo, d *appsv1.Deployment) metav1.Condition {
+	ready := metav1.Condition{Type: samplev1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: samplev1alpha1.ReasonDeploymentProgressing, ObservedGeneration: foo.Generation}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	rolledOut := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want
+	if rolledOut && d.Status.AvailableReplicas == want {
+		ready.Status, ready.Reason = metav1.ConditionTrue, samplev1alpha1.ReasonDeploymentAvailable
+	}
+	ready.Message = fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, want)
+	return ready
 }
