@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
@@ -162,6 +163,79 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	m.RSSPer10k = float64(m.RSSAfter-m.RSSBefore) * 10000 / float64(m.Unrelated)
 	s.result.Memory = &m
 	progressf("%s: RSS %.1f -> %.1f MiB", s.name, mib(m.RSSBefore), mib(m.RSSAfter))
+	return nil
+}
+
+// restartCase stops a converged controller and starts it again on the same cluster.
+// It counts the writes of --steady-window from the new start, which a controller that
+// trusts what it finds makes none of. For ours it also times /readyz against the time
+// the same informers take to fill on this cluster, filled by the bench just before as
+// the watching limit fills them, with clients built as ours.
+type restartCase struct{}
+
+type restartResult struct {
+	Foos          int           `json:"foos"`
+	WindowSeconds float64       `json:"windowSeconds"`
+	Writes        requestCounts `json:"mutating"`
+	WritesTotal   float64       `json:"mutatingTotal"`
+	// CacheSyncSeconds is how long the same informers as ours took to fill.
+	CacheSyncSeconds float64 `json:"cacheSyncSeconds"`
+	// ReadySeconds is, for ours, the time from its start to /readyz answering 200.
+	ReadySeconds float64 `json:"readySeconds,omitempty"`
+}
+
+func (restartCase) run(ctx context.Context, s *session) error {
+	c, ok := s.driver.(controller)
+	if !ok {
+		return fmt.Errorf("the restart case needs a controller, not %s", s.driver.column())
+	}
+	kube, sample, closeIdle, err := clientsAsOurs(s.cluster, "sample-controller-bench-informers")
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	stopInformers, err := startInformers(ctx, kube, sample, func(*samplev1alpha1.Foo) {})
+	if err != nil {
+		return err
+	}
+	r := restartResult{Foos: len(s.foos), CacheSyncSeconds: time.Since(began).Seconds()}
+	stopInformers()
+	closeIdle()
+
+	progressf("%s: restarting the controller (the same informers filled in %.2f s)", s.name, r.CacheSyncSeconds)
+	if err := s.stopController(); err != nil {
+		return err
+	}
+	requests, err := countRequests(ctx, s.cluster)
+	if err != nil {
+		return err
+	}
+	s.restarts++
+	start := time.Now()
+	if err := c.start(ctx, s); err != nil {
+		return err
+	}
+	if c.Ours {
+		ready, cancel := context.WithTimeout(ctx, s.cfg.steadyWindow)
+		err := s.ctrl.WaitReady(ready)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("after the restart: %w", err)
+		}
+		r.ReadySeconds = time.Since(start).Seconds()
+	}
+	if err := sleep(ctx, s.cfg.steadyWindow-time.Since(start)); err != nil {
+		return err
+	}
+	counts, err := requests(ctx)
+	if err != nil {
+		return err
+	}
+	r.WindowSeconds = time.Since(start).Seconds()
+	r.Writes = counts.mutating()
+	r.WritesTotal = r.Writes.total()
+	s.result.Restart = &r
+	progressf("%s: %.0f writes in %.0f s after the restart; ready after %.2f s", s.name, r.WritesTotal, r.WindowSeconds, r.ReadySeconds)
 	return nil
 }
 

@@ -71,25 +71,32 @@ func (c controller) command(kubeconfig string) []string {
 	return out
 }
 
-// start starts the controller process, whose exit ends the session's cases.
+// start starts the controller process, whose exit ends the session's cases unless
+// the bench stopped it (stopController). A restart's process logs to a file of its own.
 func (c controller) start(ctx context.Context, s *session) error {
 	kubeconfig := s.cluster.KubeconfigPath()
 	name, args := s.name+"-controller", c.command(kubeconfig)
+	if s.restarts > 0 {
+		name += fmt.Sprintf("-restart-%d", s.restarts)
+	}
+	var proc *localcluster.Process
 	var err error
 	if c.Ours {
-		var ctrl *localcluster.Controller
-		if ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: args}); err == nil {
-			s.proc = ctrl.Process
+		if s.ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: args}); err == nil {
+			proc = s.ctrl.Process
 		}
 	} else { // a controller that ignores flags may still read $KUBECONFIG
-		s.proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: c.Binary, Args: args, Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
+		proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: c.Binary, Args: args, Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
 	}
 	if err != nil {
 		return err
 	}
+	s.proc = proc
 	go func() {
-		<-s.proc.Exited()
-		s.fail(s.proc.ExitError())
+		<-proc.Exited()
+		if !s.stopped(proc) {
+			s.fail(proc.ExitError())
+		}
 	}()
 	return nil
 }
@@ -237,25 +244,33 @@ type limitRun struct {
 	latest      map[int]*samplev1alpha1.Foo // by index, as the last change followed left it
 }
 
-// connect builds the limit's clients as our controller builds its own: built-in types
-// as protobuf, Foos as JSON, on one connection. The Dial function keeps client-go from
-// handing out the transport, and so the connection, it caches for the bench's.
-func (l *limitRun) connect() error {
-	cfg := l.s.cluster.RESTConfig()
-	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench-limit"
+// connect builds the limit's clients as our controller builds its own.
+func (l *limitRun) connect() (err error) {
+	l.kube, l.sample, l.closeIdle, err = clientsAsOurs(l.s.cluster, "sample-controller-bench-limit")
+	return err
+}
+
+// clientsAsOurs builds clients as our controller builds its own: built-in types as
+// protobuf, Foos as JSON, on one connection, with no rate limit; closeIdle closes it.
+// The Dial function keeps client-go from handing out the transport, and so the
+// connection, it caches for the bench's.
+func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubernetes.Interface, sample clientset.Interface, closeIdle func(), err error) {
+	cfg := cluster.RESTConfig()
+	cfg.QPS, cfg.UserAgent = -1, userAgent
 	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	l.closeIdle = httpClient.CloseIdleConnections
-	if l.sample, err = clientset.NewForConfigAndClient(cfg, httpClient); err != nil {
-		return err
+	if sample, err = clientset.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, nil, nil, err
 	}
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	l.kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient)
-	return err
+	if kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, nil, nil, err
+	}
+	return kube, sample, httpClient.CloseIdleConnections, nil
 }
 
 // startInformers lists and watches the Foos and their Deployments as our controller

@@ -45,9 +45,10 @@ const (
 	caseSteady   = "steady"   // writes per minute once converged
 	caseMemory   = "memory"   // RSS before and after unrelated Deployments
 	caseReaction = "reaction" // spec change to Deployment latency
+	caseRestart  = "restart"  // writes and readiness after a restart with the Foos converged
 )
 
-var allCases = []string{caseLimit, caseSteady, caseMemory, caseReaction}
+var allCases = []string{caseLimit, caseSteady, caseMemory, caseReaction, caseRestart}
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -163,7 +164,7 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 		sides = append(sides, limit{Watching: true}, limit{})
 	}
 	sizes := slices.Clone(cfg.foos)
-	if cfg.cases[caseSteady] || cfg.cases[caseMemory] || cfg.cases[caseReaction] {
+	if cfg.cases[caseSteady] || cfg.cases[caseMemory] || cfg.cases[caseReaction] || cfg.cases[caseRestart] {
 		sizes = append(sizes, cfg.steadyFoos)
 	}
 	slices.Sort(sizes)
@@ -204,6 +205,9 @@ func laterCases(cfg config, d driver) []benchCase {
 	}
 	if cfg.cases[caseMemory] {
 		out = append(out, memoryCase{})
+	}
+	if cfg.cases[caseRestart] {
+		out = append(out, restartCase{})
 	}
 	return out
 }

@@ -32,6 +32,7 @@ type runResult struct {
 	ColdStart *coldStartResult `json:"coldStart,omitempty"`
 	Steady    *steadyResult    `json:"steady,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
+	Restart   *restartResult   `json:"restart,omitempty"`
 	Reactions []reactionResult `json:"reactions,omitempty"`
 }
 
@@ -53,6 +54,7 @@ const (
 	sectionColdStart = iota
 	sectionSteady
 	sectionMemory
+	sectionRestart
 	sectionReaction
 )
 
@@ -160,6 +162,12 @@ func buildTable(res *results) *table {
 			set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore), true, "")
 			set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), mib(m.RSSAfter), true, "")
 			set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), mib(m.RSSPer10k), true, "")
+		}
+		if rs := r.Restart; rs != nil {
+			set(row(sectionRestart, 0, 0, "restart, %d Foos converged: writes in the steady-state window after it", rs.Foos), rs.WritesTotal, true, "")
+			set(row(sectionRestart, 0, 1, "restart, %d Foos converged: /readyz (s)", rs.Foos), rs.ReadySeconds, rs.ReadySeconds > 0, "no /readyz")
+			set(row(sectionRestart, 0, 2, "restart, %d Foos converged: the same informers filled (s)", rs.Foos), rs.CacheSyncSeconds, true, "")
+			set(row(sectionRestart, 0, 3, "restart, %d Foos converged: /readyz ÷ informers filled (×)", rs.Foos), rs.ReadySeconds/rs.CacheSyncSeconds, rs.ReadySeconds > 0 && rs.CacheSyncSeconds > 0, "")
 		}
 		for _, rr := range r.Reactions {
 			at := func(sub int, format string, args ...any) rowKey {

@@ -44,10 +44,15 @@ type session struct {
 	watch   *watcher
 	foos    []*samplev1alpha1.Foo
 
-	driver driver
-	proc   *localcluster.Process // the controller; nil for a limit
-	limit  *limitRun             // the limit's writers; nil for a controller
-	fail   func(error)           // ends the cases with this error: the controller exited, say
+	driver   driver
+	proc     *localcluster.Process    // the controller; nil for a limit
+	ctrl     *localcluster.Controller // ours, with its endpoints; nil for the others
+	restarts int                      // how often the controller was started again
+	limit    *limitRun                // the limit's writers; nil for a controller
+	fail     func(error)              // ends the cases with this error: the controller exited, say
+
+	mu           sync.Mutex
+	stoppedProcs map[*localcluster.Process]bool // the controller processes the bench stopped
 
 	converged bool      // the cold start converged
 	replicas  []int32   // the last spec.replicas the reaction case set on each Foo
@@ -155,11 +160,29 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 	return nil
 }
 
+// stopController stops the controller process, whose exit then ends nothing.
+func (s *session) stopController() error {
+	s.mu.Lock()
+	if s.stoppedProcs == nil {
+		s.stoppedProcs = map[*localcluster.Process]bool{}
+	}
+	s.stoppedProcs[s.proc] = true
+	s.mu.Unlock()
+	return s.proc.Stop(localcluster.ControllerStopGrace)
+}
+
+// stopped tells whether the bench stopped proc.
+func (s *session) stopped(proc *localcluster.Process) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stoppedProcs[proc]
+}
+
 // stop stops the driver, the watch and the cluster, and removes its etcd data; the
 // logs stay.
 func (s *session) stop() {
 	if s.proc != nil {
-		if err := s.proc.Stop(localcluster.ControllerStopGrace); err != nil {
+		if err := s.stopController(); err != nil {
 			progressf("%s: %v", s.name, err)
 		}
 	}
