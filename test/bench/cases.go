@@ -122,8 +122,9 @@ func (steadyCase) run(ctx context.Context, s *session) error {
 	return nil
 }
 
-// memoryCase reads the controller's RSS, creates --unrelated-deployments Deployments
-// that no Foo owns, and reads it again.
+// memoryCase reads the controller's RSS, and what the API server and etcd hold for
+// the Foos, creates --unrelated-deployments Deployments that no Foo owns, and reads
+// the controller's again.
 type memoryCase struct{}
 
 type memoryResult struct {
@@ -131,6 +132,9 @@ type memoryResult struct {
 	Unrelated int   `json:"unrelatedDeployments"`
 	RSSBefore int64 `json:"rssBeforeBytes"`
 	RSSAfter  int64 `json:"rssAfterBytes"`
+	// The API server's and etcd's RSS beside RSSBefore.
+	APIServerRSS int64 `json:"apiserverRSSBytes"`
+	EtcdRSS      int64 `json:"etcdRSSBytes"`
 	// RSSPer10k is (after - before) scaled to 10000 unrelated Deployments.
 	RSSPer10k float64 `json:"rssPer10kUnrelatedBytes"`
 }
@@ -146,6 +150,13 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	var err error
 	if m.RSSBefore, err = settledRSS(); err != nil {
 		return err
+	}
+	for name, rss := range map[string]*int64{localcluster.ComponentAPIServer: &m.APIServerRSS, localcluster.ComponentEtcd: &m.EtcdRSS} {
+		if p := s.cluster.Component(name); p != nil {
+			if *rss, err = p.RSSBytes(); err != nil {
+				return err
+			}
+		}
 	}
 	progressf("%s: creating %d unrelated Deployments", s.name, m.Unrelated)
 	began := time.Now()

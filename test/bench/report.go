@@ -162,6 +162,10 @@ func buildTable(res *results) *table {
 			set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore), true, "")
 			set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), mib(m.RSSAfter), true, "")
 			set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), mib(m.RSSPer10k), true, "")
+			if m.APIServerRSS > 0 && m.EtcdRSS > 0 {
+				set(row(sectionMemory, 0, 3, "RSS of kube-apiserver, %d Foos (MiB)", m.Foos), mib(m.APIServerRSS), true, "")
+				set(row(sectionMemory, 0, 4, "RSS of etcd, %d Foos (MiB)", m.Foos), mib(m.EtcdRSS), true, "")
+			}
 		}
 		if rs := r.Restart; rs != nil {
 			set(row(sectionRestart, 0, 0, "restart, %d Foos converged: writes in the steady-state window after it", rs.Foos), rs.WritesTotal, true, "")
