@@ -137,6 +137,25 @@ func TestWatchingLimitFollowsSpecChanges(t *testing.T) {
 
 // The plain limit follows each accepted patch from its response; the watching limit
 // does not, its informer does (TestWatchingLimitFollowsSpecChanges).
+// The restart case fills the informers and stops them while its session goes on:
+// stopping must not wait for the session's context to end.
+func TestInformersStopWhileTheContextLives(t *testing.T) {
+	stop, err := startInformers(t.Context(), fake.NewClientset(), samplefake.NewClientset(), func(*samplev1alpha1.Foo) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("stop did not return within 30 s while the context lived")
+	}
+}
+
 func TestOnlyThePlainLimitFollowsPatchResponses(t *testing.T) {
 	for _, watching := range []bool{false, true} {
 		foos := []*samplev1alpha1.Foo{newFoo(fooName(0), 1), newFoo(fooName(1), 1)}
