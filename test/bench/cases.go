@@ -132,6 +132,8 @@ type memoryResult struct {
 	Unrelated int   `json:"unrelatedDeployments"`
 	RSSBefore int64 `json:"rssBeforeBytes"`
 	RSSAfter  int64 `json:"rssAfterBytes"`
+	// RSSFileBefore is the part of RSSBefore mapped from files: mostly the binary.
+	RSSFileBefore int64 `json:"rssFileBeforeBytes"`
 	// The API server's and etcd's RSS beside RSSBefore.
 	APIServerRSS int64 `json:"apiserverRSSBytes"`
 	EtcdRSS      int64 `json:"etcdRSSBytes"`
@@ -149,6 +151,9 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	m := memoryResult{Foos: len(s.foos), Unrelated: s.cfg.unrelated}
 	var err error
 	if m.RSSBefore, err = settledRSS(); err != nil {
+		return err
+	}
+	if m.RSSFileBefore, err = s.proc.RSSFileBytes(); err != nil {
 		return err
 	}
 	for name, rss := range map[string]*int64{localcluster.ComponentAPIServer: &m.APIServerRSS, localcluster.ComponentEtcd: &m.EtcdRSS} {

@@ -160,6 +160,9 @@ func buildTable(res *results) *table {
 		}
 		if m := r.Memory; m != nil {
 			set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore), true, "")
+			if m.RSSFileBefore > 0 {
+				set(row(sectionMemory, 0, 0, "RSS, %d Foos: of it mapped from files, the binary mostly (MiB)", m.Foos), mib(m.RSSFileBefore), true, "")
+			}
 			set(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), mib(m.RSSAfter), true, "")
 			set(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), mib(m.RSSPer10k), true, "")
 			if m.APIServerRSS > 0 && m.EtcdRSS > 0 {

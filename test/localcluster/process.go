@@ -192,7 +192,13 @@ func (p *Process) stop(grace *time.Duration) error {
 }
 
 // RSSBytes is the resident set size of the process (not of its children).
-func (p *Process) RSSBytes() (int64, error) {
+func (p *Process) RSSBytes() (int64, error) { return p.statusBytes("VmRSS") }
+
+// RSSFileBytes is the part of RSSBytes that maps files: mostly the binary's own pages.
+func (p *Process) RSSFileBytes() (int64, error) { return p.statusBytes("RssFile") }
+
+// statusBytes reads a size of the process's /proc/<pid>/status.
+func (p *Process) statusBytes(key string) (int64, error) {
 	if p.hasExited() {
 		return 0, p.ExitError()
 	}
@@ -201,12 +207,13 @@ func (p *Process) RSSBytes() (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	return vmRSS(f)
+	return statusSize(f, key)
 }
 
-// vmRSS reads the VmRSS line of a /proc/<pid>/status file, which the kernel writes in kB.
-func vmRSS(status io.Reader) (int64, error) {
-	kb, err := procField(status, "VmRSS", " kB")
+// statusSize reads the key line of a /proc/<pid>/status file, a size the kernel
+// writes in kB.
+func statusSize(status io.Reader, key string) (int64, error) {
+	kb, err := procField(status, key, " kB")
 	return kb << 10, err
 }
 

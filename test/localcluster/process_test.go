@@ -144,10 +144,13 @@ func TestRSSBytes(t *testing.T) {
 	if rss < 4096 || rss > 1<<30 {
 		t.Errorf("RSSBytes = %d, want a few hundred kB for sleep", rss)
 	}
+	if file, err := p.RSSFileBytes(); err != nil || file <= 0 || file > rss {
+		t.Errorf("RSSFileBytes = %d, %v; want a part of the RSS, %d", file, err, rss)
+	}
 
 	for _, bad := range []string{"Name:\tsleep\n", "VmRSS:\t12 MB\n"} {
-		if _, err := vmRSS(strings.NewReader(bad)); err == nil {
-			t.Errorf("vmRSS(%q) succeeded", bad)
+		if _, err := statusSize(strings.NewReader(bad), "VmRSS"); err == nil {
+			t.Errorf("statusSize(%q) succeeded", bad)
 		}
 	}
 }
