@@ -56,7 +56,17 @@ const (
 	DroppedTenureOver = "tenure_over"
 	// DroppedShutdown: the shutdown's wait for it ended first.
 	DroppedShutdown = "shutdown"
+	// DroppedBacklog: maxWaiting Events were waiting for their turn already.
+	DroppedBacklog = "backlog"
 )
+
+// maxWaiting is how many Events may wait for their turn to be written, beyond those in
+// flight; the next one is dropped. Each waits in a goroutine of the broadcaster's,
+// with its copy of the Event: with no bound, a cold start of 100000 Foos, whose
+// Deployments come faster than their Events can be written, held 50000 of them at
+// once (1.2 GB). client-go's broadcaster bounds its own queue at 1000 alike. A var for
+// the tests.
+var maxWaiting = 1000
 
 // Start starts recording Events through client, as component, with at most inFlight
 // of their writes in flight at once (at least one). client-go's broadcaster writes
@@ -65,7 +75,8 @@ const (
 // The recording outlives ctx; Shutdown ends it. With a tenure, the Events are written
 // only while it is valid (through a tenure.Gate in client) and dropped otherwise:
 // they belong to the syncs of that tenure. dropped, if set, is told each Event
-// recorded and never written, with the reason (DroppedTenureOver, DroppedShutdown).
+// recorded and never written, with the reason (DroppedTenureOver, DroppedShutdown,
+// DroppedBacklog).
 func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure, dropped func(reason string), inFlight int) (*Recording, error) {
 	if dropped == nil {
 		dropped = func(string) {}
@@ -179,11 +190,16 @@ type countingSink struct {
 	idle chan struct{}
 }
 
-func (s *countingSink) begin() {
+// begin counts a write in flight, unless maxWaiting writes wait for a slot already.
+func (s *countingSink) begin() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.inFlight >= cap(s.slots)+maxWaiting {
+		return false
+	}
 	s.inFlight++
 	s.last = time.Now()
+	return true
 }
 
 func (s *countingSink) end(written bool) {
@@ -214,8 +230,12 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 // as done: it would retry any other error, 12 times 10 s apart, and could write the
 // Event in a tenure it does not belong to.
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
-	// In flight from here, for Shutdown, while it waits for a slot too.
-	s.begin()
+	// In flight from here, for Shutdown, while it waits for a slot too; dropped, and
+	// reported to the broadcaster as done, when too many wait already.
+	if !s.begin() {
+		s.dropped(DroppedBacklog)
+		return event, nil
+	}
 	if !s.acquire(ctx) {
 		// The recording was stopped: Shutdown gave up waiting for this one. Reported
 		// to the broadcaster as done, which it would otherwise log as an error.

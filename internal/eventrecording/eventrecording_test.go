@@ -113,6 +113,40 @@ func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 	}
 }
 
+// TestBacklogIsBounded checks that Events beyond maxWaiting waiting for their turn
+// are dropped, counted as such, and not held.
+func TestBacklogIsBounded(t *testing.T) {
+	defer func(old int) { maxWaiting = old }(maxWaiting)
+	maxWaiting = 5
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset()
+	release := make(chan struct{})
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil
+	})
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10 // one written until released, five waiting behind it, four dropped
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return dropped.get()[DroppedBacklog] == n-1-maxWaiting, nil
+	}); err != nil {
+		t.Errorf("dropped %v, want %d for the backlog", dropped.get(), n-1-maxWaiting)
+	}
+	close(release)
+	recording.Shutdown(ctx, 5*time.Second)
+	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != n-1-maxWaiting {
+		t.Errorf("dropped %v after every write was let through, want only the %d of the backlog", got, n-1-maxWaiting)
+	}
+}
+
 // TestEventsHeldBackAreDropped records Events whose writes the tenure's gate holds
 // back, the replica's tenure being over: each is counted as dropped, with its reason,
 // and none as written.
