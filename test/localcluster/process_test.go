@@ -144,8 +144,9 @@ func TestRSSBytes(t *testing.T) {
 	if rss < 4096 || rss > 1<<30 {
 		t.Errorf("RSSBytes = %d, want a few hundred kB for sleep", rss)
 	}
-	if file, err := p.RSSFileBytes(); err != nil || file <= 0 || file > rss {
-		t.Errorf("RSSFileBytes = %d, %v; want a part of the RSS, %d", file, err, rss)
+	// Read apart from the RSS, which may have grown meanwhile: only its range is known.
+	if file, err := p.RSSFileBytes(); err != nil || file <= 0 || file > 1<<30 {
+		t.Errorf("RSSFileBytes = %d, %v; want the few hundred kB of sleep's mapped files", file, err)
 	}
 
 	for _, bad := range []string{"Name:\tsleep\n", "VmRSS:\t12 MB\n"} {
