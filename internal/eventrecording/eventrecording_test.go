@@ -65,13 +65,8 @@ func TestShutdownWritesEverything(t *testing.T) {
 // does not hold shutdown past its timeout.
 func TestShutdownIsBounded(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := k8sfake.NewClientset()
-	release := make(chan struct{})
+	client, release := blockedClient()
 	defer close(release)
-	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
-		<-release
-		return false, nil, nil
-	})
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -88,13 +83,8 @@ func TestShutdownIsBounded(t *testing.T) {
 // turn to be written when shutdown gives up are counted as dropped at shutdown.
 func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := k8sfake.NewClientset()
-	release := make(chan struct{})
+	client, release := blockedClient()
 	defer close(release)
-	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
-		<-release
-		return false, nil, nil
-	})
 	dropped := &droppedCounts{}
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
 	if err != nil {
@@ -119,12 +109,7 @@ func TestBacklogIsBounded(t *testing.T) {
 	defer func(old int) { maxWaiting = old }(maxWaiting)
 	maxWaiting = 5
 	_, ctx := ktesting.NewTestContext(t)
-	client := k8sfake.NewClientset()
-	release := make(chan struct{})
-	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
-		<-release
-		return false, nil, nil
-	})
+	client, release := blockedClient()
 	dropped := &droppedCounts{}
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
 	if err != nil {
@@ -237,6 +222,16 @@ func (d *droppedCounts) get() map[string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return maps.Clone(d.counts)
+}
+
+// blockedClient is a clientset whose Event creates wait until release is closed.
+func blockedClient() (client *k8sfake.Clientset, release chan struct{}) {
+	client, release = k8sfake.NewClientset(), make(chan struct{})
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil
+	})
+	return client, release
 }
 
 func newPod(name string) *corev1.Pod {
