@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"strings"
-
-	"k8s.io/apiserver/pkg/authorization/path"
 )
 
 // DefaultAlwaysAllowPaths are kube-controller-manager's: its probes.
@@ -58,7 +56,7 @@ func (o *Options) Validate() error {
 	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together"))
 	}
-	if _, err := path.NewAuthorizer(o.AlwaysAllowPaths); err != nil {
+	if _, err := newAllowedPaths(o.AlwaysAllowPaths); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

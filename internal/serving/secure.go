@@ -6,6 +6,7 @@ package serving
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,16 +14,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/apis/apiserver"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
-	"k8s.io/apiserver/pkg/authorization/path"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 const (
@@ -45,10 +41,9 @@ type Secure struct {
 	// of HTTP/2's denial-of-service exposure (rapid reset and the like) applies.
 	TLSConfig *tls.Config
 
-	alwaysAllow   authorizer.Authorizer
-	authenticator authenticator.Request
-	authorizer    authorizer.Authorizer
-	logger        klog.Logger
+	alwaysAllow allowedPaths
+	reviews     *reviewer
+	logger      klog.Logger
 }
 
 // New loads the serving certificate, or generates a self-signed one for localhost and
@@ -64,40 +59,18 @@ func (o *Options) New(ctx context.Context, bindAddress string, own *rest.Config)
 	if s.TLSConfig, err = o.tlsConfig(ctx, bindAddress); err != nil {
 		return nil, err
 	}
-	if s.alwaysAllow, err = path.NewAuthorizer(o.AlwaysAllowPaths); err != nil {
+	if s.alwaysAllow, err = newAllowedPaths(o.AlwaysAllowPaths); err != nil {
 		return nil, err
 	}
-
 	authnClient, err := reviewClient(o.AuthenticationKubeconfig, own)
 	if err != nil {
 		return nil, fmt.Errorf("loading --authentication-kubeconfig: %w", err)
 	}
-	// Bearer tokens only: no client certificates, no front proxy, and no anonymous
-	// user, so that a request without a token is refused with 401.
-	s.authenticator, _, err = authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: false},
-		TokenAccessReviewClient:  authnClient.AuthenticationV1(),
-		TokenAccessReviewTimeout: reviewTimeout,
-		WebhookRetryBackoff:      &reviewBackoff,
-		CacheTTL:                 cacheTTL,
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("building the delegating authenticator: %w", err)
-	}
-
 	authzClient, err := reviewClient(o.AuthorizationKubeconfig, own)
 	if err != nil {
 		return nil, fmt.Errorf("loading --authorization-kubeconfig: %w", err)
 	}
-	s.authorizer, err = authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: authzClient.AuthorizationV1(),
-		AllowCacheTTL:             cacheTTL,
-		DenyCacheTTL:              cacheTTL,
-		WebhookRetryBackoff:       &reviewBackoff,
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("building the delegating authorizer: %w", err)
-	}
+	s.reviews = newReviewer(authnClient.AuthenticationV1().TokenReviews(), authzClient.AuthorizationV1().SubjectAccessReviews(), clock.RealClock{})
 	return s, nil
 }
 
@@ -123,34 +96,42 @@ func reviewClient(kubeconfig string, own *rest.Config) (kubernetes.Interface, er
 // Handler serves h to requests for an always-allowed path, and to others once the
 // caller's bearer token is authenticated (else 401) and the caller is authorized for
 // the method, as a verb, on the path (else 403), as kube-controller-manager does for
-// requests that are not for API resources.
+// requests that are not for API resources. There is no anonymous caller: a request
+// without a token is refused with 401.
 func (s *Secure) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		attrs := authorizer.AttributesRecord{Verb: strings.ToLower(r.Method), Path: r.URL.Path}
-		if decision, _, _ := s.alwaysAllow.Authorize(ctx, attrs); decision == authorizer.DecisionAllow {
+		if s.alwaysAllow.allow(r.URL.Path) {
 			h.ServeHTTP(w, r)
 			return
 		}
-
-		resp, ok, err := s.authenticator.AuthenticateRequest(r)
-		if err != nil || !ok {
-			if err != nil {
+		ctx := r.Context()
+		token, ok := bearerToken(r)
+		if !ok {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		user, err := s.reviews.authenticate(ctx, token)
+		if err != nil {
+			if !errors.Is(err, errNotAuthenticated) {
+				s.logger.Error(err, "Authenticating a request", "path", r.URL.Path, "remoteAddr", r.RemoteAddr)
+			} else {
 				s.logger.V(2).Info("Refused a request: authentication failed", "path", r.URL.Path, "remoteAddr", r.RemoteAddr, "err", err)
 			}
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		attrs.User = resp.User
-		decision, reason, err := s.authorizer.Authorize(ctx, attrs)
+		// The token has done its work; nothing behind this handler needs it.
+		r.Header.Del("Authorization")
+		verb := strings.ToLower(r.Method)
+		allowed, reason, err := s.reviews.authorize(ctx, user, verb, r.URL.Path)
 		switch {
-		case decision == authorizer.DecisionAllow:
-			h.ServeHTTP(w, r)
 		case err != nil:
-			s.logger.Error(err, "Authorizing a request", "user", attrs.User.GetName(), "verb", attrs.Verb, "path", attrs.Path)
+			s.logger.Error(err, "Authorizing a request", "user", user.Username, "verb", verb, "path", r.URL.Path)
 			http.Error(w, "Internal Server Error: authorization failed", http.StatusInternalServerError)
+		case allowed:
+			h.ServeHTTP(w, r)
 		default:
-			msg := fmt.Sprintf("Forbidden: user %q cannot %s path %q", attrs.User.GetName(), attrs.Verb, attrs.Path)
+			msg := fmt.Sprintf("Forbidden: user %q cannot %s path %q", user.Username, verb, r.URL.Path)
 			if reason != "" {
 				msg += ": " + reason
 			}

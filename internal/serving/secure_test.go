@@ -1,8 +1,6 @@
 package serving
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -10,114 +8,245 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
-	"k8s.io/apiserver/pkg/authentication/authenticator"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/path"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// tokens are the callers the fake authenticator knows.
-var tokens = map[string]string{"scraper-token": "system:serviceaccount:monitoring:prometheus", "other-token": "system:serviceaccount:default:other"}
+const scraper = "system:serviceaccount:monitoring:prometheus"
 
-// fakeAuthenticator authenticates the bearer tokens above, and fails on "broken".
-var fakeAuthenticator = authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
-	token, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !found {
-		return nil, false, nil
-	}
-	if token == "broken" {
-		return nil, false, errors.New("tokenreviews: connection refused")
-	}
-	name, ok := tokens[token]
-	if !ok {
-		return nil, false, errors.New("invalid bearer token")
-	}
-	return &authenticator.Response{User: &user.DefaultInfo{Name: name}}, true, nil
-})
+// apiServer answers the reviews as an API server would, and records them.
+type apiServer struct {
+	// users are the tokens it authenticates.
+	users map[string]authenticationv1.UserInfo
+	// fail, when set, is the error of the next reviews, one per entry.
+	fail []error
+	// reviews are the reviews made, as "token TOKEN" and "access USER VERB PATH".
+	reviews []string
+	// lastAccess is the spec of the last SubjectAccessReview.
+	lastAccess authorizationv1.SubjectAccessReviewSpec
+}
 
-// recordingAuthorizer allows the scraper to get /metrics, fails for the path /broken,
-// and records what it was asked.
-type recordingAuthorizer struct{ asked []string }
+func newAPIServer() *apiServer {
+	return &apiServer{users: map[string]authenticationv1.UserInfo{
+		"scraper-token": {Username: scraper, UID: "u1", Groups: []string{"system:serviceaccounts"}, Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"prometheus-0"}}},
+		"other-token":   {Username: "system:serviceaccount:default:other"},
+	}}
+}
 
-func (a *recordingAuthorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	a.asked = append(a.asked, fmt.Sprintf("%s %s %s resource=%v", attrs.GetUser().GetName(), attrs.GetVerb(), attrs.GetPath(), attrs.IsResourceRequest()))
-	switch {
-	case attrs.GetPath() == "/broken":
-		return authorizer.DecisionNoOpinion, "", errors.New("subjectaccessreviews: connection refused")
-	case attrs.GetUser().GetName() == tokens["scraper-token"] && attrs.GetVerb() == "get" && attrs.GetPath() == "/metrics":
-		return authorizer.DecisionAllow, "", nil
+// secure is a Secure whose reviews a's fake clientset answers, with clk as its clock.
+func (a *apiServer) secure(t *testing.T, clk *clocktesting.FakeClock, alwaysAllow ...string) *Secure {
+	t.Helper()
+	client := fake.NewClientset()
+	client.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		review := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+		a.reviews = append(a.reviews, "token "+review.Spec.Token)
+		if err := a.failure(); err != nil {
+			return true, nil, err
+		}
+		user, ok := a.users[review.Spec.Token]
+		out := review.DeepCopy()
+		out.Status = authenticationv1.TokenReviewStatus{Authenticated: ok, User: user}
+		if !ok {
+			out.Status.Error = "invalid bearer token"
+		}
+		return true, out, nil
+	})
+	client.PrependReactor("create", "subjectaccessreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		review := action.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		attrs := review.Spec.NonResourceAttributes
+		a.reviews = append(a.reviews, fmt.Sprintf("access %s %s %s", review.Spec.User, attrs.Verb, attrs.Path))
+		a.lastAccess = review.Spec
+		if err := a.failure(); err != nil {
+			return true, nil, err
+		}
+		out := review.DeepCopy()
+		switch {
+		case attrs.Path == "/contradiction":
+			out.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true}
+		case review.Spec.User == scraper && attrs.Verb == "get" && attrs.Path == "/metrics":
+			out.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: true}
+		default:
+			out.Status = authorizationv1.SubjectAccessReviewStatus{Reason: "no RBAC policy matched"}
+		}
+		return true, out, nil
+	})
+	paths, err := newAllowedPaths(alwaysAllow)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return authorizer.DecisionNoOpinion, "no RBAC policy matched", nil
+	return &Secure{
+		alwaysAllow: paths,
+		reviews:     newReviewer(client.AuthenticationV1().TokenReviews(), client.AuthorizationV1().SubjectAccessReviews(), clk),
+		logger:      klog.Background(),
+	}
+}
+
+func (a *apiServer) failure() error {
+	if len(a.fail) == 0 {
+		return nil
+	}
+	err := a.fail[0]
+	a.fail = a.fail[1:]
+	return err
+}
+
+// serve sends a request through s's handler; it returns the status, the body, and
+// the request the handler behind got, if it ran.
+func serve(t *testing.T, s *Secure, method, path, authorization string) (int, string, *http.Request) {
+	t.Helper()
+	var served *http.Request
+	handler := s.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served = r }))
+	req := httptest.NewRequestWithContext(t.Context(), method, path, nil)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, req)
+	if (served != nil) != (rec.Code == http.StatusOK) {
+		t.Errorf("%s %s: status %d, and the handler behind ran: %v", method, path, rec.Code, served != nil)
+	}
+	return rec.Code, strings.TrimSpace(rec.Body.String()), served
 }
 
 func TestHandler(t *testing.T) {
-	const scraper = "system:serviceaccount:monitoring:prometheus"
+	internal := apierrors.NewInternalError(fmt.Errorf("etcd is down"))
+	refused := apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "", fmt.Errorf("RBAC"))
 	tests := []struct {
-		name      string
-		method    string
-		path      string
-		token     string
-		want      int
-		wantAsked []string
+		name          string
+		method        string
+		path          string
+		authorization string
+		fail          []error
+		want          int
+		wantReviews   []string
 	}{
-		{"no token", http.MethodGet, "/metrics", "", http.StatusUnauthorized, nil},
-		{"a token the API server does not know", http.MethodGet, "/metrics", "stolen", http.StatusUnauthorized, nil},
-		{"the token review fails", http.MethodGet, "/metrics", "broken", http.StatusUnauthorized, nil},
-		{"a caller without the role", http.MethodGet, "/metrics", "other-token", http.StatusForbidden,
-			[]string{"system:serviceaccount:default:other get /metrics resource=false"}},
-		{"a caller with the role", http.MethodGet, "/metrics", "scraper-token", http.StatusOK,
-			[]string{scraper + " get /metrics resource=false"}},
-		{"the role is for one path", http.MethodGet, "/debug/pprof/heap", "scraper-token", http.StatusForbidden,
-			[]string{scraper + " get /debug/pprof/heap resource=false"}},
-		{"the role is for one verb", http.MethodPost, "/metrics", "scraper-token", http.StatusForbidden,
-			[]string{scraper + " post /metrics resource=false"}},
-		{"the access review fails", http.MethodGet, "/broken", "scraper-token", http.StatusInternalServerError,
-			[]string{scraper + " get /broken resource=false"}},
-		{"an always-allowed path needs no token", http.MethodGet, "/healthz", "", http.StatusOK, nil},
-		{"an always-allowed prefix", http.MethodGet, "/public/anything", "", http.StatusOK, nil},
+		{"no token", http.MethodGet, "/metrics", "", nil, http.StatusUnauthorized, nil},
+		{"not a bearer token", http.MethodGet, "/metrics", "Basic c2NyYXBlcg==", nil, http.StatusUnauthorized, nil},
+		{"an empty bearer token", http.MethodGet, "/metrics", "Bearer  scraper-token", nil, http.StatusUnauthorized, nil},
+		{"a token the API server does not know", http.MethodGet, "/metrics", "Bearer stolen", nil, http.StatusUnauthorized, []string{"token stolen"}},
+		{"the token review is refused to the controller, and not retried", http.MethodGet, "/metrics", "Bearer scraper-token", []error{refused}, http.StatusUnauthorized,
+			[]string{"token scraper-token"}},
+		{"a token review failing inside the API server is retried", http.MethodGet, "/metrics", "Bearer scraper-token", []error{internal}, http.StatusOK,
+			[]string{"token scraper-token", "token scraper-token", "access " + scraper + " get /metrics"}},
+		{"a caller without the role", http.MethodGet, "/metrics", "Bearer other-token", nil, http.StatusForbidden,
+			[]string{"token other-token", "access system:serviceaccount:default:other get /metrics"}},
+		{"a caller with the role", http.MethodGet, "/metrics", "Bearer scraper-token", nil, http.StatusOK,
+			[]string{"token scraper-token", "access " + scraper + " get /metrics"}},
+		{"the scheme in any case", http.MethodGet, "/metrics", "bearer scraper-token", nil, http.StatusOK,
+			[]string{"token scraper-token", "access " + scraper + " get /metrics"}},
+		{"the role is for one path", http.MethodGet, "/debug/pprof/heap", "Bearer scraper-token", nil, http.StatusForbidden,
+			[]string{"token scraper-token", "access " + scraper + " get /debug/pprof/heap"}},
+		{"the role is for one verb", http.MethodPost, "/metrics", "Bearer scraper-token", nil, http.StatusForbidden,
+			[]string{"token scraper-token", "access " + scraper + " post /metrics"}},
+		{"the access review fails", http.MethodGet, "/metrics", "Bearer scraper-token", []error{nil, refused}, http.StatusInternalServerError,
+			[]string{"token scraper-token", "access " + scraper + " get /metrics"}},
+		{"an access review failing inside the API server is retried", http.MethodGet, "/metrics", "Bearer scraper-token", []error{nil, internal}, http.StatusOK,
+			[]string{"token scraper-token", "access " + scraper + " get /metrics", "access " + scraper + " get /metrics"}},
+		{"an access both allowed and denied", http.MethodGet, "/contradiction", "Bearer scraper-token", nil, http.StatusInternalServerError,
+			[]string{"token scraper-token", "access " + scraper + " get /contradiction"}},
+		{"an always-allowed path needs no token", http.MethodGet, "/healthz", "", nil, http.StatusOK, nil},
+		{"an always-allowed prefix", http.MethodGet, "/public/anything", "", nil, http.StatusOK, nil},
+		{"an always-allowed path is exact", http.MethodGet, "/healthz/more", "", nil, http.StatusUnauthorized, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			alwaysAllow, err := path.NewAuthorizer([]string{"/healthz", "/public/*"})
-			if err != nil {
-				t.Fatal(err)
+			a := newAPIServer()
+			a.fail = tt.fail
+			s := a.secure(t, clocktesting.NewFakeClock(time.Now()), "/healthz", "/public/*")
+			code, body, _ := serve(t, s, tt.method, tt.path, tt.authorization)
+			if code != tt.want {
+				t.Errorf("%s %s: status %d, want %d (body %q)", tt.method, tt.path, code, tt.want, body)
 			}
-			authz := &recordingAuthorizer{}
-			s := &Secure{alwaysAllow: alwaysAllow, authenticator: fakeAuthenticator, authorizer: authorizer.AuthorizerFunc(authz.Authorize), logger: klog.Background()}
-			served := false
-			handler := s.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served = true }))
-
-			req := httptest.NewRequestWithContext(t.Context(), tt.method, tt.path, nil)
-			if tt.token != "" {
-				req.Header.Set("Authorization", "Bearer "+tt.token)
-			}
-			rec := httptest.NewRecorder()
-			handler.ServeHTTP(rec, req)
-			if rec.Code != tt.want {
-				t.Errorf("%s %s: status %d, want %d (body %q)", tt.method, tt.path, rec.Code, tt.want, rec.Body.String())
-			}
-			if served != (tt.want == http.StatusOK) {
-				t.Errorf("the handler ran: %v, want %v", served, tt.want == http.StatusOK)
-			}
-			if !slices.Equal(authz.asked, tt.wantAsked) {
-				t.Errorf("asked the authorizer %q, want %q", authz.asked, tt.wantAsked)
+			if !slices.Equal(a.reviews, tt.wantReviews) {
+				t.Errorf("reviews %q, want %q", a.reviews, tt.wantReviews)
 			}
 		})
 	}
 }
 
+// The caller's whole identity goes into the access review, and its token no further
+// than the review of it.
+func TestHandlerPassesTheCallerOn(t *testing.T) {
+	a := newAPIServer()
+	s := a.secure(t, clocktesting.NewFakeClock(time.Now()))
+	code, _, served := serve(t, s, http.MethodGet, "/metrics", "Bearer scraper-token")
+	if code != http.StatusOK {
+		t.Fatalf("status %d, want 200", code)
+	}
+	want := authorizationv1.SubjectAccessReviewSpec{
+		User: scraper, UID: "u1", Groups: []string{"system:serviceaccounts"},
+		Extra:                 map[string]authorizationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"prometheus-0"}},
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+	}
+	if got := a.lastAccess; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("access review %+v, want %+v", got, want)
+	}
+	if h := served.Header.Get("Authorization"); h != "" {
+		t.Errorf("the handler behind got the Authorization header %q", h)
+	}
+}
+
+// Answers are remembered for cacheTTL, a refusal as well as a user; a review that
+// failed is not remembered.
+func TestHandlerRemembersAnswers(t *testing.T) {
+	a := newAPIServer()
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := a.secure(t, clk)
+	steps := []struct {
+		name          string
+		authorization string
+		after         time.Duration
+		want          int
+		wantReviews   []string
+	}{
+		{"first scrape", "Bearer scraper-token", 0, http.StatusOK, []string{"token scraper-token", "access " + scraper + " get /metrics"}},
+		{"again, within the TTL", "Bearer scraper-token", cacheTTL - time.Second, http.StatusOK, nil},
+		{"after the TTL", "Bearer scraper-token", 2 * time.Second, http.StatusOK, []string{"token scraper-token", "access " + scraper + " get /metrics"}},
+		{"a refused token", "Bearer stolen", 0, http.StatusUnauthorized, []string{"token stolen"}},
+		{"the refused token again", "Bearer stolen", 0, http.StatusUnauthorized, nil},
+		{"a refused caller", "Bearer other-token", 0, http.StatusForbidden, []string{"token other-token", "access system:serviceaccount:default:other get /metrics"}},
+		{"the refused caller again", "Bearer other-token", 0, http.StatusForbidden, nil},
+	}
+	for _, step := range steps {
+		clk.Step(step.after)
+		a.reviews = nil
+		if code, body, _ := serve(t, s, http.MethodGet, "/metrics", step.authorization); code != step.want {
+			t.Errorf("%s: status %d, want %d (body %q)", step.name, code, step.want, body)
+		}
+		if !slices.Equal(a.reviews, step.wantReviews) {
+			t.Errorf("%s: reviews %q, want %q", step.name, a.reviews, step.wantReviews)
+		}
+	}
+
+	refused := apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "", fmt.Errorf("RBAC"))
+	a.reviews, a.fail = nil, []error{refused}
+	clk.Step(cacheTTL + time.Second)
+	if code, _, _ := serve(t, s, http.MethodGet, "/metrics", "Bearer scraper-token"); code != http.StatusUnauthorized {
+		t.Errorf("with the token review refused: status %d, want 401", code)
+	}
+	if code, _, _ := serve(t, s, http.MethodGet, "/metrics", "Bearer scraper-token"); code != http.StatusOK {
+		t.Errorf("with the token review back: status %d, want 200", code)
+	}
+	if want := []string{"token scraper-token", "token scraper-token", "access " + scraper + " get /metrics"}; !slices.Equal(a.reviews, want) {
+		t.Errorf("after a failed review: reviews %q, want %q", a.reviews, want)
+	}
+}
+
 func TestForbiddenSaysWhoAndWhat(t *testing.T) {
-	alwaysAllow, _ := path.NewAuthorizer(nil)
-	s := &Secure{alwaysAllow: alwaysAllow, authenticator: fakeAuthenticator, authorizer: authorizer.AuthorizerFunc((&recordingAuthorizer{}).Authorize), logger: klog.Background()}
-	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil)
-	req.Header.Set("Authorization", "Bearer other-token")
-	rec := httptest.NewRecorder()
-	s.Handler(http.NotFoundHandler()).ServeHTTP(rec, req)
+	s := newAPIServer().secure(t, clocktesting.NewFakeClock(time.Now()))
+	_, body, _ := serve(t, s, http.MethodGet, "/metrics", "Bearer other-token")
 	want := `Forbidden: user "system:serviceaccount:default:other" cannot get path "/metrics": no RBAC policy matched`
-	if got := strings.TrimSpace(rec.Body.String()); got != want {
-		t.Errorf("body %q, want %q", got, want)
+	if body != want {
+		t.Errorf("body %q, want %q", body, want)
 	}
 }
 
