@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,6 +43,10 @@ type coldStartResult struct {
 	PerFoo            map[string]float64 `json:"requestsPerFoo"`
 	PerFooTotal       float64            `json:"requestsPerFooTotal"`
 	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
+	// CPU time until convergence: the controller's since it started (none for a
+	// limit, which runs in the bench), the API server's since the side started.
+	ControllerCPUSeconds float64 `json:"controllerCPUSeconds,omitempty"`
+	APIServerCPUSeconds  float64 `json:"apiserverCPUSeconds,omitempty"`
 }
 
 // timedOutText says how far a cold start got, e.g. "timed out: 812 of 1000 after 600 s".
@@ -62,6 +67,14 @@ func (coldStartCase) run(ctx context.Context, s *session) error {
 	}
 	s.watch.observe(observer{conv.observeDeployment, conv.observeFoo, conv.observeEvent})
 	defer s.watch.observe(observer{})
+	apiserver := s.cluster.Component(localcluster.ComponentAPIServer)
+	if apiserver == nil {
+		return errors.New("the cluster runs no kube-apiserver")
+	}
+	apiserverCPU, err := apiserver.CPUTime()
+	if err != nil {
+		return err
+	}
 	if err := s.driver.start(ctx, s); err != nil {
 		return err
 	}
@@ -69,6 +82,17 @@ func (coldStartCase) run(ctx context.Context, s *session) error {
 		return err
 	}
 	r := conv.result(time.Since(start))
+	cpu, err := apiserver.CPUTime()
+	if err != nil {
+		return err
+	}
+	r.APIServerCPUSeconds = (cpu - apiserverCPU).Seconds()
+	if s.proc != nil {
+		if cpu, err = s.proc.CPUTime(); err != nil {
+			return err
+		}
+		r.ControllerCPUSeconds = cpu.Seconds()
+	}
 	s.converged = r.Converged
 	if r.Converged {
 		progressf("%s: converged %d Foos in %.2f s", s.name, r.Foos, r.Seconds)

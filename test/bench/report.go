@@ -154,6 +154,16 @@ func buildTable(res *results) *table {
 				set(row(sectionColdStart, n, 5, "requests per Foo, %d Foos: %s", n, k), cs.PerFoo[k], cs.Converged, "n/a (timed out)")
 			}
 			set(row(sectionColdStart, n, 6, "events written per Foo, %d Foos", n), cs.EventWritesPerFoo, cs.Converged, "n/a (timed out)")
+			if cs.ControllerCPUSeconds > 0 {
+				set(row(sectionColdStart, n, 7, "CPU per Foo, %d Foos: the controller (ms)", n), 1000*cs.ControllerCPUSeconds/float64(n), cs.Converged, "n/a (timed out)")
+			}
+			if cs.APIServerCPUSeconds > 0 {
+				apiserverCPU := row(sectionColdStart, n, 8, "CPU per Foo, %d Foos: kube-apiserver (ms)", n)
+				set(apiserverCPU, 1000*cs.APIServerCPUSeconds/float64(n), cs.Converged, "n/a (timed out)")
+				if cs.Converged {
+					ratio(row(sectionColdStart, n, 9, "CPU per Foo, %d Foos: kube-apiserver ÷ %s (×)", n, r.Column), apiserverCPU)
+				}
+			}
 		}
 		if st := r.Steady; st != nil {
 			set(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", st.Foos), st.PerMinute, true, "")

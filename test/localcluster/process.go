@@ -254,6 +254,48 @@ func (p *Process) ReadBytes() (int64, error) {
 	return procField(f, "rchar", "")
 }
 
+// clockTicks is the kernel's USER_HZ, the unit of the times in /proc/<pid>/stat: 100
+// on every architecture Linux runs Kubernetes on.
+const clockTicks = 100
+
+// CPUTime is the CPU time the process has used, in user and kernel mode, since it
+// started (utime and stime of /proc/<pid>/stat), to the kernel's 10 ms tick.
+func (p *Process) CPUTime() (time.Duration, error) {
+	if p.hasExited() {
+		return 0, p.ExitError()
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	return statCPUTime(string(stat))
+}
+
+// statCPUTime reads utime + stime from a /proc/<pid>/stat line. The command name,
+// field 2, is in parentheses and may hold spaces and parentheses itself: the fields
+// are counted from the last ")".
+func statCPUTime(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("reading /proc/<pid>/stat %q", stat)
+	}
+	// After the ")", field 3 (state) comes first: utime and stime, fields 14 and 15,
+	// are the 12th and 13th.
+	fields := strings.Fields(stat[i+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("reading /proc/<pid>/stat %q: too few fields", stat)
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("reading /proc/<pid>/stat %q: %w", stat, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
 // tailFile returns the last n lines of a file, for error messages.
 func tailFile(path string, n int) string {
 	data, err := os.ReadFile(path)

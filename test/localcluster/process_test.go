@@ -157,6 +157,34 @@ func TestRSSBytes(t *testing.T) {
 	}
 }
 
+func TestCPUTime(t *testing.T) {
+	// A shell loop that only counts uses the CPU it gets.
+	p, err := StartProcess(ProcessOptions{Name: "spinner", Bin: "sh", Args: []string{"-c", "while :; do :; done"}, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	var used time.Duration
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		used, err = p.CPUTime()
+		return err == nil && used >= 200*time.Millisecond, err
+	})
+	if err != nil {
+		t.Fatalf("CPUTime = %v, %v; want it to pass 200 ms while the process spins", used, err)
+	}
+
+	// The command name may hold spaces and parentheses.
+	line := "4242 (a) b (c)) R 1 4242 4242 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0 12345 1000 100\n"
+	if got, err := statCPUTime(line); err != nil || got != 2800*time.Millisecond {
+		t.Errorf("statCPUTime(%q) = %v, %v; want 2.8s", line, got, err)
+	}
+	for _, bad := range []string{"4242 sleep R 1", "4242 (sleep) R 1 2 3", "4242 (sleep) R 1 4242 4242 0 -1 4194560 100 0 0 0 x 30 0"} {
+		if _, err := statCPUTime(bad); err == nil {
+			t.Errorf("statCPUTime(%q) succeeded", bad)
+		}
+	}
+}
+
 func TestReadBytes(t *testing.T) {
 	// tail reads the whole file, then waits for more.
 	const size = 1 << 20
