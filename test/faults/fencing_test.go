@@ -195,26 +195,38 @@ func TestFencedByAdmission(t *testing.T) {
 		var at time.Time
 		switch fault {
 		case "empty":
-			// Another client empties the holder and a Foo changes at once, so that the
-			// leader writes before its next renewal: the policy refuses that ("no
-			// holder"), which must end nothing, and the leader takes its Lease back at
-			// the renewal. Tried again if no write came in between.
+			// Another client empties the holder and a Foo changes at once: the policy
+			// refuses the leader's write ("no holder"), which must end nothing, and the
+			// leader takes its Lease back at its next renewal. The leader's Lease writes
+			// are held meanwhile (at most renewalHold, inside its 3 s renew deadline), so
+			// that its write lands while the Lease is empty: unheld, a renewal every
+			// 500 ms refilled it first under a loaded suite. Tried again if no write
+			// came in between.
 			refused, tries := 0, 0
 			var lastRefused time.Time
+			refusedSince := func(at time.Time) (n int) {
+				for _, w := range objectWrites(leader.proxy.Writes()) {
+					if w.Sent.After(at) && w.Code == 403 {
+						n++
+						lastRefused = w.Sent
+					}
+				}
+				return n
+			}
 			for ; tries < 3 && refused == 0; tries++ {
+				release := holdLeaseWrites(leader.proxy, renewalHold)
 				at = time.Now()
 				setHolder(t, ns, lease, "")
 				patchFooSpec(t, ns, trigger, fmt.Sprintf(`{"replicas":%d}`, tries+2))
+				for deadline := at.Add(renewalHold); time.Now().Before(deadline) && refusedSince(at) == 0; {
+					time.Sleep(50 * time.Millisecond)
+				}
+				release()
 				time.Sleep(2 * 4 * time.Second)
 				if kept, _ := waitLeaderOf(t, ns, lease, replicas, ""); kept != leader {
 					t.Fatalf("empty: %s holds the Lease emptied under %s, want the leader to take it back", kept.proxy.Name(), leader.proxy.Name())
 				}
-				for _, w := range objectWrites(leader.proxy.Writes()) {
-					if w.Sent.After(at) && w.Code == 403 {
-						refused++
-						lastRefused = w.Sent
-					}
-				}
+				refused = refusedSince(at)
 			}
 			if refused == 0 {
 				t.Fatalf("empty: in %d tries, no write of the leader reached the policy while its Lease was empty", tries)
@@ -425,6 +437,32 @@ func probeDeployment() *appsv1.Deployment {
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
 			},
 		},
+	}
+}
+
+// renewalHold is how long holdLeaseWrites holds a leader's Lease write: well inside
+// the 3 s renew deadline of the fencing case's controllers, so that the leader keeps
+// its Lease.
+const renewalHold = 1500 * time.Millisecond
+
+// holdLeaseWrites holds each Lease write through p for at most most, until release:
+// a renewal that comes late.
+func holdLeaseWrites(p *apiproxy.Proxy, most time.Duration) (release func()) {
+	released := make(chan struct{})
+	p.BeforeWrite(func(w apiproxy.Write) {
+		if w.Resource == "leases" {
+			select {
+			case <-released:
+			case <-time.After(most):
+			}
+		}
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.BeforeWrite(nil)
+			close(released)
+		})
 	}
 }
 
