@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/reference"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
@@ -48,6 +49,26 @@ type Recording struct {
 	// took is signalled (without blocking) each time the broadcaster takes one in.
 	took chan struct{}
 	once sync.Once
+
+	// waiting are the Events recorded and not yet handed to the broadcaster, oldest
+	// first; the pump hands them over as the sink has room (feedAhead), and wake tells
+	// it there is one more. pumped is closed when the pump has stopped, for good, after
+	// stopPump is closed.
+	feed             events.EventRecorder
+	mu               sync.Mutex
+	waiting          []waitingEvent
+	wake             chan struct{}
+	stopPump, pumped chan struct{}
+	stopPumpOnce     sync.Once
+}
+
+// waitingEvent is an Event recorded and not yet handed to the broadcaster: what Eventf
+// was given, the objects reduced to references and the note formatted, so that one
+// waiting costs a few hundred bytes, where one in the broadcaster costs a goroutine
+// and two copies of the Event.
+type waitingEvent struct {
+	regarding, related              runtime.Object
+	eventtype, reason, action, note string
 }
 
 // Reasons an Event recorded was never written, for Start's dropped.
@@ -60,13 +81,22 @@ const (
 	DroppedBacklog = "backlog"
 )
 
-// maxWaiting is how many Events may wait for their turn to be written, beyond those in
-// flight; the next one is dropped. Each waits in a goroutine of the broadcaster's,
-// with its copy of the Event: with no bound, a cold start of 100000 Foos, whose
-// Deployments come faster than their Events can be written, held 50000 of them at
-// once (1.2 GB). client-go's broadcaster bounds its own queue at 1000 alike. A var for
-// the tests.
-var maxWaiting = 1000
+// maxWaiting is how many Events may wait for their turn to be written; the next one is
+// dropped. At a cold start the Deployments come faster than their Events can be
+// written: at 10000 Foos here, 4700 Events waited at once, and at 100000, 50000. They
+// wait in the recording (waitingEvent, a few hundred bytes each: 100000 is some
+// 40 MB), not in client-go's broadcaster, where each would hold a goroutine and two
+// copies of the Event (50000 of them took 1.2 GB). A var for the tests.
+var maxWaiting = 100000
+
+// feedAhead is how many Events, per write the sink has in flight at most, the pump
+// keeps handed to the broadcaster and not yet written: enough that a slot that frees
+// finds the next Event waiting at the sink.
+const feedAhead = 2
+
+// pumpPoll bounds the pump's wait for the sink to change after it handed an Event
+// over: an Event of a series the broadcaster already writes never reaches the sink.
+const pumpPoll = 10 * time.Millisecond
 
 // Start starts recording Events through client, as component, with at most inFlight
 // of their writes in flight at once (at least one). client-go's broadcaster writes
@@ -83,7 +113,7 @@ func Start(ctx context.Context, client eventsv1client.EventsV1Interface, compone
 	}
 	sink := &countingSink{
 		EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{}), dropped: dropped,
-		slots: make(chan struct{}, max(1, inFlight)),
+		slots: make(chan struct{}, max(1, inFlight)), changed: make(chan struct{}, 1),
 	}
 	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	broadcaster := events.NewBroadcaster(sink)
@@ -91,7 +121,11 @@ func Start(ctx context.Context, client eventsv1client.EventsV1Interface, compone
 		stop()
 		return nil, fmt.Errorf("starting the event recorder: %w", err)
 	}
-	r := &Recording{broadcaster: broadcaster, component: component, sink: sink, stop: stop, took: make(chan struct{}, 1)}
+	r := &Recording{
+		broadcaster: broadcaster, component: component, sink: sink, stop: stop, took: make(chan struct{}, 1),
+		feed: broadcaster.NewRecorder(scheme.Scheme, component),
+		wake: make(chan struct{}, 1), stopPump: make(chan struct{}), pumped: make(chan struct{}),
+	}
 	if _, err := broadcaster.StartEventWatcher(func(runtime.Object) {
 		r.queued.Add(1)
 		select {
@@ -102,24 +136,101 @@ func Start(ctx context.Context, client eventsv1client.EventsV1Interface, compone
 		stop()
 		return nil, fmt.Errorf("watching the event recorder: %w", err)
 	}
+	go r.pump()
 	return r, nil
 }
 
 // Recorder returns the recorder the controller reports through. The objects it
 // reports on must be in client-go's scheme.Scheme.
 func (r *Recording) Recorder() events.EventRecorder {
-	return &countingRecorder{EventRecorder: r.broadcaster.NewRecorder(scheme.Scheme, r.component), count: &r.recorded}
+	return (*waitingRecorder)(r)
 }
 
-// countingRecorder counts the Events recorded through it.
-type countingRecorder struct {
-	events.EventRecorder
-	count *atomic.Int64
+// waitingRecorder records an Event by putting it at the end of the recording's
+// waiting Events, or dropping it when maxWaiting wait already.
+type waitingRecorder Recording
+
+func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r := (*Recording)(w)
+	r.recorded.Add(1)
+	e := waitingEvent{regarding: asReference(regarding), eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...)}
+	if related != nil {
+		e.related = asReference(related)
+	}
+	r.mu.Lock()
+	full := len(r.waiting) >= maxWaiting
+	if !full {
+		r.waiting = append(r.waiting, e)
+	}
+	r.mu.Unlock()
+	if full {
+		// Never handed over: counted as taken in, so that Shutdown does not wait for it.
+		r.queued.Add(1)
+		r.sink.dropped(DroppedBacklog)
+		return
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
-func (r *countingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	r.count.Add(1)
-	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+// asReference is obj's reference, which the broadcaster's recorder takes as it is,
+// so that a waiting Event keeps no object alive; obj itself if it has none, for the
+// recorder to refuse and log.
+func asReference(obj runtime.Object) runtime.Object {
+	ref, err := reference.GetReference(scheme.Scheme, obj)
+	if err != nil {
+		return obj
+	}
+	return ref
+}
+
+// pump hands the waiting Events to the broadcaster, oldest first, while the sink has
+// fewer than feedAhead per slot in flight, until stopPump is closed.
+func (r *Recording) pump() {
+	defer close(r.pumped)
+	ahead := feedAhead * cap(r.sink.slots)
+	for {
+		r.mu.Lock()
+		var next *waitingEvent
+		if len(r.waiting) > 0 {
+			e := r.waiting[0]
+			next = &e
+		}
+		r.mu.Unlock()
+		var wait <-chan struct{}
+		var poll <-chan time.Time
+		switch {
+		case next == nil:
+			wait = r.wake
+		case r.sink.pending() >= ahead:
+			wait = r.sink.changed
+		default:
+			r.feed.Eventf(next.regarding, next.related, next.eventtype, next.reason, next.action, "%s", next.note)
+			r.mu.Lock()
+			r.waiting[0] = waitingEvent{}
+			r.waiting = r.waiting[1:]
+			if len(r.waiting) == 0 {
+				r.waiting = nil // lets go of the array a cold start grew
+			}
+			r.mu.Unlock()
+			// Until the sink has it (or for an Event of a series, which it never will).
+			wait, poll = r.sink.changed, time.After(pumpPoll)
+		}
+		select {
+		case <-wait:
+		case <-poll:
+		case <-r.stopPump:
+			return
+		}
+	}
+}
+
+// haltPump stops the pump and waits for it; the Events still waiting stay unhanded.
+func (r *Recording) haltPump() {
+	r.stopPumpOnce.Do(func() { close(r.stopPump) })
+	<-r.pumped
 }
 
 // Shutdown stops taking Events, and waits up to timeout for those already recorded to
@@ -139,6 +250,7 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 		select {
 		case <-r.took:
 		case <-time.After(time.Until(deadline)):
+			r.haltPump()
 			logger.Info("Gave up waiting for Events to be queued", "recorded", r.recorded.Load(), "queued", r.queued.Load(), "timeout", timeout)
 			for range r.recorded.Load() - r.queued.Load() {
 				r.sink.dropped(DroppedShutdown)
@@ -147,6 +259,8 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 			return
 		}
 	}
+	// Every Event waiting has been handed over: the pump has no more to do.
+	r.haltPump()
 	// Hands every queued Event to the recording goroutine.
 	r.broadcaster.Shutdown()
 	handed := time.Now()
@@ -181,6 +295,8 @@ type countingSink struct {
 	dropped func(reason string)
 	// slots holds a token for each write in flight: its capacity is the bound.
 	slots chan struct{}
+	// changed is signalled (without blocking) each time a write begins or ends.
+	changed chan struct{}
 
 	mu       sync.Mutex
 	inFlight int
@@ -190,16 +306,27 @@ type countingSink struct {
 	idle chan struct{}
 }
 
-// begin counts a write in flight, unless maxWaiting writes wait for a slot already.
-func (s *countingSink) begin() bool {
+// begin counts a write in flight, from its wait for a slot on.
+func (s *countingSink) begin() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inFlight >= cap(s.slots)+maxWaiting {
-		return false
-	}
 	s.inFlight++
 	s.last = time.Now()
-	return true
+	s.signalChanged()
+}
+
+func (s *countingSink) signalChanged() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// pending is how many writes are in flight, or waiting for a slot.
+func (s *countingSink) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
 }
 
 func (s *countingSink) end(written bool) {
@@ -210,6 +337,7 @@ func (s *countingSink) end(written bool) {
 		s.written++
 	}
 	s.last = time.Now()
+	s.signalChanged()
 	if s.inFlight == 0 {
 		select {
 		case s.idle <- struct{}{}:
@@ -230,12 +358,8 @@ func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
 // as done: it would retry any other error, 12 times 10 s apart, and could write the
 // Event in a tenure it does not belong to.
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
-	// In flight from here, for Shutdown, while it waits for a slot too; dropped, and
-	// reported to the broadcaster as done, when too many wait already.
-	if !s.begin() {
-		s.dropped(DroppedBacklog)
-		return event, nil
-	}
+	// In flight from here, for Shutdown, while it waits for a slot too.
+	s.begin()
 	if !s.acquire(ctx) {
 		// The recording was stopped: Shutdown gave up waiting for this one. Reported
 		// to the broadcaster as done, which it would otherwise log as an error.

@@ -103,32 +103,55 @@ func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 	}
 }
 
-// TestBacklogIsBounded checks that Events beyond maxWaiting waiting for their turn
-// are dropped, counted as such, and not held.
+// TestBacklogIsBounded checks that Events wait in the recording, not in the
+// broadcaster's goroutines, while the writes in flight are stuck: the sink gets no
+// more than feedAhead per slot; beyond maxWaiting the next are dropped, counted as
+// such; once the writes go through, every Event that waited is written.
 func TestBacklogIsBounded(t *testing.T) {
 	defer func(old int) { maxWaiting = old }(maxWaiting)
 	maxWaiting = 5
 	_, ctx := ktesting.NewTestContext(t)
+	var written atomic.Int32
 	client, release := blockedClient()
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		written.Add(1)
+		return false, nil, nil
+	})
 	dropped := &droppedCounts{}
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 10 // one written until released, five waiting behind it, four dropped
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	record := func(name string) {
+		recording.Recorder().Eventf(newPod(name), nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", name)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return dropped.get()[DroppedBacklog] == n-1-maxWaiting, nil
+	// One write stuck, one Event at the sink waiting for its slot: as far ahead as
+	// the pump goes with one slot.
+	record("first")
+	record("second")
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return recording.sink.pending() == feedAhead, nil
 	}); err != nil {
-		t.Errorf("dropped %v, want %d for the backlog", dropped.get(), n-1-maxWaiting)
+		t.Fatalf("%d Events at the sink, want %d", recording.sink.pending(), feedAhead)
+	}
+	const n = 9 // five waiting in the recording, four dropped
+	for i := range n {
+		record(fmt.Sprintf("web-%d", i))
+	}
+	if got := dropped.get(); got[DroppedBacklog] != n-maxWaiting || len(got) != 1 {
+		t.Errorf("dropped %v, want %d for the backlog", got, n-maxWaiting)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := recording.sink.pending(); got != feedAhead {
+		t.Errorf("%d Events at the sink with the writes stuck, want %d: the rest wait in the recording", got, feedAhead)
 	}
 	close(release)
 	recording.Shutdown(ctx, 5*time.Second)
-	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != n-1-maxWaiting {
-		t.Errorf("dropped %v after every write was let through, want only the %d of the backlog", got, n-1-maxWaiting)
+	if got, want := int(written.Load()), feedAhead+maxWaiting; got != want {
+		t.Errorf("%d Events written, want %d: every one that was not dropped", got, want)
+	}
+	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != n-maxWaiting {
+		t.Errorf("dropped %v after every write was let through, want only the %d of the backlog", got, n-maxWaiting)
 	}
 }
 
