@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +78,9 @@ func (r *reviewer) authenticate(ctx context.Context, token string) (authenticati
 		}
 		return answer.user, nil
 	}
+	// reviewTimeout bounds the review, its retries included.
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
 	var review *authenticationv1.TokenReview
 	err := retryTransient(ctx, func(ctx context.Context) (err error) {
 		review, err = r.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
@@ -85,15 +89,37 @@ func (r *reviewer) authenticate(ctx context.Context, token string) (authenticati
 	if err != nil {
 		return authenticationv1.UserInfo{}, fmt.Errorf("reviewing a bearer token: %w", err)
 	}
-	answer := tokenAnswer{authenticated: review.Status.Authenticated, user: review.Status.User}
+	status := review.Status
+	if !status.Authenticated && status.Error != "" {
+		// The API server could not tell (a webhook of its own failed, say): not
+		// remembered, as a failed review is not.
+		return authenticationv1.UserInfo{}, fmt.Errorf("%w: %s", errNotAuthenticated, status.Error)
+	}
+	answer := tokenAnswer{authenticated: status.Authenticated, user: withAuthenticatedGroup(status.User)}
 	r.tokenAnswers.Add(key, answer, r.ttl)
 	if !answer.authenticated {
-		if review.Status.Error != "" {
-			return authenticationv1.UserInfo{}, fmt.Errorf("%w: %s", errNotAuthenticated, review.Status.Error)
-		}
 		return authenticationv1.UserInfo{}, errNotAuthenticated
 	}
 	return answer.user, nil
+}
+
+// Groups k8s.io/apiserver's authenticators give every caller by its kind.
+const (
+	groupAuthenticated   = "system:authenticated"
+	groupUnauthenticated = "system:unauthenticated"
+	userAnonymous        = "system:anonymous"
+)
+
+// withAuthenticatedGroup adds system:authenticated to an authenticated user's groups,
+// as k8s.io/apiserver's authenticators do, so that RBAC bindings to it apply: a
+// kube-apiserver's TokenReview includes it, but another reviewer named by
+// --authentication-kubeconfig may not.
+func withAuthenticatedGroup(u authenticationv1.UserInfo) authenticationv1.UserInfo {
+	if u.Username == userAnonymous || slices.Contains(u.Groups, groupAuthenticated) || slices.Contains(u.Groups, groupUnauthenticated) {
+		return u
+	}
+	u.Groups = append(slices.Clip(u.Groups), groupAuthenticated)
+	return u
 }
 
 // authorize tells whether the API server lets user use verb on the non-resource path,
@@ -120,6 +146,9 @@ func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo
 		status, cached = v.(authorizationv1.SubjectAccessReviewStatus), true
 	}
 	if !cached {
+		// reviewTimeout bounds the review, its retries included.
+		ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+		defer cancel()
 		var review *authorizationv1.SubjectAccessReview
 		err := retryTransient(ctx, func(ctx context.Context) (err error) {
 			review, err = r.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/path"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
@@ -55,8 +58,8 @@ func (a *apiServer) secure(t *testing.T, clk *clocktesting.FakeClock, alwaysAllo
 		user, ok := a.users[review.Spec.Token]
 		out := review.DeepCopy()
 		out.Status = authenticationv1.TokenReviewStatus{Authenticated: ok, User: user}
-		if !ok {
-			out.Status.Error = "invalid bearer token"
+		if review.Spec.Token == "undecided" {
+			out.Status.Error = "the authentication webhook failed"
 		}
 		return true, out, nil
 	})
@@ -183,7 +186,7 @@ func TestHandlerPassesTheCallerOn(t *testing.T) {
 		t.Fatalf("status %d, want 200", code)
 	}
 	want := authorizationv1.SubjectAccessReviewSpec{
-		User: scraper, UID: "u1", Groups: []string{"system:serviceaccounts"},
+		User: scraper, UID: "u1", Groups: []string{"system:serviceaccounts", "system:authenticated"},
 		Extra:                 map[string]authorizationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"prometheus-0"}},
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
 	}
@@ -215,11 +218,24 @@ func TestHandlerRemembersAnswers(t *testing.T) {
 		{"the refused token again", "Bearer stolen", 0, http.StatusUnauthorized, nil},
 		{"a refused caller", "Bearer other-token", 0, http.StatusForbidden, []string{"token other-token", "access system:serviceaccount:default:other get /metrics"}},
 		{"the refused caller again", "Bearer other-token", 0, http.StatusForbidden, nil},
+		{"a token the API server cannot decide on", "Bearer undecided", 0, http.StatusUnauthorized, []string{"token undecided"}},
+		{"that token again: not remembered", "Bearer undecided", 0, http.StatusUnauthorized, []string{"token undecided"}},
+		{"a remembered caller on another path", "Bearer scraper-token", 0, http.StatusForbidden, []string{"access " + scraper + " get /debug/pprof/heap"}},
+		{"a remembered caller with another verb", "Bearer scraper-token", 0, http.StatusForbidden, []string{"access " + scraper + " post /metrics"}},
+		{"the refusals expire", "Bearer stolen", cacheTTL + time.Second, http.StatusUnauthorized, []string{"token stolen"}},
+	}
+	requests := map[string][2]string{
+		"a remembered caller on another path":   {http.MethodGet, "/debug/pprof/heap"},
+		"a remembered caller with another verb": {http.MethodPost, "/metrics"},
 	}
 	for _, step := range steps {
 		clk.Step(step.after)
 		a.reviews = nil
-		if code, body, _ := serve(t, s, http.MethodGet, "/metrics", step.authorization); code != step.want {
+		method, path := http.MethodGet, "/metrics"
+		if r, ok := requests[step.name]; ok {
+			method, path = r[0], r[1]
+		}
+		if code, body, _ := serve(t, s, method, path, step.authorization); code != step.want {
 			t.Errorf("%s: status %d, want %d (body %q)", step.name, code, step.want, body)
 		}
 		if !slices.Equal(a.reviews, step.wantReviews) {
@@ -238,6 +254,63 @@ func TestHandlerRemembersAnswers(t *testing.T) {
 	}
 	if want := []string{"token scraper-token", "token scraper-token", "access " + scraper + " get /metrics"}; !slices.Equal(a.reviews, want) {
 		t.Errorf("after a failed review: reviews %q, want %q", a.reviews, want)
+	}
+}
+
+// A review that keeps failing is given up after its tries, or when the request's
+// context ends, whichever comes first.
+func TestReviewsGiveUp(t *testing.T) {
+	internal := apierrors.NewInternalError(fmt.Errorf("etcd is down"))
+	a := newAPIServer()
+	a.fail = slices.Repeat([]error{internal}, 10)
+	s := a.secure(t, clocktesting.NewFakeClock(time.Now()))
+	if code, _, _ := serve(t, s, http.MethodGet, "/metrics", "Bearer scraper-token"); code != http.StatusUnauthorized {
+		t.Errorf("with every token review failing: status %d, want 401", code)
+	}
+	if len(a.reviews) != reviewBackoff.Steps {
+		t.Errorf("%d token reviews, want %d tries", len(a.reviews), reviewBackoff.Steps)
+	}
+
+	a.reviews = nil
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	if _, err := s.reviews.authenticate(ctx, "scraper-token"); err == nil {
+		t.Error("authenticate succeeded with every token review failing")
+	}
+	if took := time.Since(began); took > 2*time.Second || len(a.reviews) > 2 {
+		t.Errorf("with the context ending after 100ms: gave up after %v and %d reviews", took, len(a.reviews))
+	}
+}
+
+// The always-allowed paths match as k8s.io/apiserver's path authorizer does, under
+// the same flag.
+func TestAllowedPathsAsTheAPIServer(t *testing.T) {
+	configs := [][]string{
+		{"/healthz", "/readyz", "/livez"},
+		{"healthz"},
+		{"/"},
+		{"*"},
+		{"/public*"},
+		{"/public/*", "/metrics"},
+		{},
+	}
+	paths := []string{"/", "", "/healthz", "healthz", "/healthz/", "/healthzx", "/public", "/publicX", "/public/a", "/metrics", "/metrics/x", "/debug/pprof/heap"}
+	for _, config := range configs {
+		ours, err := newAllowedPaths(config)
+		if err != nil {
+			t.Fatalf("%q: %v", config, err)
+		}
+		theirs, err := path.NewAuthorizer(config)
+		if err != nil {
+			t.Fatalf("%q: the path authorizer: %v", config, err)
+		}
+		for _, p := range paths {
+			decision, _, _ := theirs.Authorize(t.Context(), authorizer.AttributesRecord{Verb: "get", Path: p})
+			if want := decision == authorizer.DecisionAllow; ours.allow(p) != want {
+				t.Errorf("paths %q: %q allowed %v, the API server's %v", config, p, ours.allow(p), want)
+			}
+		}
 	}
 }
 
