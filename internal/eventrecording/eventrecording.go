@@ -12,9 +12,11 @@ import (
 	"time"
 
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/reference"
 	"k8s.io/klog/v2"
@@ -79,6 +81,18 @@ const (
 	DroppedShutdown = "shutdown"
 	// DroppedBacklog: maxWaiting Events were waiting for their turn already.
 	DroppedBacklog = "backlog"
+	// DroppedUnreachable: its write failed to reach the API server maxTries times.
+	DroppedUnreachable = "unreachable"
+)
+
+// An Event write that does not reach the API server (a lost connection, a timeout) is
+// tried again retryInterval later, up to maxTries in all, as client-go's broadcaster
+// does, but inside the sink, where it still counts as pending: the broadcaster's own
+// retries would hold it outside, and during an outage the pump would hand every
+// Event waiting to them. Vars for the tests.
+var (
+	maxTries      = 12
+	retryInterval = 10 * time.Second
 )
 
 // maxWaiting is how many Events may wait for their turn to be written; the next one is
@@ -152,6 +166,13 @@ type waitingRecorder Recording
 
 func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
 	r := (*Recording)(w)
+	select {
+	case <-r.pumped:
+		// After Shutdown: nothing would hand it over.
+		r.sink.dropped(DroppedShutdown)
+		return
+	default:
+	}
 	r.recorded.Add(1)
 	e := waitingEvent{regarding: asReference(regarding), eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...)}
 	if related != nil {
@@ -367,11 +388,26 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func
 		s.dropped(DroppedShutdown)
 		return event, nil
 	}
-	defer func() { <-s.slots }()
 	if s.tenure != nil {
 		ctx = tenure.NewContext(ctx, s.tenure)
 	}
 	written, err := do(ctx)
+	for tries := 1; unreachable(err); tries++ {
+		<-s.slots // others may try meanwhile
+		if tries == maxTries {
+			s.end(false)
+			klog.FromContext(ctx).Info("Dropped an Event: the API server was not reached", "tries", tries, "reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name), "err", err)
+			s.dropped(DroppedUnreachable)
+			return event, nil
+		}
+		if !sleep(ctx, retryInterval) || !s.acquire(ctx) {
+			s.end(false)
+			s.dropped(DroppedShutdown)
+			return event, nil
+		}
+		written, err = do(ctx)
+	}
+	<-s.slots
 	s.end(err == nil)
 	if errors.Is(err, tenure.ErrNotHeld) {
 		klog.FromContext(ctx).V(2).Info("Dropped an Event: this replica's tenure is over", "reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name))
@@ -379,6 +415,31 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func
 		return event, nil
 	}
 	return written, err
+}
+
+// unreachable tells whether err is a write's failure to reach the API server, which
+// client-go's broadcaster would retry: not an answer of the server's, nor a request
+// that could not be built, nor the tenure's gate.
+func unreachable(err error) bool {
+	if err == nil || errors.Is(err, tenure.ErrNotHeld) {
+		return false
+	}
+	var status apierrors.APIStatus
+	var construction *rest.RequestConstructionError
+	var unexpected *apierrors.UnexpectedObjectError
+	return !errors.As(err, &status) && !errors.As(err, &construction) && !errors.As(err, &unexpected)
+}
+
+// sleep waits d, and tells whether ctx lived that long.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // acquire waits for a slot to write in, and tells whether it got one before ctx ended.

@@ -2,6 +2,7 @@ package eventrecording
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -152,6 +153,67 @@ func TestBacklogIsBounded(t *testing.T) {
 	}
 	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != n-maxWaiting {
 		t.Errorf("dropped %v after every write was let through, want only the %d of the backlog", got, n-maxWaiting)
+	}
+}
+
+// TestUnreachableWritesAreRetried checks that a write that does not reach the API
+// server is tried again inside the sink, where it still counts as pending (so that
+// the pump hands over no more meanwhile), and dropped after maxTries, counted as
+// unreachable.
+func TestUnreachableWritesAreRetried(t *testing.T) {
+	defer func(tries int, interval time.Duration) { maxTries, retryInterval = tries, interval }(maxTries, retryInterval)
+	maxTries, retryInterval = 3, 20*time.Millisecond
+	_, ctx := ktesting.NewTestContext(t)
+	var failures, tries atomic.Int32
+	failures.Store(2) // the first Event's first two tries
+	client := k8sfake.NewClientset()
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		tries.Add(1)
+		if failures.Add(-1) >= 0 {
+			return true, nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		written, _, _ := recording.sink.state()
+		return written == 1, nil
+	}); err != nil {
+		t.Fatalf("the Event was not written after its first two tries failed: %d tries, dropped %v", tries.Load(), dropped.get())
+	}
+	if got := tries.Load(); got != 3 {
+		t.Errorf("%d tries, want 3", got)
+	}
+
+	// The API server gone for good: every Event is tried maxTries times, then dropped;
+	// the pump keeps no more than feedAhead per slot at the sink meanwhile.
+	failures.Store(1 << 30)
+	tries.Store(0)
+	const n = 6
+	for i := range n {
+		recording.Recorder().Eventf(newPod(fmt.Sprintf("web-%d", i)), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	}
+	most := 0
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		most = max(most, recording.sink.pending())
+		return dropped.get()[DroppedUnreachable] == n, nil
+	}); err != nil {
+		t.Fatalf("dropped %v, want %d unreachable", dropped.get(), n)
+	}
+	if got := tries.Load(); got != n*int32(maxTries) {
+		t.Errorf("%d tries, want %d: %d for each of %d Events", got, n*maxTries, maxTries, n)
+	}
+	if most > feedAhead {
+		t.Errorf("%d writes pending at the sink at once, want at most %d", most, feedAhead)
+	}
+	recording.Shutdown(ctx, 5*time.Second)
+	if got := dropped.get(); len(got) != 1 {
+		t.Errorf("dropped %v, want only unreachable ones", got)
 	}
 }
 
