@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -173,11 +174,22 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 		return
 	default:
 	}
-	r.recorded.Add(1)
-	e := waitingEvent{regarding: asReference(regarding), eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...)}
-	if related != nil {
-		e.related = asReference(related)
+	// What the broadcaster's recorder would refuse, and only log, is refused here,
+	// before it counts as recorded: Shutdown would wait for it in vain.
+	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
+		klog.Background().Error(nil, "Refused an Event of an unknown type", "type", eventtype, "reason", reason)
+		return
 	}
+	e := waitingEvent{eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...)}
+	var err error
+	if e.regarding, err = reference.GetReference(scheme.Scheme, regarding); err == nil && related != nil {
+		e.related, err = reference.GetReference(scheme.Scheme, related)
+	}
+	if err != nil {
+		klog.Background().Error(err, "Refused an Event: no reference to its object", "reason", reason)
+		return
+	}
+	r.recorded.Add(1)
 	r.mu.Lock()
 	full := len(r.waiting) >= maxWaiting
 	if !full {
@@ -194,17 +206,6 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 	case r.wake <- struct{}{}:
 	default:
 	}
-}
-
-// asReference is obj's reference, which the broadcaster's recorder takes as it is,
-// so that a waiting Event keeps no object alive; obj itself if it has none, for the
-// recorder to refuse and log.
-func asReference(obj runtime.Object) runtime.Object {
-	ref, err := reference.GetReference(scheme.Scheme, obj)
-	if err != nil {
-		return obj
-	}
-	return ref
 }
 
 // pump hands the waiting Events to the broadcaster, oldest first, while the sink has
