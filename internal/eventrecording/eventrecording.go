@@ -41,7 +41,6 @@ const settle = 100 * time.Millisecond
 // already cancelled when the last syncs finish.
 type Recording struct {
 	broadcaster events.EventBroadcaster
-	component   string
 	sink        *countingSink
 	stop        context.CancelFunc
 
@@ -137,7 +136,7 @@ func Start(ctx context.Context, client eventsv1client.EventsV1Interface, compone
 		return nil, fmt.Errorf("starting the event recorder: %w", err)
 	}
 	r := &Recording{
-		broadcaster: broadcaster, component: component, sink: sink, stop: stop, took: make(chan struct{}, 1),
+		broadcaster: broadcaster, sink: sink, stop: stop, took: make(chan struct{}, 1),
 		feed: broadcaster.NewRecorder(scheme.Scheme, component),
 		wake: make(chan struct{}, 1), stopPump: make(chan struct{}), pumped: make(chan struct{}),
 	}
