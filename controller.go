@@ -630,7 +630,13 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if !changed {
 		return deployment, nil
 	}
-	updated, err = c.kubeclientset.AppsV1().Deployments(foo.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	// The cached copy is trimmed (trimDeployment): an update from it would wipe what
+	// it lacks, so the changed fields go as a patch, conditional on the cached version.
+	patch, err := reconcile.DeploymentPatch(deployment, updated)
+	if err != nil {
+		return deployment, err
+	}
+	updated, err = c.kubeclientset.AppsV1().Deployments(foo.Namespace).Patch(ctx, deployment.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
 	if err != nil {
 		return deployment, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}

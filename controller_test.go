@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -95,13 +96,13 @@ func TestSyncHandler(t *testing.T) {
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
 			d.Spec.Replicas = ptr.To[int32](9)
 		})},
-		want:       []action{update(ready)},
+		want:       []action{patch(ready)},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
 		name:       "reverts image drift",
 		foo:        readyFoo,
 		cached:     []*appsv1.Deployment{otherImage},
-		want:       []action{update(ready)},
+		want:       []action{patch(ready)},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
 		name: "reverts label drift and keeps labels others added",
@@ -109,7 +110,7 @@ func TestSyncHandler(t *testing.T) {
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
 			d.Labels = map[string]string{reconcile.FooUIDLabel: "stale", "team": "blue"}
 		})},
-		want: []action{update(modified(ready, func(d *appsv1.Deployment) {
+		want: []action{patch(modified(ready, func(d *appsv1.Deployment) {
 			d.Labels = map[string]string{reconcile.FooUIDLabel: "web-uid", "team": "blue"}
 		}))},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
@@ -126,7 +127,7 @@ func TestSyncHandler(t *testing.T) {
 			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
 			d.Spec.Replicas = ptr.To[int32](1)
 		})},
-		want: []action{update(modified(ready, func(d *appsv1.Deployment) {
+		want: []action{patch(modified(ready, func(d *appsv1.Deployment) {
 			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
 		}))},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
@@ -204,7 +205,7 @@ func TestSyncHandler(t *testing.T) {
 		want: []action{
 			create(reconcile.NewDeployment(foo)),
 			get(deploymentsResource, "web"),
-			update(modified(ready, func(d *appsv1.Deployment) {
+			patch(modified(ready, func(d *appsv1.Deployment) {
 				d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
 				d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
 			})),
@@ -285,13 +286,13 @@ func TestSyncHandler(t *testing.T) {
 		name:   "scales to zero",
 		foo:    toZero,
 		cached: []*appsv1.Deployment{ready},
-		want:   []action{update(zeroDeployment), updateStatus(toZeroWithStatus)},
+		want:   []action{patch(zeroDeployment), updateStatus(toZeroWithStatus)},
 		// A new spec is reported by observedGeneration; no event is recorded for it.
 	}, {
 		name:   "a spec change records no event, even when the deployment also drifted",
 		foo:    toThree,
 		cached: []*appsv1.Deployment{otherImage},
-		want:   []action{update(threeDeployment), updateStatus(toThreeWithStatus)},
+		want:   []action{patch(threeDeployment), updateStatus(toThreeWithStatus)},
 	}, {
 		name:  "a refused create is reported and retried",
 		foo:   foo,
@@ -313,9 +314,9 @@ func TestSyncHandler(t *testing.T) {
 		name:   "a refused update is reported with the deployment's replicas",
 		foo:    readyFoo,
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) })},
-		setup:  func(f *fixture) { refuse(f, "update") },
+		setup:  func(f *fixture) { refuse(f, "patch") },
 		want: []action{
-			update(ready),
+			patch(ready),
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
 				f.Status = reconcile.CalculateStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }), refusal, now)
 			})),
@@ -327,21 +328,21 @@ func TestSyncHandler(t *testing.T) {
 		name:    "a refused update already reported writes no status, though the deployment is available",
 		foo:     refusedEarlier(readyFoo),
 		cached:  []*appsv1.Deployment{otherImage},
-		setup:   func(f *fixture) { refuse(f, "update") },
-		want:    []action{update(ready)},
+		setup:   func(f *fixture) { refuse(f, "patch") },
+		want:    []action{patch(ready)},
 		wantErr: true,
 	}, {
 		name:   "the update that applies a spec refused before records no event",
 		foo:    refusedEarlier(toThree),
 		cached: []*appsv1.Deployment{ready},
-		want:   []action{update(threeDeployment), updateStatus(withStatus(refusedEarlier(toThree), threeDeployment))},
+		want:   []action{patch(threeDeployment), updateStatus(withStatus(refusedEarlier(toThree), threeDeployment))},
 	}, {
 		// The status cannot tell a refused revert from a refused new spec; the Ready
 		// condition's change says what happened.
 		name:   "the revert of a hand edit refused before records no event",
 		foo:    refusedEarlier(readyFoo),
 		cached: []*appsv1.Deployment{otherImage},
-		want:   []action{update(ready), updateStatus(withStatus(refusedEarlier(readyFoo), ready))},
+		want:   []action{patch(ready), updateStatus(withStatus(refusedEarlier(readyFoo), ready))},
 	}, {
 		name: "a namespace being deleted is not reported on the foo",
 		foo:  foo,
@@ -641,5 +642,36 @@ func TestNothingOutlivesAFooDeletedMidSync(t *testing.T) {
 				t.Errorf("%d records left of a Foo deleted during its sync, want 0", n)
 			}
 		})
+	}
+}
+
+// TestDriftIsRevertedOnlyOnTheVersionSeen syncs a Foo whose cached Deployment drifted,
+// while the API server already holds a later version that someone else wrote. The
+// controller writes the Deployment by a patch made from its trimmed cache: the patch
+// must carry the cached resourceVersion, so that it is refused rather than applied on
+// top of a version the controller never saw.
+func TestDriftIsRevertedOnlyOnTheVersionSeen(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](1))
+	drifted := modified(availableDeployment(foo), func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) })
+	foo = withStatus(foo, drifted)
+	f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{drifted}, nil)
+	later := modified(drifted, func(d *appsv1.Deployment) {
+		d.ResourceVersion = "2"
+		d.Spec.Template.Spec.Containers[0].Image = "nginx:2"
+	})
+	if err := f.kubeclient.Tracker().Update(deploymentsResource, later, later.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	fakeapiserver.Versioned(f.kubeclient, deploymentsResource)
+
+	if err := f.sync(foo); !apierrors.IsConflict(err) {
+		t.Errorf("sync from a stale cache: err = %v, want a conflict", err)
+	}
+	stored, err := f.kubeclient.Tracker().Get(deploymentsResource, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(later, stored) {
+		t.Errorf("the later version was written over: stored %+v", stored)
 	}
 }

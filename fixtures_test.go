@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -95,6 +97,9 @@ type fixture struct {
 	client     *fake.Clientset
 	controller *Controller
 	recorder   *events.FakeRecorder
+	// deployments are the Deployments the fake API server held when the fixture was
+	// built, by name, to which checkActions applies a patch the controller sent.
+	deployments map[string]*appsv1.Deployment
 }
 
 // newFixture builds a controller whose caches hold foos and cached, and whose fake
@@ -103,17 +108,20 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	var kubeObjects, sampleObjects []runtime.Object
+	deployments := map[string]*appsv1.Deployment{}
 	for _, d := range append(append([]*appsv1.Deployment{}, cached...), serverOnly...) {
 		kubeObjects = append(kubeObjects, d.DeepCopy())
+		deployments[d.Name] = d.DeepCopy()
 	}
 	for _, foo := range foos {
 		sampleObjects = append(sampleObjects, foo.DeepCopy())
 	}
 	f := &fixture{
-		t:          t,
-		kubeclient: k8sfake.NewClientset(kubeObjects...),
-		client:     fake.NewClientset(sampleObjects...),
-		recorder:   events.NewFakeRecorder(100),
+		t:           t,
+		kubeclient:  k8sfake.NewClientset(kubeObjects...),
+		client:      fake.NewClientset(sampleObjects...),
+		recorder:    events.NewFakeRecorder(100),
+		deployments: deployments,
 	}
 	c, err := NewController(ctx, Config{KubeClient: f.kubeclient, SampleClient: f.client, Recorder: f.recorder})
 	if err != nil {
@@ -126,7 +134,9 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		}
 	}
 	for _, d := range cached {
-		if err := c.deploymentsIndexer.Add(d.DeepCopy()); err != nil {
+		// Trimmed as the informer trims what it caches.
+		trimmed, _ := trimDeployment(d.DeepCopy())
+		if err := c.deploymentsIndexer.Add(trimmed); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,8 +197,11 @@ type action struct {
 func create(obj runtime.Object) action {
 	return action{verb: "create", resource: resourceOf(obj), name: nameOf(obj), object: obj}
 }
-func update(obj runtime.Object) action {
-	return action{verb: "update", resource: resourceOf(obj), name: nameOf(obj), object: obj}
+
+// patch is a patch of a Deployment that turns the one the fake API server held when
+// the fixture was built into want.
+func patch(want *appsv1.Deployment) action {
+	return action{verb: "patch", resource: deploymentsResource, name: want.Name, object: want}
 }
 func updateStatus(foo *samplev1alpha1.Foo) action {
 	return action{verb: "update", subresource: "status", resource: foosResource, name: foo.Name, object: foo}
@@ -239,6 +252,9 @@ func (f *fixture) checkActions(want []action) {
 		case interface{ GetObject() runtime.Object }: // create, update
 			object = g.GetObject()
 			name = nameOf(object)
+		case core.PatchAction:
+			name = g.GetName()
+			object = f.patched(g)
 		case interface{ GetName() string }: // get, delete
 			name = g.GetName()
 		}
@@ -251,6 +267,36 @@ func (f *fixture) checkActions(want []action) {
 			}
 		}
 	}
+}
+
+// patched returns the Deployment the fake API server held when the fixture was built
+// with the patch of a applied, or nil when it held none of that name or the patch does
+// not apply.
+func (f *fixture) patched(a core.PatchAction) runtime.Object {
+	f.t.Helper()
+	d, ok := f.deployments[a.GetName()]
+	if !ok {
+		f.t.Errorf("patch of Deployment %q, which the API server did not hold", a.GetName())
+		return nil
+	}
+	if a.GetPatchType() != types.StrategicMergePatchType {
+		f.t.Errorf("patch of Deployment %q is a %s, want a strategic merge patch", a.GetName(), a.GetPatchType())
+		return nil
+	}
+	from, err := json.Marshal(d)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	to, err := strategicpatch.StrategicMergePatch(from, a.GetPatch(), &appsv1.Deployment{})
+	if err != nil {
+		f.t.Errorf("patch of Deployment %q does not apply: %v", a.GetName(), err)
+		return nil
+	}
+	result := &appsv1.Deployment{}
+	if err := json.Unmarshal(to, result); err != nil {
+		f.t.Fatal(err)
+	}
+	return result
 }
 
 // isNameWatch tells whether a is a list or watch of Deployments by name.

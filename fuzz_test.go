@@ -78,9 +78,9 @@ func FuzzSyncHandler(f *testing.F) {
 					(created.Name != foo.Spec.DeploymentName || !metav1.IsControlledBy(created, foo)) {
 					t.Errorf("created Deployment %s controlled by %v, want only the Foo's own", created.Name, created.OwnerReferences)
 				}
-			case "update":
-				if updated, ok := a.(core.UpdateAction).GetObject().(*appsv1.Deployment); ok && !metav1.IsControlledBy(d, foo) {
-					t.Errorf("updated Deployment %s, which the Foo does not control (owners %v)", updated.Name, d.OwnerReferences)
+			case "update", "patch":
+				if a.GetResource().Resource == "deployments" && !metav1.IsControlledBy(d, foo) {
+					t.Errorf("%s of Deployment %s, which the Foo does not control (owners %v)", a.GetVerb(), d.Name, d.OwnerReferences)
 				}
 			case "delete":
 				if a.GetResource().Resource == "deployments" && !metav1.IsControlledBy(d, foo) {

@@ -4,11 +4,14 @@
 package reconcile
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
@@ -119,4 +122,39 @@ func ensureLabels(labels *map[string]string, want map[string]string) bool {
 		changed = true
 	}
 	return changed
+}
+
+// DeploymentPatch is the strategic merge patch that turns current into updated, a copy
+// of it that UpdateDeployment or the controller changed, with current's
+// resourceVersion as its precondition: the API server refuses it with a conflict once
+// the Deployment has changed since current was read, as it would an update.
+//
+// The patch names only the fields that differ, so it can be made from a trimmed copy
+// (the controller's cache keeps only what it reads) and leaves everything else on the
+// server as it is. Containers merge by name: a container the Foo's is added to the
+// others, wherever they stand, and an image set on it changes nothing else of it.
+func DeploymentPatch(current, updated *appsv1.Deployment) ([]byte, error) {
+	from, err := json.Marshal(current)
+	if err != nil {
+		return nil, err
+	}
+	to, err := json.Marshal(updated)
+	if err != nil {
+		return nil, err
+	}
+	diff, err := strategicpatch.CreateTwoWayMergePatch(from, to, appsv1.Deployment{})
+	if err != nil {
+		return nil, fmt.Errorf("computing the patch of Deployment %s/%s: %w", current.Namespace, current.Name, err)
+	}
+	patch := map[string]any{}
+	if err := json.Unmarshal(diff, &patch); err != nil {
+		return nil, err
+	}
+	metadata, _ := patch["metadata"].(map[string]any)
+	if metadata == nil {
+		metadata = map[string]any{}
+		patch["metadata"] = metadata
+	}
+	metadata["resourceVersion"] = current.ResourceVersion
+	return json.Marshal(patch)
 }

@@ -168,3 +168,45 @@ func TestUpdateDeployment(t *testing.T) {
 		})
 	}
 }
+
+// TestDeploymentPatch checks that the patch names only what changed, with the
+// resourceVersion it was made from as its precondition.
+func TestDeploymentPatch(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](2))
+	current := NewDeployment(foo)
+	current.ResourceVersion = "41"
+	tests := []struct {
+		name   string
+		mutate func(d *appsv1.Deployment)
+		want   string
+	}{{
+		name:   "nothing changed: the precondition alone",
+		mutate: func(*appsv1.Deployment) {},
+		want:   `{"metadata":{"resourceVersion":"41"}}`,
+	}, {
+		name:   "replicas",
+		mutate: func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](3) },
+		want:   `{"metadata":{"resourceVersion":"41"},"spec":{"replicas":3}}`,
+	}, {
+		name:   "a label",
+		mutate: func(d *appsv1.Deployment) { d.Labels["samplecontroller.k8s.io/slot"] = "4" },
+		want:   `{"metadata":{"labels":{"samplecontroller.k8s.io/slot":"4"},"resourceVersion":"41"}}`,
+	}, {
+		name:   "an image, merged by the container's name",
+		mutate: func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" },
+		want:   `{"metadata":{"resourceVersion":"41"},"spec":{"template":{"spec":{"$setElementOrder/containers":[{"name":"nginx"}],"containers":[{"image":"nginx:2","name":"nginx"}]}}}}`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			updated := current.DeepCopy()
+			tt.mutate(updated)
+			got, err := DeploymentPatch(current, updated)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("DeploymentPatch() = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

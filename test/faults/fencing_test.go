@@ -68,19 +68,10 @@ func TestFencedByAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	probes := map[string]*appsv1.Deployment{}
-	for _, ns := range []string{probeNS, openNS, leaselessNS} {
-		d, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "probe", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.ResourceVersion = "" // unconditional: the deployment controller writes its status
-		probes[ns] = d
-	}
-	// The Deployment written back unchanged, as a dry run: through authorization and
-	// admission, stored nowhere.
+	// An empty patch of the Deployment, as a dry run: an update, as the controller
+	// writes its Deployments, through authorization and admission, stored nowhere.
 	probe := func(c kubernetes.Interface, ns string) error {
-		_, err := c.AppsV1().Deployments(ns).Update(t.Context(), probes[ns], metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := c.AppsV1().Deployments(ns).Patch(t.Context(), "probe", types.StrategicMergePatchType, []byte("{}"), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
 	waitAdmitted := func(c kubernetes.Interface) {

@@ -9,13 +9,16 @@
 package fakeapiserver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
 	core "k8s.io/client-go/testing"
@@ -69,6 +73,56 @@ func Versioned(client Client, resource schema.GroupVersionResource) {
 		obj.SetResourceVersion(NextResourceVersion())
 		return false, nil, nil
 	})
+	client.PrependReactor("patch", resource.Resource, func(a core.Action) (bool, runtime.Object, error) {
+		p := a.(core.PatchAction)
+		stored, err := client.Tracker().Get(resource, p.GetNamespace(), p.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		patched, err := applyPatch(stored, p)
+		if err != nil {
+			return true, nil, err
+		}
+		obj := patched.(metav1.Object)
+		if err := precondition(resource, stored.(metav1.Object), obj); err != nil {
+			return true, nil, err
+		}
+		obj.SetResourceVersion(NextResourceVersion())
+		if err := client.Tracker().Update(resource, patched, p.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, patched, nil
+	})
+}
+
+// applyPatch returns stored with the patch of a applied, as the API server applies it:
+// a resourceVersion in the patch stays in the result, where precondition finds it.
+// Strategic merge patches and JSON merge patches are supported.
+func applyPatch(stored runtime.Object, a core.PatchAction) (runtime.Object, error) {
+	from, err := json.Marshal(stored)
+	if err != nil {
+		return nil, err
+	}
+	var to []byte
+	switch a.GetPatchType() {
+	case types.StrategicMergePatchType:
+		to, err = strategicpatch.StrategicMergePatch(from, a.GetPatch(), stored)
+	case types.MergePatchType:
+		to, err = jsonpatch.MergePatch(from, a.GetPatch())
+	default:
+		return nil, fmt.Errorf("fakeapiserver: patch type %s is not supported", a.GetPatchType())
+	}
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	patched := stored.DeepCopyObject()
+	// Cleared first: unmarshalling leaves fields the patch removed as they were.
+	value := reflect.ValueOf(patched).Elem()
+	value.Set(reflect.Zero(value.Type()))
+	if err := json.Unmarshal(to, patched); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return patched, nil
 }
 
 // precondition refuses an update sent from another object of the same name, or from a
@@ -151,7 +205,7 @@ type WatchFault struct {
 
 // RequestCounts are the write requests a Server received through the clientset.
 type RequestCounts struct {
-	// Conflicts are the updates and deletes refused for a precondition (a
+	// Updates count patches too. Conflicts are the updates and deletes refused for a precondition (a
 	// resourceVersion or a UID) the stored object does not meet.
 	Creates, Updates, Deletes, Conflicts int
 	// NotFound are the updates and deletes of an object that no longer exists.
@@ -220,18 +274,26 @@ func New(client Client, resource schema.GroupVersionResource, kind string, fault
 		defer s.mu.Unlock()
 		sent := a.(core.UpdateAction).GetObject()
 		obj, err := s.update(sent, a.GetSubresource())
-		switch {
-		case apierrors.IsNotFound(err):
+		s.count(sent, obj, err)
+		return true, obj, err
+	})
+	// A patch is an update of the stored object with the patch applied, counted as
+	// one: a resourceVersion in the patch is its precondition.
+	client.PrependReactor("patch", resource.Resource, func(a core.Action) (bool, runtime.Object, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		p := a.(core.PatchAction)
+		stored, err := s.tracker.Get(s.resource, p.GetNamespace(), p.GetName())
+		if err != nil {
 			s.requests.NotFound++
-		case apierrors.IsConflict(err):
-			s.requests.Conflicts++
-			if resourceVersionOf(sent) < s.written[objectKey(sent)] {
-				s.requests.StaleConflicts++
-			}
-		case err == nil:
-			s.requests.Updates++
-			s.written[objectKey(obj)] = resourceVersionOf(obj)
+			return true, nil, err
 		}
+		sent, err := applyPatch(stored, p)
+		if err != nil {
+			return true, nil, err
+		}
+		obj, err := s.update(sent, a.GetSubresource())
+		s.count(sent, obj, err)
 		return true, obj, err
 	})
 	client.PrependReactor("delete", resource.Resource, func(a core.Action) (bool, runtime.Object, error) {
@@ -257,6 +319,23 @@ func New(client Client, resource schema.GroupVersionResource, kind string, fault
 		return true, newFaultyWatch(s, source), nil
 	})
 	return s
+}
+
+// count counts an update of sent, which stored obj or failed with err. The caller
+// holds mu.
+func (s *Server) count(sent, obj runtime.Object, err error) {
+	switch {
+	case apierrors.IsNotFound(err):
+		s.requests.NotFound++
+	case apierrors.IsConflict(err):
+		s.requests.Conflicts++
+		if resourceVersionOf(sent) < s.written[objectKey(sent)] {
+			s.requests.StaleConflicts++
+		}
+	case err == nil:
+		s.requests.Updates++
+		s.written[objectKey(obj)] = resourceVersionOf(obj)
+	}
 }
 
 // OnCreate has created called with each object created through the clientset, while

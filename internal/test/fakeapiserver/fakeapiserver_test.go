@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -100,6 +101,67 @@ func TestServerWrites(t *testing.T) {
 	}
 	if n := len(s.List()); n != 1 {
 		t.Errorf("List: %d objects, want 1", n)
+	}
+}
+
+// TestServerPatches checks that a patch is an update of the stored object: counted as
+// one, conditional on a resourceVersion it carries, and leaving what it does not name.
+func TestServerPatches(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	s := New(client, deployments, "Deployment", WatchFault{})
+	api := client.AppsV1().Deployments("ns")
+	d := deployment("web", 1)
+	d.Annotations = map[string]string{"keep": "me"}
+	created, err := api.Create(ctx, d, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(body string) (*appsv1.Deployment, error) {
+		return api.Patch(ctx, "web", types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{})
+	}
+
+	scaled, err := patch(`{"metadata":{"resourceVersion":"` + created.ResourceVersion + `"},"spec":{"replicas":3}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *scaled.Spec.Replicas != 3 || scaled.Annotations["keep"] != "me" || scaled.Generation != 2 || rv(t, scaled) <= rv(t, created) {
+		t.Errorf("patched: replicas %d, annotations %v, generation %d, resourceVersion %s; want 3, kept, 2 and later than %s",
+			*scaled.Spec.Replicas, scaled.Annotations, scaled.Generation, scaled.ResourceVersion, created.ResourceVersion)
+	}
+	if _, err := patch(`{"metadata":{"resourceVersion":"` + created.ResourceVersion + `"},"spec":{"replicas":5}}`); !apierrors.IsConflict(err) {
+		t.Errorf("a patch conditional on a stale version: %v, want a conflict", err)
+	}
+	if _, err := patch(`{"spec":{"paused":true}}`); err != nil {
+		t.Errorf("an unconditional patch: %v", err)
+	}
+	if _, err := api.Patch(ctx, "gone", types.StrategicMergePatchType, []byte(`{}`), metav1.PatchOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a patch of a missing object: %v, want NotFound", err)
+	}
+	want := RequestCounts{Creates: 1, Updates: 2, Conflicts: 1, NotFound: 1, StaleConflicts: 1}
+	if got := s.Counts(); got != want {
+		t.Errorf("counts: %+v, want %+v", got, want)
+	}
+}
+
+// TestVersionedPatches checks Versioned's patches: conditional on a resourceVersion
+// they carry, and given a new one.
+func TestVersionedPatches(t *testing.T) {
+	ctx := context.Background()
+	d := deployment("web", 1)
+	d.ResourceVersion = "1"
+	client := fake.NewClientset(d)
+	Versioned(client, deployments)
+	api := client.AppsV1().Deployments("ns")
+	if _, err := api.Patch(ctx, "web", types.StrategicMergePatchType, []byte(`{"metadata":{"resourceVersion":"0"},"spec":{"replicas":2}}`), metav1.PatchOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("a patch conditional on another version: %v, want a conflict", err)
+	}
+	patched, err := api.Patch(ctx, "web", types.StrategicMergePatchType, []byte(`{"metadata":{"resourceVersion":"1"},"spec":{"replicas":2}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *patched.Spec.Replicas != 2 || patched.ResourceVersion == "1" {
+		t.Errorf("patched: replicas %d, resourceVersion %s; want 2 and a new one", *patched.Spec.Replicas, patched.ResourceVersion)
 	}
 }
 

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"encoding/json"
+	"runtime"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+)
+
+// servedDeployment is foo's Deployment as the API server serves it once it is
+// available: with the defaults, annotations, conditions and managedFields that the
+// controller's cache trims.
+func servedDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
+	d := availableDeployment(foo)
+	d.CreationTimestamp = earlier
+	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "1"}
+	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: fieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1"}}
+	d.Spec.Strategy = appsv1.DeploymentStrategy{
+		Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxUnavailable: ptr.To(intstr.FromString("25%")),
+			MaxSurge:       ptr.To(intstr.FromString("25%")),
+		},
+	}
+	d.Spec.RevisionHistoryLimit = ptr.To[int32](10)
+	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	pod := &d.Spec.Template.Spec
+	pod.RestartPolicy = corev1.RestartPolicyAlways
+	pod.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	pod.DNSPolicy = corev1.DNSClusterFirst
+	pod.SecurityContext = &corev1.PodSecurityContext{}
+	pod.SchedulerName = corev1.DefaultSchedulerName
+	c := &pod.Containers[0]
+	c.TerminationMessagePath = corev1.TerminationMessagePathDefault
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	c.ImagePullPolicy = corev1.PullAlways
+	d.Status.Conditions = []appsv1.DeploymentCondition{
+		{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, LastUpdateTime: earlier, LastTransitionTime: earlier,
+			Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability."},
+		{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, LastUpdateTime: earlier, LastTransitionTime: earlier,
+			Reason: "NewReplicaSetAvailable", Message: `ReplicaSet "web-6d4cf56db6" has successfully progressed.`},
+	}
+	return d
+}
+
+// TestTrimmedDeploymentDecidesAsTheFullOne checks that the cache keeps every field the
+// controller reads: from the trimmed copy it computes the same status and the same
+// need to write as from the Deployment the API server serves, and the patch it makes
+// from the trimmed copy turns the served Deployment into what an update from the
+// full one would have written.
+func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](2))
+	tests := []struct {
+		name   string
+		mutate func(d *appsv1.Deployment)
+	}{
+		{"as created", func(*appsv1.Deployment) {}},
+		{"replicas drifted", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }},
+		{"image drifted", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:1.0" }},
+		{"image drifted behind a sidecar", func(d *appsv1.Deployment) {
+			c := d.Spec.Template.Spec.Containers
+			c[0].Image = "nginx:1.0"
+			d.Spec.Template.Spec.Containers = append([]corev1.Container{{Name: "sidecar", Image: "envoy", Args: []string{"-v"}}}, c...)
+		}},
+		{"container renamed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "web" }},
+		{"containers removed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil }},
+		{"labels drifted, others added", func(d *appsv1.Deployment) {
+			d.Labels = map[string]string{reconcile.FooUIDLabel: "stale", "team": "blue"}
+		}},
+		{"template labels lost", func(d *appsv1.Deployment) { d.Spec.Template.Labels = map[string]string{"team": "blue"} }},
+		{"selector of an older controller", func(d *appsv1.Deployment) {
+			d.Spec.Selector = &metav1.LabelSelector{
+				MatchLabels:      map[string]string{"app": "web"},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}},
+			}
+			d.Spec.Template.Labels = map[string]string{"app": "web", "tier": "front"}
+		}},
+		{"rollout restarted and replicas drifted", func(d *appsv1.Deployment) {
+			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
+			d.Spec.Replicas = ptr.To[int32](1)
+		}},
+		{"progress deadline exceeded", func(d *appsv1.Deployment) {
+			d.Status.Conditions[1] = appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse,
+				Reason: "ProgressDeadlineExceeded", Message: `ReplicaSet "web-6d4cf56db6" has timed out progressing.`}
+		}},
+		{"rolling out", func(d *appsv1.Deployment) {
+			d.Generation = 3
+			d.Status.ObservedGeneration = 2
+			d.Status.UpdatedReplicas = 1
+			d.Status.ReadyReplicas = 1
+			d.Status.AvailableReplicas = 1
+		}},
+		{"being deleted", func(d *appsv1.Deployment) { d.DeletionTimestamp = &now }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			full := servedDeployment(foo)
+			tt.mutate(full)
+			trimmedObj, err := trimDeployment(full.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			trimmed := trimmedObj.(*appsv1.Deployment)
+
+			if diff := cmp.Diff(reconcile.CalculateStatus(foo, full, nil, now), reconcile.CalculateStatus(foo, trimmed, nil, now)); diff != "" {
+				t.Errorf("status from the trimmed copy differs (-full +trimmed):\n%s", diff)
+			}
+			want, wantChanged := reconcile.UpdateDeployment(foo, full)
+			fromTrimmed, changed := reconcile.UpdateDeployment(foo, trimmed)
+			if changed != wantChanged {
+				t.Fatalf("changed from the trimmed copy = %v, from the full one %v", changed, wantChanged)
+			}
+			patch, err := reconcile.DeploymentPatch(trimmed, fromTrimmed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			served, err := json.Marshal(full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patched, err := strategicpatch.StrategicMergePatch(served, patch, &appsv1.Deployment{})
+			if err != nil {
+				t.Fatalf("patch %s does not apply: %v", patch, err)
+			}
+			got := &appsv1.Deployment{}
+			if err := json.Unmarshal(patched, got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("patch %s, from the trimmed copy, writes other than an update from the full one (-update +patch):\n%s", patch, diff)
+			}
+		})
+	}
+}
+
+// TestTrimDeploymentIsIdempotent checks that trimming a trimmed copy changes nothing,
+// and that what is not a Deployment (a tombstone) passes through.
+func TestTrimDeploymentIsIdempotent(t *testing.T) {
+	once, _ := trimDeployment(servedDeployment(newFoo("web", ptr.To[int32](2))))
+	twice, _ := trimDeployment(once.(*appsv1.Deployment).DeepCopy())
+	if diff := cmp.Diff(once, twice); diff != "" {
+		t.Errorf("trimming again changed the copy (-once +twice):\n%s", diff)
+	}
+	tombstone := cacheTombstone{Key: "default/web"}
+	if got, _ := trimDeployment(tombstone); got != tombstone {
+		t.Errorf("trimDeployment(tombstone) = %v, want it unchanged", got)
+	}
+}
+
+type cacheTombstone struct{ Key string }
+
+// BenchmarkDeploymentCache reports the heap a cached Deployment costs as the API
+// server serves it (managedFields dropped, as before trimming was added) and trimmed
+// as the informer caches it, decoded from the same JSON.
+//
+//	go test -run '^$' -bench DeploymentCache -benchtime 20000x .
+func BenchmarkDeploymentCache(b *testing.B) {
+	served, err := json.Marshal(servedDeployment(newFoo("example-foo-00001", ptr.To[int32](1))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		transform func(any) (any, error)
+	}{{"served", dropManagedFields}, {"trimmed", trimDeployment}} {
+		b.Run(c.name, func(b *testing.B) {
+			kept := make([]any, b.N)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for i := range kept {
+				d := &appsv1.Deployment{}
+				if err := json.Unmarshal(served, d); err != nil {
+					b.Fatal(err)
+				}
+				if kept[i], err = c.transform(d); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-bytes/Deployment")
+			runtime.KeepAlive(kept)
+		})
+	}
+}
+
