@@ -194,4 +194,3 @@ func BenchmarkDeploymentCache(b *testing.B) {
 		})
 	}
 }
-
