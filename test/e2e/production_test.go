@@ -89,7 +89,8 @@ func TestDeployAndUndeploy(t *testing.T) {
 	}
 }
 
-// TestRBACRefusesTheRest runs requests the controller's role does not allow.
+// TestRBACRefusesTheRest runs requests the controller's role does not allow, beside
+// some it does.
 func TestRBACRefusesTheRest(t *testing.T) {
 	t.Parallel()
 	ns := env.NewNamespace(t)
@@ -100,14 +101,22 @@ func TestRBACRefusesTheRest(t *testing.T) {
 		{[]string{"get", "secrets", "-A"}, `cannot list resource "secrets"`},
 		{[]string{"delete", "foo", "anything", "-n", ns}, `cannot delete resource "foos"`},
 		{[]string{"create", "deployment", "x", "--image=nginx", "-n", ns, "--dry-run=server", "-o", "name"}, ""},
-		// kubectl patch reads the object first; ask the authorizer directly.
-		{[]string{"auth", "can-i", "patch", "deployments", "-n", ns}, "no"},
+		// The controller patches its Deployments and never replaces one whole (its
+		// cache keeps only the fields it reads); ask the authorizer directly.
+		{[]string{"auth", "can-i", "update", "deployments", "-n", ns}, "no"},
+		{[]string{"auth", "can-i", "patch", "deployments", "-n", ns}, "yes"},
 	}
 	for _, tc := range tests {
 		out, err := env.KubectlAs(t.Context(), env.ControllerKubeconfig, "", tc.args...)
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("kubectl %s as the controller: %v\n%s", strings.Join(tc.args, " "), err, out)
+			}
+			continue
+		}
+		if tc.want == "yes" {
+			if err != nil || strings.TrimSpace(out) != "yes" {
+				t.Errorf("kubectl %s as the controller: err = %v, output %q, want yes", strings.Join(tc.args, " "), err, out)
 			}
 			continue
 		}
