@@ -135,7 +135,7 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 	}
 	for _, d := range cached {
 		// Trimmed as the informer trims what it caches.
-		trimmed, _ := trimDeployment(d.DeepCopy())
+		trimmed, _ := reconcile.TrimDeployment(d.DeepCopy())
 		if err := c.deploymentsIndexer.Add(trimmed); err != nil {
 			t.Fatal(err)
 		}

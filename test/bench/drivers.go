@@ -274,9 +274,9 @@ func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubern
 }
 
 // startInformers lists and watches the Foos and their Deployments as our controller
-// does (the Deployments' label, no managedFields, the same resync) until both caches
-// are filled, and calls changed with each Foo whose spec an update changed. stop ends
-// them, whether or not ctx has ended.
+// does (the Deployments' label, trimmed as ours; the Foos without managedFields; the
+// same resync) until both caches are filled, and calls changed with each Foo whose spec
+// an update changed. stop ends them, whether or not ctx has ended.
 func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -287,7 +287,7 @@ func startInformers(ctx context.Context, kube kubernetes.Interface, sample clien
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 		kubeinformers.WithNamespace(benchNamespace),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel }),
-		kubeinformers.WithTransform(dropManagedFields))
+		kubeinformers.WithTransform(reconcile.TrimDeployment))
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, resync,
 		sampleinformers.WithNamespace(benchNamespace),
 		sampleinformers.WithTransform(dropManagedFields))

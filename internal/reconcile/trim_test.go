@@ -1,4 +1,4 @@
-package main
+package reconcile
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
@@ -21,10 +21,15 @@ import (
 // available: with the defaults, annotations, conditions and managedFields that the
 // controller's cache trims.
 func servedDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
-	d := availableDeployment(foo)
+	d := NewDeployment(foo)
+	d.UID = "web-deployment-uid"
+	d.ResourceVersion = "1"
+	d.Generation = 1
+	n := DesiredReplicas(foo)
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
 	d.CreationTimestamp = earlier
 	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "1"}
-	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: fieldManager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1"}}
+	d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "sample-controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1"}}
 	d.Spec.Strategy = appsv1.DeploymentStrategy{
 		Type: appsv1.RollingUpdateDeploymentStrategyType,
 		RollingUpdate: &appsv1.RollingUpdateDeployment{
@@ -75,7 +80,7 @@ func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
 		{"container renamed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "web" }},
 		{"containers removed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil }},
 		{"labels drifted, others added", func(d *appsv1.Deployment) {
-			d.Labels = map[string]string{reconcile.FooUIDLabel: "stale", "team": "blue"}
+			d.Labels = map[string]string{FooUIDLabel: "stale", "team": "blue"}
 		}},
 		{"template labels lost", func(d *appsv1.Deployment) { d.Spec.Template.Labels = map[string]string{"team": "blue"} }},
 		{"selector of an older controller", func(d *appsv1.Deployment) {
@@ -106,21 +111,21 @@ func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			full := servedDeployment(foo)
 			tt.mutate(full)
-			trimmedObj, err := trimDeployment(full.DeepCopy())
+			trimmedObj, err := TrimDeployment(full.DeepCopy())
 			if err != nil {
 				t.Fatal(err)
 			}
 			trimmed := trimmedObj.(*appsv1.Deployment)
 
-			if diff := cmp.Diff(reconcile.CalculateStatus(foo, full, nil, now), reconcile.CalculateStatus(foo, trimmed, nil, now)); diff != "" {
+			if diff := cmp.Diff(CalculateStatus(foo, full, nil, now), CalculateStatus(foo, trimmed, nil, now)); diff != "" {
 				t.Errorf("status from the trimmed copy differs (-full +trimmed):\n%s", diff)
 			}
-			want, wantChanged := reconcile.UpdateDeployment(foo, full)
-			fromTrimmed, changed := reconcile.UpdateDeployment(foo, trimmed)
+			want, wantChanged := UpdateDeployment(foo, full)
+			fromTrimmed, changed := UpdateDeployment(foo, trimmed)
 			if changed != wantChanged {
 				t.Fatalf("changed from the trimmed copy = %v, from the full one %v", changed, wantChanged)
 			}
-			patch, err := reconcile.DeploymentPatch(trimmed, fromTrimmed)
+			patch, err := DeploymentPatch(trimmed, fromTrimmed)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,24 +151,23 @@ func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
 // TestTrimDeploymentIsIdempotent checks that trimming a trimmed copy changes nothing,
 // and that what is not a Deployment (a tombstone) passes through.
 func TestTrimDeploymentIsIdempotent(t *testing.T) {
-	once, _ := trimDeployment(servedDeployment(newFoo("web", ptr.To[int32](2))))
-	twice, _ := trimDeployment(once.(*appsv1.Deployment).DeepCopy())
+	once, _ := TrimDeployment(servedDeployment(newFoo("web", ptr.To[int32](2))))
+	twice, _ := TrimDeployment(once.(*appsv1.Deployment).DeepCopy())
 	if diff := cmp.Diff(once, twice); diff != "" {
 		t.Errorf("trimming again changed the copy (-once +twice):\n%s", diff)
 	}
-	tombstone := cacheTombstone{Key: "default/web"}
-	if got, _ := trimDeployment(tombstone); got != tombstone {
-		t.Errorf("trimDeployment(tombstone) = %v, want it unchanged", got)
+	tombstone := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: once}
+	if got, _ := TrimDeployment(tombstone); !cmp.Equal(got, tombstone) {
+		t.Errorf("TrimDeployment(tombstone) = %v, want it unchanged", got)
 	}
 }
 
-type cacheTombstone struct{ Key string }
 
 // BenchmarkDeploymentCache reports the heap a cached Deployment costs as the API
-// server serves it (managedFields dropped, as before trimming was added) and trimmed
-// as the informer caches it, decoded from the same JSON.
+// server serves it (but for managedFields, which every cache drops) and trimmed as the
+// controller's informer caches it, decoded from the same JSON.
 //
-//	go test -run '^$' -bench DeploymentCache -benchtime 20000x .
+//	go test -run '^$' -bench DeploymentCache -benchtime 20000x ./internal/reconcile
 func BenchmarkDeploymentCache(b *testing.B) {
 	served, err := json.Marshal(servedDeployment(newFoo("example-foo-00001", ptr.To[int32](1))))
 	if err != nil {
@@ -172,7 +176,10 @@ func BenchmarkDeploymentCache(b *testing.B) {
 	for _, c := range []struct {
 		name      string
 		transform func(any) (any, error)
-	}{{"served", dropManagedFields}, {"trimmed", trimDeployment}} {
+	}{{"served", func(obj any) (any, error) {
+		obj.(*appsv1.Deployment).ManagedFields = nil
+		return obj, nil
+	}}, {"trimmed", TrimDeployment}} {
 		b.Run(c.name, func(b *testing.B) {
 			kept := make([]any, b.N)
 			var before, after runtime.MemStats
