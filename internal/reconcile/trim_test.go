@@ -162,7 +162,6 @@ func TestTrimDeploymentIsIdempotent(t *testing.T) {
 	}
 }
 
-
 // BenchmarkDeploymentCache reports the heap a cached Deployment costs as the API
 // server serves it (but for managedFields, which every cache drops) and trimmed as the
 // controller's informer caches it, decoded from the same JSON.
