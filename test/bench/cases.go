@@ -43,8 +43,9 @@ type coldStartResult struct {
 	PerFoo            map[string]float64 `json:"requestsPerFoo"`
 	PerFooTotal       float64            `json:"requestsPerFooTotal"`
 	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
-	// CPU time until convergence: the controller's since it started (none for a
-	// limit, which runs in the bench), the API server's since the side started.
+	// CPU time until convergence: the controller's since it started, every replica's
+	// together (none for a limit, which runs in the bench), the API server's since the
+	// side started.
 	ControllerCPUSeconds float64 `json:"controllerCPUSeconds,omitempty"`
 	APIServerCPUSeconds  float64 `json:"apiserverCPUSeconds,omitempty"`
 }
@@ -87,11 +88,11 @@ func (coldStartCase) run(ctx context.Context, s *session) error {
 		return err
 	}
 	r.APIServerCPUSeconds = (cpu - apiserverCPU).Seconds()
-	if s.proc != nil {
-		if cpu, err = s.proc.CPUTime(); err != nil {
+	for _, proc := range s.procs {
+		if cpu, err = proc.CPUTime(); err != nil {
 			return err
 		}
-		r.ControllerCPUSeconds = cpu.Seconds()
+		r.ControllerCPUSeconds += cpu.Seconds()
 	}
 	s.converged = r.Converged
 	if r.Converged {
@@ -152,10 +153,13 @@ func (steadyCase) run(ctx context.Context, s *session) error {
 type memoryCase struct{}
 
 type memoryResult struct {
-	Foos      int   `json:"foos"`
-	Unrelated int   `json:"unrelatedDeployments"`
-	RSSBefore int64 `json:"rssBeforeBytes"`
-	RSSAfter  int64 `json:"rssAfterBytes"`
+	Foos      int `json:"foos"`
+	Unrelated int `json:"unrelatedDeployments"`
+	// RSSBefore and RSSAfter are every replica's together; RSSReplicas, with more
+	// than one, each one's beside RSSBefore.
+	RSSBefore   int64   `json:"rssBeforeBytes"`
+	RSSAfter    int64   `json:"rssAfterBytes"`
+	RSSReplicas []int64 `json:"rssReplicasBytes,omitempty"`
 	// RSSFileBefore is the part of RSSBefore mapped from files: mostly the binary.
 	RSSFileBefore int64 `json:"rssFileBeforeBytes"`
 	// The API server's and etcd's RSS beside RSSBefore.
@@ -166,18 +170,34 @@ type memoryResult struct {
 }
 
 func (memoryCase) run(ctx context.Context, s *session) error {
-	settledRSS := func() (int64, error) {
-		if err := sleep(ctx, s.cfg.settle); err != nil {
-			return 0, err
+	// rss reads every replica's RSS, or the part mapped from files, and their sum.
+	rss := func(read func(*localcluster.Process) (int64, error)) (sum int64, each []int64, err error) {
+		for _, proc := range s.procs {
+			n, err := read(proc)
+			if err != nil {
+				return 0, nil, err
+			}
+			sum += n
+			each = append(each, n)
 		}
-		return s.proc.RSSBytes()
+		return sum, each, nil
+	}
+	settledRSS := func() (int64, []int64, error) {
+		if err := sleep(ctx, s.cfg.settle); err != nil {
+			return 0, nil, err
+		}
+		return rss((*localcluster.Process).RSSBytes)
 	}
 	m := memoryResult{Foos: len(s.foos), Unrelated: s.cfg.unrelated}
 	var err error
-	if m.RSSBefore, err = settledRSS(); err != nil {
+	var each []int64
+	if m.RSSBefore, each, err = settledRSS(); err != nil {
 		return err
 	}
-	if m.RSSFileBefore, err = s.proc.RSSFileBytes(); err != nil {
+	if len(each) > 1 {
+		m.RSSReplicas = each
+	}
+	if m.RSSFileBefore, _, err = rss((*localcluster.Process).RSSFileBytes); err != nil {
 		return err
 	}
 	for name, rss := range map[string]*int64{localcluster.ComponentAPIServer: &m.APIServerRSS, localcluster.ComponentEtcd: &m.EtcdRSS} {
@@ -197,7 +217,7 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 		return fmt.Errorf("creating the unrelated Deployments: %w", err)
 	}
 	progressf("%s: created them in %v", s.name, time.Since(began).Round(time.Millisecond))
-	if m.RSSAfter, err = settledRSS(); err != nil {
+	if m.RSSAfter, _, err = settledRSS(); err != nil {
 		return err
 	}
 	m.RSSPer10k = float64(m.RSSAfter-m.RSSBefore) * 10000 / float64(m.Unrelated)
@@ -220,7 +240,8 @@ type restartResult struct {
 	WritesTotal   float64       `json:"mutatingTotal"`
 	// CacheSyncSeconds is how long the same informers as ours took to fill.
 	CacheSyncSeconds float64 `json:"cacheSyncSeconds"`
-	// ReadySeconds is, for ours, the time from its start to /readyz answering 200.
+	// ReadySeconds is, for ours, the time from its start to /readyz answering 200 (on
+	// every replica).
 	ReadySeconds float64 `json:"readySeconds,omitempty"`
 }
 
@@ -257,7 +278,11 @@ func (restartCase) run(ctx context.Context, s *session) error {
 	}
 	if c.Ours {
 		ready, cancel := context.WithTimeout(ctx, s.cfg.steadyWindow)
-		err := s.ctrl.WaitReady(ready)
+		for _, ctrl := range s.ctrls {
+			if err = ctrl.WaitReady(ready); err != nil {
+				break
+			}
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("after the restart: %w", err)

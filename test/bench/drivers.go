@@ -6,6 +6,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,20 @@ type controller struct {
 	// MaxFoos, when above 0, is the most Foos the side runs at: more would take it past
 	// any cold-start timeout.
 	MaxFoos int `json:"maxFoos,omitempty"`
+	// Replicas, when above 1, run ours in sharded mode with ShardSlots slots, as
+	// artifacts/deploy/components/sharded runs it (--shard-replicas).
+	Replicas   int `json:"replicas,omitempty"`
+	ShardSlots int `json:"shardSlots,omitempty"`
+}
+
+// shardLeaseNamespace holds the sharded replicas' Leases, as artifacts/deploy's
+// namespace does.
+const shardLeaseNamespace = "sample-controller-system"
+
+// shardLeaseArgs are the sharded component's Lease timings.
+var shardLeaseArgs = []string{
+	"--leader-elect-resource-namespace=" + shardLeaseNamespace,
+	"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s",
 }
 
 func (c controller) column() string   { return c.Name }
@@ -71,33 +86,51 @@ func (c controller) command(kubeconfig string) []string {
 	return out
 }
 
-// start starts the controller process, whose exit ends the session's cases unless
-// the bench stopped it (stopController). A restart's process logs to a file of its own.
+// start starts the controller's processes (one, or Replicas sharded ones), whose exit
+// ends the session's cases unless the bench stopped them (stopController). A restart's
+// processes log to files of their own.
 func (c controller) start(ctx context.Context, s *session) error {
 	kubeconfig := s.cluster.KubeconfigPath()
-	name, args := s.name+"-controller", c.command(kubeconfig)
-	if s.restarts > 0 {
-		name += fmt.Sprintf("-restart-%d", s.restarts)
-	}
-	var proc *localcluster.Process
-	var err error
-	if c.Ours {
-		if s.ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: args}); err == nil {
-			proc = s.ctrl.Process
+	args := c.command(kubeconfig)
+	if c.Replicas > 1 {
+		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shardLeaseNamespace}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the Leases' namespace: %w", err)
 		}
-	} else { // a controller that ignores flags may still read $KUBECONFIG
-		proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: c.Binary, Args: args, Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
+		args = append(slices.Clone(args), shardLeaseArgs...)
+		args = append(args, fmt.Sprintf("--shard-slots=%d", c.ShardSlots))
 	}
-	if err != nil {
-		return err
-	}
-	s.proc = proc
-	go func() {
-		<-proc.Exited()
-		if !s.stopped(proc) {
-			s.fail(proc.ExitError())
+	s.procs, s.ctrls = nil, nil
+	for i := range max(1, c.Replicas) {
+		name := s.name + "-controller"
+		if c.Replicas > 1 {
+			name += fmt.Sprintf("-%d", i)
 		}
-	}()
+		if s.restarts > 0 {
+			name += fmt.Sprintf("-restart-%d", s.restarts)
+		}
+		var proc *localcluster.Process
+		if c.Ours {
+			ctrl, err := localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: c.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: args})
+			if err != nil {
+				return err
+			}
+			s.ctrls = append(s.ctrls, ctrl)
+			proc = ctrl.Process
+		} else { // a controller that ignores flags may still read $KUBECONFIG
+			var err error
+			if proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: c.Binary, Args: args, Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir}); err != nil {
+				return err
+			}
+		}
+		s.procs = append(s.procs, proc)
+		go func() {
+			<-proc.Exited()
+			if !s.stopped(proc) {
+				s.fail(proc.ExitError())
+			}
+		}()
+	}
 	return nil
 }
 
@@ -121,7 +154,12 @@ func ourController(ctx context.Context, cfg config, root string) (controller, er
 	if cfg.controllerBinary == "" {
 		args = append(args, strings.Fields(cfg.controllerArgs)...)
 	}
-	return controller{Name: ourName, Binary: binary, Args: args, Rule: ruleReady, Ours: true}, nil
+	c := controller{Name: ourName, Binary: binary, Args: args, Rule: ruleReady, Ours: true}
+	if cfg.shardReplicas > 1 {
+		c.Name = fmt.Sprintf("%s, %d sharded replicas", ourName, cfg.shardReplicas)
+		c.Replicas, c.ShardSlots = cfg.shardReplicas, cfg.shardSlots
+	}
+	return c, nil
 }
 
 // foreignController is --controller-binary, with --controller-args as its whole

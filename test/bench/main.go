@@ -34,6 +34,7 @@ type config struct {
 	ourBinary, controllerBinary        string
 	controllerName, controllerArgs     string
 	peers                              []string // names in peerNames, in the order given
+	shardReplicas, shardSlots          int
 	outDir                             string
 	docs                               string   // the page the table is written into; "" for none
 	args                               []string // the flags given, but --docs: for the page and results.json
@@ -72,6 +73,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
+	fs.IntVar(&cfg.shardReplicas, "shard-replicas", 1, "run ours as this many replicas in sharded mode (--shard-slots), with the Lease timings of artifacts/deploy/components/sharded; 1 runs one replica, unsharded")
+	fs.IntVar(&cfg.shardSlots, "shard-slots", 16, "with --shard-replicas above 1: the number of slots, as the sharded component sets it")
 	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json and the logs (default: <repo>/_output/bench)")
 	fs.StringVar(&cfg.docs, "docs", "", "also write the table into this markdown page, between its lines <!-- bench --> and <!-- end of bench --> (make bench: docs/performance.md)")
 	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run after the cold starts, comma-separated: "+strings.Join(allCases, ", "))
@@ -110,7 +113,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.cases[c] = true
 	}
-	for name, v := range map[string]int{"--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--unrelated-deployments": cfg.unrelated} {
+	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--unrelated-deployments": cfg.unrelated} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}

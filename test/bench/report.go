@@ -170,6 +170,9 @@ func buildTable(res *results) *table {
 		}
 		if m := r.Memory; m != nil {
 			set(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore), true, "")
+			if len(m.RSSReplicas) > 1 {
+				set(row(sectionMemory, 0, 0, "RSS, %d Foos: the largest replica (MiB)", m.Foos), mib(slices.Max(m.RSSReplicas)), true, "")
+			}
 			if m.RSSFileBefore > 0 {
 				set(row(sectionMemory, 0, 0, "RSS, %d Foos: of it mapped from files, the binary mostly (MiB)", m.Foos), mib(m.RSSFileBefore), true, "")
 			}

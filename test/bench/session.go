@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,11 +46,11 @@ type session struct {
 	foos    []*samplev1alpha1.Foo
 
 	driver   driver
-	proc     *localcluster.Process    // the controller; nil for a limit
-	ctrl     *localcluster.Controller // ours, with its endpoints; nil for the others
-	restarts int                      // how often the controller was started again
-	limit    *limitRun                // the limit's writers; nil for a controller
-	fail     func(error)              // ends the cases with this error: the controller exited, say
+	procs    []*localcluster.Process    // the controller's processes; none for a limit
+	ctrls    []*localcluster.Controller // ours, with their endpoints; none for the others
+	restarts int                        // how often the controller was started again
+	limit    *limitRun                  // the limit's writers; nil for a controller
+	fail     func(error)                // ends the cases with this error: the controller exited, say
 
 	mu           sync.Mutex
 	stoppedProcs map[*localcluster.Process]bool // the controller processes the bench stopped
@@ -160,15 +161,21 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 	return nil
 }
 
-// stopController stops the controller process, whose exit then ends nothing.
+// stopController stops the controller's processes, whose exits then end nothing.
 func (s *session) stopController() error {
 	s.mu.Lock()
 	if s.stoppedProcs == nil {
 		s.stoppedProcs = map[*localcluster.Process]bool{}
 	}
-	s.stoppedProcs[s.proc] = true
+	for _, proc := range s.procs {
+		s.stoppedProcs[proc] = true
+	}
 	s.mu.Unlock()
-	return s.proc.Stop(localcluster.ControllerStopGrace)
+	var errs []error
+	for _, proc := range s.procs {
+		errs = append(errs, proc.Stop(localcluster.ControllerStopGrace))
+	}
+	return errors.Join(errs...)
 }
 
 // stopped tells whether the bench stopped proc.
@@ -181,7 +188,7 @@ func (s *session) stopped(proc *localcluster.Process) bool {
 // stop stops the driver, the watch and the cluster, and removes its etcd data; the
 // logs stay.
 func (s *session) stop() {
-	if s.proc != nil {
+	if len(s.procs) > 0 {
 		if err := s.stopController(); err != nil {
 			progressf("%s: %v", s.name, err)
 		}
