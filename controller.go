@@ -630,7 +630,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if !changed {
 		return deployment, nil
 	}
-	// The cached copy is trimmed (trimDeployment): an update from it would wipe what
+	// The cached copy is trimmed (reconcile.TrimDeployment): an update from it would wipe what
 	// it lacks, so the changed fields go as a patch, conditional on the cached version.
 	patch, err := reconcile.DeploymentPatch(deployment, updated)
 	if err != nil {

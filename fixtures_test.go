@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -48,14 +49,29 @@ func newFoo(name string, replicas *int32) *samplev1alpha1.Foo {
 	}
 }
 
-// availableDeployment returns foo's Deployment as it looks once every replica is up.
+// availableDeployment returns foo's Deployment as the API server serves it once every
+// replica is up: with the defaults, the annotation and the conditions that the
+// controller's cache trims, so that a test sees a patch made from the cache keep them.
 func availableDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 	d := reconcile.NewDeployment(foo)
 	d.UID = types.UID(d.Name + "-deployment-uid")
 	d.ResourceVersion = "1"
 	d.Generation = 1
+	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "1"}
+	d.Spec.Strategy.Type = appsv1.RollingUpdateDeploymentStrategyType
+	d.Spec.RevisionHistoryLimit = ptr.To[int32](10)
+	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	d.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	d.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+	d.Spec.Template.Spec.Containers[0].TerminationMessagePath = corev1.TerminationMessagePathDefault
 	n := reconcile.DesiredReplicas(foo)
-	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	d.Status = appsv1.DeploymentStatus{
+		ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+		Conditions: []appsv1.DeploymentCondition{
+			{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability."},
+			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", Message: `ReplicaSet "web-6d4cf56db6" has successfully progressed.`},
+		},
+	}
 	return d
 }
 
@@ -282,6 +298,14 @@ func (f *fixture) patched(a core.PatchAction) runtime.Object {
 	if a.GetPatchType() != types.StrategicMergePatchType {
 		f.t.Errorf("patch of Deployment %q is a %s, want a strategic merge patch", a.GetName(), a.GetPatchType())
 		return nil
+	}
+	var precondition struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(a.GetPatch(), &precondition); err != nil || precondition.Metadata.ResourceVersion != d.ResourceVersion {
+		f.t.Errorf("patch of Deployment %q is conditional on resourceVersion %q (%v), want the cached %q", a.GetName(), precondition.Metadata.ResourceVersion, err, d.ResourceVersion)
 	}
 	from, err := json.Marshal(d)
 	if err != nil {

@@ -4,6 +4,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -148,7 +149,9 @@ func DeploymentPatch(current, updated *appsv1.Deployment) ([]byte, error) {
 		return nil, fmt.Errorf("computing the patch of Deployment %s/%s: %w", current.Namespace, current.Name, err)
 	}
 	patch := map[string]any{}
-	if err := json.Unmarshal(diff, &patch); err != nil {
+	decoder := json.NewDecoder(bytes.NewReader(diff))
+	decoder.UseNumber() // numbers pass through as they are, not as float64
+	if err := decoder.Decode(&patch); err != nil {
 		return nil, err
 	}
 	metadata, _ := patch["metadata"].(map[string]any)
@@ -222,6 +225,7 @@ func TrimDeployment(obj any) (any, error) {
 	for _, c := range d.Status.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse {
 			t.Status.Conditions = []appsv1.DeploymentCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}}
+			break // the first, as deploymentReadiness reads it
 		}
 	}
 	return t, nil

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -420,7 +421,7 @@ func (l *limitRun) specChanged(foo *samplev1alpha1.Foo) {
 	}
 }
 
-// work makes the writes for one queued Foo: the Deployment update, then the status.
+// work makes the writes for one queued Foo: the Deployment's patch, then the status.
 func (l *limitRun) work(ctx context.Context) bool {
 	i, shutdown := l.queue.Get()
 	if shutdown {
@@ -433,9 +434,14 @@ func (l *limitRun) work(ctx context.Context) bool {
 	if d == nil { // not created: no change comes before the cold start converged
 		return true
 	}
-	d, _ = reconcile.UpdateDeployment(foo, d)
+	// As the controller writes it: a patch of what changed, on the version read.
+	changed, _ := reconcile.UpdateDeployment(foo, d)
 	deployments := l.kube.AppsV1().Deployments(foo.Namespace)
-	updated, err := deployments.Update(ctx, d, metav1.UpdateOptions{})
+	patch, err := reconcile.DeploymentPatch(d, changed)
+	var updated *appsv1.Deployment
+	if err == nil {
+		updated, err = deployments.Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	}
 	if err == nil {
 		l.store(i, updated)
 		// A conflict means a newer patch of this Foo came in meanwhile and queued it

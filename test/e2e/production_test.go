@@ -101,10 +101,10 @@ func TestRBACRefusesTheRest(t *testing.T) {
 		{[]string{"get", "secrets", "-A"}, `cannot list resource "secrets"`},
 		{[]string{"delete", "foo", "anything", "-n", ns}, `cannot delete resource "foos"`},
 		{[]string{"create", "deployment", "x", "--image=nginx", "-n", ns, "--dry-run=server", "-o", "name"}, ""},
-		// The controller patches its Deployments and never replaces one whole (its
-		// cache keeps only the fields it reads); ask the authorizer directly.
-		{[]string{"auth", "can-i", "update", "deployments", "-n", ns}, "no"},
+		// The controller patches its Deployments (its cache keeps only the fields it
+		// reads); kubectl patch reads the object first, so ask the authorizer directly.
 		{[]string{"auth", "can-i", "patch", "deployments", "-n", ns}, "yes"},
+		{[]string{"auth", "can-i", "deletecollection", "deployments", "-n", ns}, "no"},
 	}
 	for _, tc := range tests {
 		out, err := env.KubectlAs(t.Context(), env.ControllerKubeconfig, "", tc.args...)

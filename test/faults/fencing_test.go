@@ -131,8 +131,9 @@ func TestFencedByAdmission(t *testing.T) {
 	proxy.Stall()
 	landed := make(chan error, 1)
 	go func() {
-		metav1.SetMetaDataLabel(&d.ObjectMeta, "sent-by", "the-old-holder")
-		_, err := deployments.Update(t.Context(), d, metav1.UpdateOptions{})
+		// As the controller writes its Deployments: a patch, on the version it read.
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"sent-by":"the-old-holder"},"resourceVersion":%q}}`, d.ResourceVersion)
+		_, err := deployments.Patch(t.Context(), d.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
 		landed <- err
 	}()
 	framework.Eventually(t, timeout, "the proxy to hold the write", func(context.Context) (bool, string) {

@@ -72,7 +72,7 @@ func TestFightingActor(t *testing.T) {
 	var updates, conflicts, statusWrites, events, other int
 	for _, w := range c.proxy.Writes()[before:] {
 		switch {
-		case w.Resource == "deployments" && w.Method == "PUT" && w.Code == 200:
+		case w.Resource == "deployments" && w.Method == "PATCH" && w.Code == 200:
 			updates++
 		case w.Resource == "deployments" && w.Code == 409:
 			conflicts++

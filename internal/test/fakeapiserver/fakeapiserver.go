@@ -285,7 +285,9 @@ func New(client Client, resource schema.GroupVersionResource, kind string, fault
 		p := a.(core.PatchAction)
 		stored, err := s.tracker.Get(s.resource, p.GetNamespace(), p.GetName())
 		if err != nil {
-			s.requests.NotFound++
+			if apierrors.IsNotFound(err) {
+				s.requests.NotFound++
+			}
 			return true, nil, err
 		}
 		sent, err := applyPatch(stored, p)
