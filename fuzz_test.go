@@ -1,12 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -17,8 +21,9 @@ import (
 // FuzzSyncHandler syncs a Foo against a Deployment of its name in any state: owned by
 // it, by a Foo it replaced, by something else or nobody, cached or only on the server,
 // with any containers and labels, being deleted or not. Whatever it finds, the sync
-// must not panic, must create only the Foo's own Deployment, and must never update or
-// delete a Deployment the Foo does not control.
+// must not panic, must create only the Foo's own Deployment, must never update or
+// delete a Deployment the Foo does not control, and its patches must leave every
+// container but the Foo's as it was.
 func FuzzSyncHandler(f *testing.F) {
 	f.Add(int32(2), false, uint8(1), true, "nginx=nginx:latest", "team=blue", false, false)
 	f.Add(int32(0), true, uint8(0), true, "", "", false, false)
@@ -79,8 +84,14 @@ func FuzzSyncHandler(f *testing.F) {
 					t.Errorf("created Deployment %s controlled by %v, want only the Foo's own", created.Name, created.OwnerReferences)
 				}
 			case "update", "patch":
-				if a.GetResource().Resource == "deployments" && !metav1.IsControlledBy(d, foo) {
+				if a.GetResource().Resource != "deployments" {
+					continue
+				}
+				if !metav1.IsControlledBy(d, foo) {
 					t.Errorf("%s of Deployment %s, which the Foo does not control (owners %v)", a.GetVerb(), d.Name, d.OwnerReferences)
+				}
+				if p, ok := a.(core.PatchAction); ok {
+					checkOthersKept(t, d, p.GetPatch())
 				}
 			case "delete":
 				if a.GetResource().Resource == "deployments" && !metav1.IsControlledBy(d, foo) {
@@ -89,4 +100,29 @@ func FuzzSyncHandler(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkOthersKept applies patch to d, and checks that every container but the Foo's
+// is left exactly as it was, in the same order.
+func checkOthersKept(t *testing.T, d *appsv1.Deployment, patch []byte) {
+	t.Helper()
+	from, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := strategicpatch.StrategicMergePatch(from, patch, &appsv1.Deployment{})
+	if err != nil {
+		t.Errorf("patch %s does not apply: %v", patch, err)
+		return
+	}
+	patched := &appsv1.Deployment{}
+	if err := json.Unmarshal(to, patched); err != nil {
+		t.Fatal(err)
+	}
+	others := func(d *appsv1.Deployment) []corev1.Container {
+		return slices.DeleteFunc(slices.Clone(d.Spec.Template.Spec.Containers), func(c corev1.Container) bool { return c.Name == reconcile.ContainerName })
+	}
+	if !equality.Semantic.DeepEqual(others(d), others(patched)) {
+		t.Errorf("patch %s changed the other containers: %v, then %v", patch, others(d), others(patched))
+	}
 }
