@@ -169,7 +169,7 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 	select {
 	case <-r.pumped:
 		// After Shutdown: nothing would hand it over.
-		r.sink.dropped(DroppedShutdown)
+		r.sink.dropped(r.sink.stopReason())
 		return
 	default:
 	}
@@ -273,8 +273,9 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 		case <-time.After(time.Until(deadline)):
 			r.haltPump()
 			logger.Info("Gave up waiting for Events to be queued", "recorded", r.recorded.Load(), "queued", r.queued.Load(), "timeout", timeout)
+			reason := r.sink.stopReason()
 			for range r.recorded.Load() - r.queued.Load() {
-				r.sink.dropped(DroppedShutdown)
+				r.sink.dropped(reason)
 			}
 			r.broadcaster.Shutdown()
 			return
@@ -385,7 +386,7 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func
 		// The recording was stopped: Shutdown gave up waiting for this one. Reported
 		// to the broadcaster as done, which it would otherwise log as an error.
 		s.end(false)
-		s.dropped(DroppedShutdown)
+		s.dropped(s.stopReason())
 		return event, nil
 	}
 	if s.tenure != nil {
@@ -402,7 +403,7 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func
 		}
 		if !sleep(ctx, retryInterval) || !s.acquire(ctx) {
 			s.end(false)
-			s.dropped(DroppedShutdown)
+			s.dropped(s.stopReason())
 			return event, nil
 		}
 		written, err = do(ctx)
@@ -415,6 +416,16 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func
 		return event, nil
 	}
 	return written, err
+}
+
+// stopReason is why an Event that the recording's end kept from its write is dropped:
+// the replica's tenure being over, when it is (the gate would refuse the write), or the
+// shutdown.
+func (s *countingSink) stopReason() string {
+	if s.tenure != nil && !s.tenure.Valid() {
+		return DroppedTenureOver
+	}
+	return DroppedShutdown
 }
 
 // unreachable tells whether err is a write's failure to reach the API server, which

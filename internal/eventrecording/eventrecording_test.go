@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
@@ -101,6 +102,36 @@ func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 		return dropped.get()[DroppedShutdown] == n-1, nil
 	}); err != nil {
 		t.Errorf("dropped %v, want %d at shutdown", dropped.get(), n-1)
+	}
+}
+
+// TestEventsWaitingAfterTheTenureAreDroppedAsSuch checks that Events still waiting when
+// shutdown gives up, the replica's tenure being over by then, are counted as dropped
+// for the tenure, whose gate would refuse them, not for the shutdown.
+func TestEventsWaitingAfterTheTenureAreDroppedAsSuch(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client, release := blockedClient()
+	defer close(release)
+	dropped := &droppedCounts{}
+	over := tenure.New(clock.RealClock{}) // never extended: not valid
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", over, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3 // one written forever, two waiting behind it
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	recording.Shutdown(ctx, 300*time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return dropped.get()[DroppedTenureOver] == n-1, nil
+	}); err != nil || dropped.get()[DroppedShutdown] != 0 {
+		t.Errorf("dropped %v, want %d as %s and none as %s", dropped.get(), n-1, DroppedTenureOver, DroppedShutdown)
+	}
+	recording.Recorder().Eventf(newPod("late"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	if got := dropped.get()[DroppedTenureOver]; got != n {
+		t.Errorf("an Event recorded after shutdown: %d dropped as %s, want %d", got, DroppedTenureOver, n)
 	}
 }
 
