@@ -115,14 +115,19 @@ func checkOthersKept(t *testing.T, d *appsv1.Deployment, patch []byte) {
 		t.Errorf("patch %s does not apply: %v", patch, err)
 		return
 	}
-	patched := &appsv1.Deployment{}
+	// Compared as the API server would hold d: JSON has already replaced, say, a
+	// name that is not UTF-8.
+	before, patched := &appsv1.Deployment{}, &appsv1.Deployment{}
+	if err := json.Unmarshal(from, before); err != nil {
+		t.Fatal(err)
+	}
 	if err := json.Unmarshal(to, patched); err != nil {
 		t.Fatal(err)
 	}
 	others := func(d *appsv1.Deployment) []corev1.Container {
 		return slices.DeleteFunc(slices.Clone(d.Spec.Template.Spec.Containers), func(c corev1.Container) bool { return c.Name == reconcile.ContainerName })
 	}
-	if !equality.Semantic.DeepEqual(others(d), others(patched)) {
-		t.Errorf("patch %s changed the other containers: %v, then %v", patch, others(d), others(patched))
+	if !equality.Semantic.DeepEqual(others(before), others(patched)) {
+		t.Errorf("patch %s changed the other containers: %v, then %v", patch, others(before), others(patched))
 	}
 }
