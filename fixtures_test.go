@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 )
@@ -307,18 +307,10 @@ func (f *fixture) patched(a core.PatchAction) runtime.Object {
 	if err := json.Unmarshal(a.GetPatch(), &precondition); err != nil || precondition.Metadata.ResourceVersion != d.ResourceVersion {
 		f.t.Errorf("patch of Deployment %q is conditional on resourceVersion %q (%v), want the cached %q", a.GetName(), precondition.Metadata.ResourceVersion, err, d.ResourceVersion)
 	}
-	from, err := json.Marshal(d)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	to, err := strategicpatch.StrategicMergePatch(from, a.GetPatch(), &appsv1.Deployment{})
+	result, err := fakeapiserver.Patched(d, a.GetPatchType(), a.GetPatch())
 	if err != nil {
 		f.t.Errorf("patch of Deployment %q does not apply: %v", a.GetName(), err)
 		return nil
-	}
-	result := &appsv1.Deployment{}
-	if err := json.Unmarshal(to, result); err != nil {
-		f.t.Fatal(err)
 	}
 	return result
 }

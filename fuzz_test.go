@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -10,11 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
@@ -106,28 +106,22 @@ func FuzzSyncHandler(f *testing.F) {
 // is left exactly as it was, in the same order.
 func checkOthersKept(t *testing.T, d *appsv1.Deployment, patch []byte) {
 	t.Helper()
-	from, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to, err := strategicpatch.StrategicMergePatch(from, patch, &appsv1.Deployment{})
+	patched, err := fakeapiserver.Patched(d, types.StrategicMergePatchType, patch)
 	if err != nil {
 		t.Errorf("patch %s does not apply: %v", patch, err)
 		return
 	}
 	// Compared as the API server would hold d: JSON has already replaced, say, a
-	// name that is not UTF-8.
-	before, patched := &appsv1.Deployment{}, &appsv1.Deployment{}
-	if err := json.Unmarshal(from, before); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(to, patched); err != nil {
+	// name that is not UTF-8. An empty patch is that round trip.
+	before, err := fakeapiserver.Patched(d, types.StrategicMergePatchType, []byte("{}"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	others := func(d *appsv1.Deployment) []corev1.Container {
 		return slices.DeleteFunc(slices.Clone(d.Spec.Template.Spec.Containers), func(c corev1.Container) bool { return c.Name == reconcile.ContainerName })
 	}
-	if !equality.Semantic.DeepEqual(others(before), others(patched)) {
-		t.Errorf("patch %s changed the other containers: %v, then %v", patch, others(before), others(patched))
+	was, is := others(before.(*appsv1.Deployment)), others(patched.(*appsv1.Deployment))
+	if !equality.Semantic.DeepEqual(was, is) {
+		t.Errorf("patch %s changed the other containers: %v, then %v", patch, was, is)
 	}
 }

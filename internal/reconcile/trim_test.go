@@ -9,11 +9,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
@@ -129,17 +130,9 @@ func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			served, err := json.Marshal(full)
-			if err != nil {
-				t.Fatal(err)
-			}
-			patched, err := strategicpatch.StrategicMergePatch(served, patch, &appsv1.Deployment{})
+			got, err := fakeapiserver.Patched(full, types.StrategicMergePatchType, patch)
 			if err != nil {
 				t.Fatalf("patch %s does not apply: %v", patch, err)
-			}
-			got := &appsv1.Deployment{}
-			if err := json.Unmarshal(patched, got); err != nil {
-				t.Fatal(err)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("patch %s, from the trimmed copy, writes other than an update from the full one (-update +patch):\n%s", patch, diff)

@@ -79,7 +79,7 @@ func Versioned(client Client, resource schema.GroupVersionResource) {
 		if err != nil {
 			return true, nil, err
 		}
-		patched, err := applyPatch(stored, p)
+		patched, err := Patched(stored, p.GetPatchType(), p.GetPatch())
 		if err != nil {
 			return true, nil, err
 		}
@@ -95,22 +95,22 @@ func Versioned(client Client, resource schema.GroupVersionResource) {
 	})
 }
 
-// applyPatch returns stored with the patch of a applied, as the API server applies it:
-// a resourceVersion in the patch stays in the result, where precondition finds it.
-// Strategic merge patches and JSON merge patches are supported.
-func applyPatch(stored runtime.Object, a core.PatchAction) (runtime.Object, error) {
+// Patched returns a copy of stored with patch applied, as the API server applies it,
+// through JSON: a resourceVersion in the patch stays in the result, where an update's
+// precondition finds it. Strategic merge patches and JSON merge patches are supported.
+func Patched(stored runtime.Object, patchType types.PatchType, patch []byte) (runtime.Object, error) {
 	from, err := json.Marshal(stored)
 	if err != nil {
 		return nil, err
 	}
 	var to []byte
-	switch a.GetPatchType() {
+	switch patchType {
 	case types.StrategicMergePatchType:
-		to, err = strategicpatch.StrategicMergePatch(from, a.GetPatch(), stored)
+		to, err = strategicpatch.StrategicMergePatch(from, patch, stored)
 	case types.MergePatchType:
-		to, err = jsonpatch.MergePatch(from, a.GetPatch())
+		to, err = jsonpatch.MergePatch(from, patch)
 	default:
-		return nil, fmt.Errorf("fakeapiserver: patch type %s is not supported", a.GetPatchType())
+		return nil, fmt.Errorf("fakeapiserver: patch type %s is not supported", patchType)
 	}
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
@@ -290,7 +290,7 @@ func New(client Client, resource schema.GroupVersionResource, kind string, fault
 			}
 			return true, nil, err
 		}
-		sent, err := applyPatch(stored, p)
+		sent, err := Patched(stored, p.GetPatchType(), p.GetPatch())
 		if err != nil {
 			return true, nil, err
 		}
