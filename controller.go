@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -85,8 +84,7 @@ type Controller struct {
 
 	// Reads come from the informers' caches.
 	informers          *informers
-	deploymentsLister  appslisters.DeploymentLister
-	deploymentsIndexer cache.Indexer
+	deploymentsIndexer cache.Indexer // of reconcile.CachedDeployments: see cachedDeployment
 	foosLister         listers.FooLister
 	foosIndexer        cache.Indexer
 	// synced are done once both informers have synced and the handlers have seen
@@ -161,8 +159,7 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		kubeclientset:      cfg.KubeClient,
 		sampleclientset:    cfg.SampleClient,
 		informers:          informers,
-		deploymentsLister:  deploymentInformer.Lister(),
-		deploymentsIndexer: deploymentInformer.Informer().GetIndexer(),
+		deploymentsIndexer: deploymentInformer.GetIndexer(),
 		foosLister:         fooInformer.Lister(),
 		foosIndexer:        fooInformer.Informer().GetIndexer(),
 		workqueue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -173,7 +170,7 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		recorder:        cfg.Recorder,
 		clock:           clock.RealClock{},
 		shutdownTimeout: cfg.ShutdownTimeout,
-		writes:          writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.Informer().GetStore()),
+		writes:          writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.GetStore()),
 		scope:           cfg.Scope,
 	}
 
@@ -203,7 +200,7 @@ func (c *Controller) addEventHandlers(ctx context.Context) error {
 		return fmt.Errorf("adding the Foo event handler: %w", err)
 	}
 
-	deploymentRegistration, err := c.informers.deployments.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	deploymentRegistration, err := c.informers.deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.handleObject(ctx, obj, true) },
 		UpdateFunc: func(old, new any) {
 			if sameResourceVersion(old, new) {
@@ -608,7 +605,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // it returns that Deployment with reconcile.ErrNotOwned and changes nothing. When the
 // update is refused, it returns the Deployment as it is, for its replica counts.
 func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
-	deployment, err := c.deploymentsLister.Deployments(foo.Namespace).Get(foo.Spec.DeploymentName)
+	deployment, err := c.cachedDeployment(foo.Namespace, foo.Spec.DeploymentName)
 	if apierrors.IsNotFound(err) {
 		deployment, err = c.createDeployment(ctx, foo)
 	}
@@ -630,7 +627,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if !changed {
 		return deployment, nil
 	}
-	// The cached copy is trimmed (reconcile.TrimDeployment): an update from it would wipe what
+	// The cached copy is trimmed (reconcile.CachedDeployment): an update from it would wipe what
 	// it lacks, so the changed fields go as a patch, conditional on the cached version.
 	patch, err := reconcile.DeploymentPatch(deployment, updated)
 	if err != nil {
@@ -730,7 +727,7 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1al
 		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
 	for _, obj := range owned {
-		d := obj.(*appsv1.Deployment)
+		d := obj.(*reconcile.CachedDeployment).Deployment() // for the Event's reference, by its kind
 		if d.Name == foo.Spec.DeploymentName || d.DeletionTimestamp != nil {
 			continue
 		}
@@ -830,7 +827,7 @@ func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo
 // deploymentsCached tells whether d is in the Deployment cache, whose events wake the
 // Foos waiting for its name.
 func (c *Controller) deploymentsCached(d *appsv1.Deployment) bool {
-	cached, err := c.deploymentsLister.Deployments(d.Namespace).Get(d.Name)
+	cached, err := c.cachedDeployment(d.Namespace, d.Name)
 	return err == nil && cached.UID == d.UID
 }
 

@@ -555,7 +555,7 @@ func TestSyncHandlerWaitsForItsOwnWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deliver(f.controller.deploymentsIndexer, server)
+	deliver(f.controller.deploymentsIndexer, cachedCopy(server.(*appsv1.Deployment)))
 	if err := f.sync(scaled); !errors.Is(err, errStaleCache) {
 		t.Errorf("sync with the Foo cache still behind: err = %v, want errStaleCache", err)
 	}

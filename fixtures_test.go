@@ -150,15 +150,19 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		}
 	}
 	for _, d := range cached {
-		// Trimmed as the informer trims what it caches.
-		trimmed, _ := reconcile.TrimDeployment(d.DeepCopy())
-		if err := c.deploymentsIndexer.Add(trimmed); err != nil {
+		if err := c.deploymentsIndexer.Add(cachedCopy(d)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.controller = c
 	t.Cleanup(c.workqueue.ShutDown)
 	return f
+}
+
+// cachedCopy is d as the informer caches it (reconcile.CacheDeployment).
+func cachedCopy(d *appsv1.Deployment) *reconcile.CachedDeployment {
+	obj, _ := reconcile.CacheDeployment(d.DeepCopy())
+	return obj.(*reconcile.CachedDeployment)
 }
 
 // useQueueClock gives the controller a work queue, with the same rate limiter, whose

@@ -1,6 +1,6 @@
 // The controller's informers: what it watches and how much of each object it keeps.
 // Both caches are trimmed: the Foos of their managedFields, the Deployments to the
-// fields the controller reads (reconcile.TrimDeployment). The Deployment cache holds only the
+// fields the controller reads (reconcile.CachedDeployment). The Deployment cache holds only the
 // Deployments the controller labelled, and in sharded mode both hold one slot's share,
 // filtered by the API server.
 
@@ -16,12 +16,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	kubeinformers "k8s.io/client-go/informers"
-	appsinformers "k8s.io/client-go/informers/apps/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -98,9 +98,11 @@ func (s *scope) deploymentSelector() string {
 
 // informers are a controller's two informers, built from its Config.
 type informers struct {
-	kube        kubeinformers.SharedInformerFactory
-	sample      sampleinformers.SharedInformerFactory
-	deployments appsinformers.DeploymentInformer
+	kube   kubeinformers.SharedInformerFactory
+	sample sampleinformers.SharedInformerFactory
+	// deployments holds reconcile.CachedDeployments, which the typed lister of
+	// Deployments cannot read: see Controller.cachedDeployment.
+	deployments cache.SharedIndexInformer
 	foos        fooinformers.FooInformer
 	// release gives back the informers' metric names once they have shut down, for a
 	// slot that comes back.
@@ -121,7 +123,7 @@ func newInformers(kubeClient kubernetes.Interface, sampleClient clientset.Interf
 		kubeinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
 			options.LabelSelector = s.deploymentSelector()
 		}),
-		kubeinformers.WithTransform(reconcile.TrimDeployment),
+		kubeinformers.WithTransform(reconcile.CacheDeployment),
 	)
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
 		sampleinformers.WithInformerName(sampleName),
@@ -137,7 +139,7 @@ func newInformers(kubeClient kubernetes.Interface, sampleClient clientset.Interf
 	return &informers{
 		kube:        kubeFactory,
 		sample:      sampleFactory,
-		deployments: kubeFactory.Apps().V1().Deployments(),
+		deployments: kubeFactory.Apps().V1().Deployments().Informer(),
 		foos:        sampleFactory.Samplecontroller().V1alpha1().Foos(),
 		release: func() {
 			kubeName.Release()
@@ -272,7 +274,7 @@ const (
 
 // addIndexers adds the controller's indexes to the informers.
 func (i *informers) addIndexers() error {
-	if err := i.deployments.Informer().AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
+	if err := i.deployments.AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
 		return fmt.Errorf("adding the Deployment index: %w", err)
 	}
 	if err := i.foos.Informer().AddIndexers(cache.Indexers{byDeploymentName: indexByDeploymentName}); err != nil {
@@ -283,7 +285,7 @@ func (i *informers) addIndexers() error {
 
 // indexByControllerUID is the index function of byControllerUID.
 func indexByControllerUID(obj any) ([]string, error) {
-	d, ok := obj.(*appsv1.Deployment)
+	d, ok := obj.(metav1.Object)
 	if !ok {
 		return nil, nil
 	}
@@ -291,6 +293,24 @@ func indexByControllerUID(obj any) ([]string, error) {
 		return []string{string(ref.UID)}, nil
 	}
 	return nil, nil
+}
+
+// cachedDeployment returns the Deployment named name in namespace as the cache keeps
+// it, with only the fields reconcile.CachedDeployment keeps, or a NotFound error. Like
+// a lister's, what it returns shares the cache's maps and must not be written to.
+func (c *Controller) cachedDeployment(namespace, name string) (*appsv1.Deployment, error) {
+	obj, exists, err := c.deploymentsIndexer.GetByKey(cache.NewObjectName(namespace, name).String())
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(appsv1.Resource("deployment"), name)
+	}
+	cached, ok := obj.(*reconcile.CachedDeployment)
+	if !ok {
+		return nil, fmt.Errorf("the Deployment cache holds a %T for %s/%s", obj, namespace, name)
+	}
+	return cached.Deployment(), nil
 }
 
 // indexByDeploymentName is the index function of byDeploymentName.

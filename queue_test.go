@@ -135,10 +135,10 @@ func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
 		if err := f.sync(foo); !errors.Is(err, errStaleCache) {
 			t.Fatalf("sync: err = %v, want errStaleCache", err)
 		}
-		if err := c.deploymentsIndexer.Update(echo); err != nil {
+		if err := c.deploymentsIndexer.Update(cachedCopy(echo)); err != nil {
 			t.Fatal(err)
 		}
-		c.handleObject(ctx, echo, true)
+		c.handleObject(ctx, cachedCopy(echo), true)
 		if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
 			t.Errorf("queued mismatch (-want +got):\n%s", diff)
 		}

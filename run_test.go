@@ -52,7 +52,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("Deployment was not created: %v", err)
 	}
 	// The label selector keeps unrelated Deployments out of the cache.
-	if _, err := c.deploymentsLister.Deployments("default").Get("unrelated"); !apierrors.IsNotFound(err) {
+	if _, err := c.cachedDeployment("default", "unrelated"); !apierrors.IsNotFound(err) {
 		t.Errorf("unrelated Deployment in the cache: err = %v, want NotFound", err)
 	}
 	// Cached objects carry no managedFields.
@@ -183,7 +183,7 @@ func TestRunSyncsANewFooOnce(t *testing.T) {
 				if cached, err := c.foosLister.Foos("default").Get("web"); err != nil || cached.ResourceVersion != foo.(metav1.Object).GetResourceVersion() {
 					t.Fatalf("the status write's event never reached the cache: %v", err)
 				}
-				if _, err := c.deploymentsLister.Deployments("default").Get("web"); err != nil {
+				if _, err := c.cachedDeployment("default", "web"); err != nil {
 					t.Fatalf("the Deployment's event never reached the cache: %v", err)
 				}
 				if got := (fakeapiserver.RequestCounts{Creates: 1}); r.deployments.Counts() != got {

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -161,72 +160,4 @@ func DeploymentPatch(current, updated *appsv1.Deployment) ([]byte, error) {
 	}
 	metadata["resourceVersion"] = current.ResourceVersion
 	return json.Marshal(patch)
-}
-
-// TrimDeployment is the Deployment informer's transform: it keeps of a Deployment only
-// what the controller reads (CalculateStatus, UpdateDeployment and the controller's
-// checks of ownership), which takes 60% of the heap of the Deployment as the API
-// server sends it (BenchmarkDeploymentCache): the Pod template's defaults, the
-// strategy, the conditions, the annotations and managedFields go. An update from such
-// a copy would wipe what it lacks, so the controller writes a cached Deployment only by
-// patches of the fields it changes (DeploymentPatch), with the cached resourceVersion
-// as their precondition.
-//
-// What stays:
-//   - metadata: name, namespace, UID, resourceVersion, generation, deletionTimestamp,
-//     labels and ownerReferences;
-//   - spec: replicas, the selector, the Pod template's labels, and each container's
-//     name and image;
-//   - status: the replica counts, observedGeneration, and a Progressing condition that
-//     is False, the one the Foo's status reports.
-//
-// A selector or template labels equal to the Deployment's labels, as in every
-// Deployment the controller creates, share their map: cached objects are never
-// written to.
-func TrimDeployment(obj any) (any, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		// A tombstone, whose Deployment was trimmed when cached.
-		return obj, nil
-	}
-	t := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              d.Name,
-			Namespace:         d.Namespace,
-			UID:               d.UID,
-			ResourceVersion:   d.ResourceVersion,
-			Generation:        d.Generation,
-			DeletionTimestamp: d.DeletionTimestamp,
-			Labels:            d.Labels,
-			OwnerReferences:   d.OwnerReferences,
-		},
-		Spec: appsv1.DeploymentSpec{Replicas: d.Spec.Replicas, Selector: d.Spec.Selector},
-		Status: appsv1.DeploymentStatus{
-			ObservedGeneration: d.Status.ObservedGeneration,
-			Replicas:           d.Status.Replicas,
-			UpdatedReplicas:    d.Status.UpdatedReplicas,
-			ReadyReplicas:      d.Status.ReadyReplicas,
-			AvailableReplicas:  d.Status.AvailableReplicas,
-		},
-	}
-	t.Spec.Template.Labels = d.Spec.Template.Labels
-	if maps.Equal(t.Spec.Template.Labels, t.Labels) {
-		t.Spec.Template.Labels = t.Labels
-	}
-	if s := t.Spec.Selector; s != nil && len(s.MatchExpressions) == 0 && maps.Equal(s.MatchLabels, t.Labels) {
-		t.Spec.Selector = &metav1.LabelSelector{MatchLabels: t.Labels}
-	}
-	if containers := d.Spec.Template.Spec.Containers; len(containers) > 0 {
-		t.Spec.Template.Spec.Containers = make([]corev1.Container, len(containers))
-		for i, c := range containers {
-			t.Spec.Template.Spec.Containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
-		}
-	}
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse {
-			t.Status.Conditions = []appsv1.DeploymentCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}}
-			break // the first, as deploymentReadiness reads it
-		}
-	}
-	return t, nil
 }

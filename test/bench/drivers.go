@@ -326,7 +326,7 @@ func startInformers(ctx context.Context, kube kubernetes.Interface, sample clien
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 		kubeinformers.WithNamespace(benchNamespace),
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel }),
-		kubeinformers.WithTransform(reconcile.TrimDeployment))
+		kubeinformers.WithTransform(reconcile.CacheDeployment))
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, resync,
 		sampleinformers.WithNamespace(benchNamespace),
 		sampleinformers.WithTransform(dropManagedFields))

@@ -59,12 +59,12 @@ func servedDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 	return d
 }
 
-// TestTrimmedDeploymentDecidesAsTheFullOne checks that the cache keeps every field the
-// controller reads: from the trimmed copy it computes the same status and the same
+// TestCachedDeploymentDecidesAsTheFullOne checks that the cache keeps every field the
+// controller reads: from the cached copy it computes the same status and the same
 // need to write as from the Deployment the API server serves, and the patch it makes
-// from the trimmed copy turns the served Deployment into what an update from the
+// from the cached copy turns the served Deployment into what an update from the
 // full one would have written.
-func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
+func TestCachedDeploymentDecidesAsTheFullOne(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](2))
 	tests := []struct {
 		name   string
@@ -112,19 +112,15 @@ func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			full := servedDeployment(foo)
 			tt.mutate(full)
-			trimmedObj, err := TrimDeployment(full.DeepCopy())
-			if err != nil {
-				t.Fatal(err)
-			}
-			trimmed := trimmedObj.(*appsv1.Deployment)
+			trimmed := cached(t, full.DeepCopy()).Deployment()
 
 			if diff := cmp.Diff(CalculateStatus(foo, full, nil, now), CalculateStatus(foo, trimmed, nil, now)); diff != "" {
-				t.Errorf("status from the trimmed copy differs (-full +trimmed):\n%s", diff)
+				t.Errorf("status from the cached copy differs (-full +cached):\n%s", diff)
 			}
 			want, wantChanged := UpdateDeployment(foo, full)
 			fromTrimmed, changed := UpdateDeployment(foo, trimmed)
 			if changed != wantChanged {
-				t.Fatalf("changed from the trimmed copy = %v, from the full one %v", changed, wantChanged)
+				t.Fatalf("changed from the cached copy = %v, from the full one %v", changed, wantChanged)
 			}
 			patch, err := DeploymentPatch(trimmed, fromTrimmed)
 			if err != nil {
@@ -135,28 +131,59 @@ func TestTrimmedDeploymentDecidesAsTheFullOne(t *testing.T) {
 				t.Fatalf("patch %s does not apply: %v", patch, err)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("patch %s, from the trimmed copy, writes other than an update from the full one (-update +patch):\n%s", patch, diff)
+				t.Errorf("patch %s, from the cached copy, writes other than an update from the full one (-update +patch):\n%s", patch, diff)
 			}
 		})
 	}
 }
 
-// TestTrimDeploymentIsIdempotent checks that trimming a trimmed copy changes nothing,
-// and that what is not a Deployment (a tombstone) passes through.
-func TestTrimDeploymentIsIdempotent(t *testing.T) {
-	once, _ := TrimDeployment(servedDeployment(newFoo("web", ptr.To[int32](2))))
-	twice, _ := TrimDeployment(once.(*appsv1.Deployment).DeepCopy())
-	if diff := cmp.Diff(once, twice); diff != "" {
-		t.Errorf("trimming again changed the copy (-once +twice):\n%s", diff)
+// cached is d as the informer caches it.
+func cached(t testing.TB, d *appsv1.Deployment) *CachedDeployment {
+	t.Helper()
+	obj, err := CacheDeployment(d)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return obj.(*CachedDeployment)
+}
+
+// TestCachedDeploymentRoundTrips checks that caching the Deployment a cached one gives
+// back changes nothing, that a deep copy is equal and shares nothing, and that what is
+// not a Deployment (a tombstone) passes through.
+func TestCachedDeploymentRoundTrips(t *testing.T) {
+	served := servedDeployment(newFoo("web", ptr.To[int32](2)))
+	served.Status.Conditions[1].Status = corev1.ConditionFalse // kept
+	once := cached(t, served)
+	if !once.SelectsLabels || once.Selector != nil {
+		t.Errorf("a selector equal to the labels is kept as %v, %v; want it shared", once.Selector, once.SelectsLabels)
+	}
+	twice := cached(t, once.Deployment())
+	if diff := cmp.Diff(once, twice); diff != "" {
+		t.Errorf("caching the Deployment it gives back changed the copy (-once +twice):\n%s", diff)
+	}
+
+	copied := once.DeepCopyObject().(*CachedDeployment)
+	if diff := cmp.Diff(once, copied); diff != "" {
+		t.Errorf("DeepCopyObject differs (-cached +copy):\n%s", diff)
+	}
+	copied.Labels["changed"] = "yes"
+	copied.TemplateLabels["changed"] = "yes"
+	copied.OwnerReferences[0].Name = "changed"
+	copied.Containers[0].Image = "changed"
+	*copied.Replicas = 7
+	copied.Status.Conditions[0].Reason = "changed"
+	if diff := cmp.Diff(twice, once); diff != "" {
+		t.Errorf("writing to the copy changed the original (-before +after):\n%s", diff)
+	}
+
 	tombstone := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: once}
-	if got, _ := TrimDeployment(tombstone); !cmp.Equal(got, tombstone) {
-		t.Errorf("TrimDeployment(tombstone) = %v, want it unchanged", got)
+	if got, _ := CacheDeployment(tombstone); !cmp.Equal(got, tombstone) {
+		t.Errorf("CacheDeployment(tombstone) = %v, want it unchanged", got)
 	}
 }
 
 // BenchmarkDeploymentCache reports the heap a cached Deployment costs as the API
-// server serves it (but for managedFields, which every cache drops) and trimmed as the
+// server serves it (but for managedFields, which every cache drops) and as the
 // controller's informer caches it, decoded from the same JSON.
 //
 //	go test -run '^$' -bench DeploymentCache -benchtime 20000x ./internal/reconcile
@@ -171,7 +198,7 @@ func BenchmarkDeploymentCache(b *testing.B) {
 	}{{"served", func(obj any) (any, error) {
 		obj.(*appsv1.Deployment).ManagedFields = nil
 		return obj, nil
-	}}, {"trimmed", TrimDeployment}} {
+	}}, {"cached", CacheDeployment}} {
 		b.Run(c.name, func(b *testing.B) {
 			kept := make([]any, b.N)
 			var before, after runtime.MemStats
