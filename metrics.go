@@ -37,7 +37,7 @@ var (
 
 	eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_events_dropped_total",
-		Help: "Events recorded and never written, by reason: tenure_over (held back at the end of this replica's tenure of its Lease, or of the slot's, or still waiting at shutdown once it ended: they belong to the syncs of that tenure) shutdown (the wait of 5 s for them at shutdown ended first, the tenure still valid) backlog (100000 Events were waiting for their turn to be written already) or unreachable (its write did not reach the API server in 12 tries, 10 s apart).",
+		Help: "Events recorded and never written, by reason: tenure_over (held back at the end of this replica's tenure of its Lease, or of the slot's, or still waiting at shutdown once it ended: they belong to the syncs of that tenure) shutdown (the wait of 5 s for them at shutdown ended first, the tenure still valid) backlog (100000 Events were waiting for their turn to be written already), unreachable (its write did not reach the API server in 12 tries, 10 s apart) or refused (the API server refused it).",
 	}, []string{"reason"})
 
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -99,7 +99,7 @@ func init() {
 	for _, reason := range []string{tenure.ReasonExpired, tenure.ReasonStalled, tenure.ReasonNone} {
 		writesHeldBack.WithLabelValues(reason)
 	}
-	for _, reason := range []string{eventrecording.DroppedTenureOver, eventrecording.DroppedShutdown, eventrecording.DroppedBacklog, eventrecording.DroppedUnreachable} {
+	for _, reason := range []string{eventrecording.DroppedTenureOver, eventrecording.DroppedShutdown, eventrecording.DroppedBacklog, eventrecording.DroppedUnreachable, eventrecording.DroppedRefused} {
 		eventsDropped.WithLabelValues(reason)
 	}
 }

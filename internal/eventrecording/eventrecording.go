@@ -1,19 +1,28 @@
-// Package eventrecording records a controller's Events through client-go's events
-// broadcaster, writes them only inside the replica's tenure, and on shutdown writes
-// those recorded before it, which the broadcaster alone drops.
+// Package eventrecording writes a controller's Events (events.k8s.io/v1): a bounded
+// number at once, only inside the replica's tenure, and on shutdown those recorded
+// before it.
+//
+// It does for the controller what client-go's events broadcaster would, without what
+// the broadcaster costs here. The broadcaster writes each Event from a goroutine of its
+// own, with no bound, and keeps a copy of each for 6 to 12 minutes, to count an Event
+// that repeats into a series. This controller records each Event once per action or
+// cause (a Deployment created, a refusal reported), and an Event refers to its objects
+// at their resourceVersion, which the broadcaster's series key includes: no two of its
+// Events would form a series, and at a cold start of 100000 Foos the copies took 75 MB.
 package eventrecording
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
@@ -29,34 +38,22 @@ import (
 // be written.
 const FlushTimeout = 5 * time.Second
 
-// settle is how long the sink must have been idle, with no write in flight, for
-// shutdown to count every Event as written. client-go's broadcaster hands each Event to
-// the sink from its own goroutine and offers no way to wait for them; once it is shut
-// down, the Events still queued reach the sink within microseconds.
-const settle = 100 * time.Millisecond
-
-// Recording sends the controller's Events to the API server, and on shutdown
-// writes those of the syncs that finished before it returns. client-go's broadcaster
-// alone drops them: it writes on the context it was started with, which a signal has
-// already cancelled when the last syncs finish.
+// Recording writes the controller's Events to the API server, oldest first, and on
+// shutdown those of the syncs that finished before it returns: the writes run on a
+// context of its own, which the signal that cancelled the controller's does not reach.
 type Recording struct {
-	broadcaster events.EventBroadcaster
-	sink        *countingSink
-	stop        context.CancelFunc
-
-	// recorded counts the Events the controller recorded, and queued those the
-	// broadcaster has taken in. The recorder hands each Event over from a goroutine
-	// of its own, and the broadcaster drops what comes after its shutdown.
-	recorded, queued atomic.Int64
-	// took is signalled (without blocking) each time the broadcaster takes one in.
-	took chan struct{}
+	sink *countingSink
+	// reportingController and reportingInstance say who wrote each Event, as
+	// client-go's recorder says it: the component, and the component on this host.
+	reportingController, reportingInstance string
+	// ctx is the writes', which stop ends.
+	ctx  context.Context
+	stop context.CancelFunc
 	once sync.Once
 
-	// waiting are the Events recorded and not yet handed to the broadcaster, oldest
-	// first; the pump hands them over as the sink has room (feedAhead), and wake tells
-	// it there is one more. pumped is closed when the pump has stopped, for good, after
-	// stopPump is closed.
-	feed             events.EventRecorder
+	// waiting are the Events recorded and not yet being written, oldest first; the pump
+	// starts their writes as the sink has room, and wake tells it there is one more.
+	// pumped is closed when the pump has stopped, for good, after stopPump is closed.
 	mu               sync.Mutex
 	waiting          []waitingEvent
 	wake             chan struct{}
@@ -64,13 +61,12 @@ type Recording struct {
 	stopPumpOnce     sync.Once
 }
 
-// waitingEvent is an Event recorded and not yet handed to the broadcaster: what Eventf
-// was given, the objects reduced to references and the note formatted, so that one
-// waiting costs a few hundred bytes, where one in the broadcaster costs a goroutine
-// and two copies of the Event.
+// waitingEvent is an Event recorded and not yet being written: the objects reduced to
+// references and the note formatted, a few hundred bytes.
 type waitingEvent struct {
-	regarding, related              runtime.Object
+	regarding, related              *corev1.ObjectReference
 	eventtype, reason, action, note string
+	at                              time.Time
 }
 
 // Reasons an Event recorded was never written, for Start's dropped.
@@ -83,13 +79,14 @@ const (
 	DroppedBacklog = "backlog"
 	// DroppedUnreachable: its write failed to reach the API server maxTries times.
 	DroppedUnreachable = "unreachable"
+	// DroppedRefused: the API server refused it.
+	DroppedRefused = "refused"
 )
 
 // An Event write that does not reach the API server (a lost connection, a timeout) is
 // tried again retryInterval later, up to maxTries in all, as client-go's broadcaster
-// does, but inside the sink, where it still counts as pending: the broadcaster's own
-// retries would hold it outside, and during an outage the pump would hand every
-// Event waiting to them. Vars for the tests.
+// does, while it holds its slot's turn: during an outage the Events behind it wait in
+// the recording. Vars for the tests.
 var (
 	maxTries      = 12
 	retryInterval = 10 * time.Second
@@ -97,58 +94,35 @@ var (
 
 // maxWaiting is how many Events may wait for their turn to be written; the next one is
 // dropped. At a cold start the Deployments come faster than their Events can be
-// written: at 10000 Foos here, 4700 Events waited at once, and at 100000, 50000. They
-// wait in the recording (waitingEvent, a few hundred bytes each: 100000 is some
-// 40 MB), not in client-go's broadcaster, where each would hold a goroutine and two
-// copies of the Event (50000 of them took 1.2 GB). A var for the tests.
+// written: at 10000 Foos here, 4700 Events waited at once, and at 100000, 50000. A
+// waiting Event takes a few hundred bytes: 100000 are some 40 MB. A var for the tests.
 var maxWaiting = 100000
 
-// feedAhead is how many Events, per write the sink has in flight at most, the pump
-// keeps handed to the broadcaster and not yet written: enough that a slot that frees
-// finds the next Event waiting at the sink.
-const feedAhead = 2
-
-// pumpPoll bounds the pump's wait for the sink to change after it handed an Event
-// over: an Event of a series the broadcaster already writes never reaches the sink.
-const pumpPoll = 10 * time.Millisecond
-
 // Start starts recording Events through client, as component, with at most inFlight
-// of their writes in flight at once (at least one). client-go's broadcaster writes
-// each Event from a goroutine of its own, with no bound: at a cold start, as many
-// Events at once as syncs recorded, competing with the Deployment writes they report.
-// The recording outlives ctx; Shutdown ends it. With a tenure, the Events are written
-// only while it is valid (through a tenure.Gate in client) and dropped otherwise:
-// they belong to the syncs of that tenure. dropped, if set, is told each Event
-// recorded and never written, with the reason (DroppedTenureOver, DroppedShutdown,
-// DroppedBacklog).
+// of their writes in flight at once (at least one), so that at a cold start they do
+// not compete with the Deployment writes they report. The recording outlives ctx;
+// Shutdown ends it. With a tenure, the Events are written only while it is valid
+// (through a tenure.Gate in client) and dropped otherwise: they belong to the syncs of
+// that tenure. dropped, if set, is told each Event recorded and never written, with
+// the reason (DroppedTenureOver, DroppedShutdown, DroppedBacklog, DroppedUnreachable,
+// DroppedRefused).
 func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure, dropped func(reason string), inFlight int) (*Recording, error) {
 	if dropped == nil {
 		dropped = func(string) {}
 	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("naming the Events' reporting instance: %w", err)
+	}
 	sink := &countingSink{
-		EventSink: &events.EventSinkImpl{Interface: client}, tenure: held, idle: make(chan struct{}), dropped: dropped,
-		slots: make(chan struct{}, max(1, inFlight)), changed: make(chan struct{}, 1),
+		client: client, tenure: held, dropped: dropped, bound: max(1, inFlight),
+		changed: make(chan struct{}, 1), idle: make(chan struct{}, 1),
 	}
-	recordCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	broadcaster := events.NewBroadcaster(sink)
-	if err := broadcaster.StartRecordingToSinkWithContext(recordCtx); err != nil {
-		stop()
-		return nil, fmt.Errorf("starting the event recorder: %w", err)
-	}
+	writeCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r := &Recording{
-		broadcaster: broadcaster, sink: sink, stop: stop, took: make(chan struct{}, 1),
-		feed: broadcaster.NewRecorder(scheme.Scheme, component),
+		sink: sink, reportingController: component, reportingInstance: component + "-" + hostname,
+		ctx: writeCtx, stop: stop,
 		wake: make(chan struct{}, 1), stopPump: make(chan struct{}), pumped: make(chan struct{}),
-	}
-	if _, err := broadcaster.StartEventWatcher(func(runtime.Object) {
-		r.queued.Add(1)
-		select {
-		case r.took <- struct{}{}:
-		default:
-		}
-	}); err != nil {
-		stop()
-		return nil, fmt.Errorf("watching the event recorder: %w", err)
 	}
 	go r.pump()
 	return r, nil
@@ -168,18 +142,18 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 	r := (*Recording)(w)
 	select {
 	case <-r.pumped:
-		// After Shutdown: nothing would hand it over.
+		// After Shutdown: nothing would write it.
 		r.sink.dropped(r.sink.stopReason())
 		return
 	default:
 	}
-	// What the broadcaster's recorder would refuse, and only log, is refused here,
-	// before it counts as recorded: Shutdown would wait for it in vain.
+	// The API server would refuse it: refused here, with the reason, as client-go's
+	// recorder refuses it.
 	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
 		klog.Background().Error(nil, "Refused an Event of an unknown type", "type", eventtype, "reason", reason)
 		return
 	}
-	e := waitingEvent{eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...)}
+	e := waitingEvent{eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...), at: time.Now()}
 	var err error
 	if e.regarding, err = reference.GetReference(scheme.Scheme, regarding); err == nil && related != nil {
 		e.related, err = reference.GetReference(scheme.Scheme, related)
@@ -188,7 +162,6 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 		klog.Background().Error(err, "Refused an Event: no reference to its object", "reason", reason)
 		return
 	}
-	r.recorded.Add(1)
 	r.mu.Lock()
 	full := len(r.waiting) >= maxWaiting
 	if !full {
@@ -196,8 +169,6 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 	}
 	r.mu.Unlock()
 	if full {
-		// Never handed over: counted as taken in, so that Shutdown does not wait for it.
-		r.queued.Add(1)
 		r.sink.dropped(DroppedBacklog)
 		return
 	}
@@ -207,48 +178,64 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 	}
 }
 
-// pump hands the waiting Events to the broadcaster, oldest first, while the sink has
-// fewer than feedAhead per slot in flight, until stopPump is closed.
+// event is the Event e records, as client-go's recorder makes it: named for the object
+// it regards and its time, in that object's namespace.
+func (r *Recording) event(e waitingEvent) *eventsv1.Event {
+	namespace := e.regarding.Namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
+	return &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", e.regarding.Name, e.at.UnixNano()), Namespace: namespace},
+		EventTime:           metav1.NewMicroTime(e.at),
+		ReportingController: r.reportingController,
+		ReportingInstance:   r.reportingInstance,
+		Action:              e.action,
+		Reason:              e.reason,
+		Regarding:           *e.regarding,
+		Related:             e.related,
+		Note:                e.note,
+		Type:                e.eventtype,
+	}
+}
+
+// pump starts the writes of the waiting Events, oldest first, while fewer than the
+// bound are pending, until stopPump is closed.
 func (r *Recording) pump() {
 	defer close(r.pumped)
-	ahead := feedAhead * cap(r.sink.slots)
 	for {
-		r.mu.Lock()
-		var next *waitingEvent
-		if len(r.waiting) > 0 {
-			e := r.waiting[0]
-			next = &e
-		}
-		r.mu.Unlock()
 		var wait <-chan struct{}
-		var poll <-chan time.Time
+		r.mu.Lock()
 		switch {
-		case next == nil:
+		case len(r.waiting) == 0:
 			wait = r.wake
-		case r.sink.pending() >= ahead:
+		case r.sink.pendingCount() >= r.sink.bound:
 			wait = r.sink.changed
 		default:
-			r.feed.Eventf(next.regarding, next.related, next.eventtype, next.reason, next.action, "%s", next.note)
-			r.mu.Lock()
+			e := r.waiting[0]
 			r.waiting[0] = waitingEvent{}
 			r.waiting = r.waiting[1:]
 			if len(r.waiting) == 0 {
 				r.waiting = nil // lets go of the array a cold start grew
 			}
-			r.mu.Unlock()
-			// Until the sink has it (or for an Event of a series, which it never will).
-			wait, poll = r.sink.changed, time.After(pumpPoll)
+			// Pending from here, under the lock that drain reads both under: an
+			// Event is always either waiting or pending until it is done.
+			r.sink.begin()
+			go r.sink.write(r.ctx, r.event(e))
+		}
+		r.mu.Unlock()
+		if wait == nil {
+			continue
 		}
 		select {
 		case <-wait:
-		case <-poll:
 		case <-r.stopPump:
 			return
 		}
 	}
 }
 
-// haltPump stops the pump and waits for it; the Events still waiting stay unhanded.
+// haltPump stops the pump and waits for it; the Events still waiting stay so.
 func (r *Recording) haltPump() {
 	r.stopPumpOnce.Do(func() { close(r.stopPump) })
 	<-r.pumped
@@ -263,159 +250,138 @@ func (r *Recording) Shutdown(ctx context.Context, timeout time.Duration) {
 
 // drain is Shutdown's, once.
 func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
-	defer r.stop()
 	logger := klog.FromContext(ctx)
-	deadline := time.Now().Add(timeout)
-	// Every Event recorded must be in the broadcaster before it shuts down.
-	for r.queued.Load() < r.recorded.Load() {
-		select {
-		case <-r.took:
-		case <-time.After(time.Until(deadline)):
-			r.haltPump()
-			logger.Info("Gave up waiting for Events to be queued", "recorded", r.recorded.Load(), "queued", r.queued.Load(), "timeout", timeout)
-			reason := r.sink.stopReason()
-			for range r.recorded.Load() - r.queued.Load() {
-				r.sink.dropped(reason)
-			}
-			r.broadcaster.Shutdown()
-			return
-		}
-	}
-	// Every Event waiting has been handed over: the pump has no more to do.
-	r.haltPump()
-	// Hands every queued Event to the recording goroutine.
-	r.broadcaster.Shutdown()
-	handed := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
-		written, inFlight, quiet := r.sink.state()
-		// Events handed over just now may not have reached the sink yet.
-		quiet = min(quiet, time.Since(handed))
-		if inFlight == 0 && quiet >= settle {
+		r.mu.Lock()
+		waiting, pending := len(r.waiting), r.sink.pendingCount()
+		r.mu.Unlock()
+		if waiting == 0 && pending == 0 {
+			_, written := r.sink.state()
 			logger.V(2).Info("Events written", "count", written)
-			return
-		}
-		if time.Now().After(deadline) {
-			logger.Info("Gave up waiting for Events to be written", "inFlight", inFlight, "timeout", timeout)
-			return
-		}
-		wait := settle - quiet
-		if inFlight > 0 {
-			wait = 10 * time.Millisecond
+			break
 		}
 		select {
-		case <-time.After(wait):
 		case <-r.sink.idle:
+			continue
+		case <-time.After(10 * time.Millisecond):
+			continue
+		case <-deadline.C:
 		}
+		logger.Info("Gave up waiting for Events to be written", "waiting", waiting, "pending", pending, "timeout", timeout)
+		break
 	}
+	r.haltPump()
+	// What still waits (what was recorded after Shutdown began, when the wait was
+	// long enough) is dropped; the writes still pending end, and their sink counts
+	// each as dropped.
+	r.mu.Lock()
+	left := len(r.waiting)
+	r.waiting = nil
+	r.mu.Unlock()
+	reason := r.sink.stopReason()
+	for range left {
+		r.sink.dropped(reason)
+	}
+	r.stop()
 }
 
-// countingSink is an EventSink that knows how many writes are in flight and when the
-// last one ended, bounds how many are sent at once, and holds its writes to a tenure.
+// countingSink writes Events: it counts the writes pending and done, and holds them to
+// a tenure. The pump keeps at most bound pending.
 type countingSink struct {
-	events.EventSink
+	client  eventsv1client.EventsV1Interface
 	tenure  *tenure.Tenure
 	dropped func(reason string)
-	// slots holds a token for each write in flight: its capacity is the bound.
-	slots chan struct{}
-	// changed is signalled (without blocking) each time a write begins or ends.
-	changed chan struct{}
+	bound   int
+	// changed is signalled (without blocking) each time a write ends, and idle each
+	// time the last one pending ends.
+	changed, idle chan struct{}
 
-	mu       sync.Mutex
-	inFlight int
-	written  int
-	last     time.Time
-	// idle is signalled (without blocking) each time the last write in flight ends.
-	idle chan struct{}
+	mu               sync.Mutex
+	pending, written int
 }
 
-// begin counts a write in flight, from its wait for a slot on.
+// begin counts a write pending, until its end.
 func (s *countingSink) begin() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inFlight++
-	s.last = time.Now()
-	s.signalChanged()
+	s.pending++
 }
 
-func (s *countingSink) signalChanged() {
+// end counts a write done, written or not.
+func (s *countingSink) end(written bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	if written {
+		s.written++
+	}
+	signal(s.changed)
+	if s.pending == 0 {
+		signal(s.idle)
+	}
+}
+
+// signal signals c without blocking: a signal already waiting stands for both.
+func signal(c chan struct{}) {
 	select {
-	case s.changed <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// pending is how many writes are in flight, or waiting for a slot.
-func (s *countingSink) pending() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inFlight
+// pendingCount is how many writes are pending.
+func (s *countingSink) pendingCount() int {
+	pending, _ := s.state()
+	return pending
 }
 
-func (s *countingSink) end(written bool) {
+// state returns the writes pending and those done.
+func (s *countingSink) state() (pending, written int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inFlight--
-	if written {
-		s.written++
-	}
-	s.last = time.Now()
-	s.signalChanged()
-	if s.inFlight == 0 {
-		select {
-		case s.idle <- struct{}{}:
-		default:
-		}
-	}
+	return s.pending, s.written
 }
 
-// state returns the writes done, those in flight, and how long the sink has been idle.
-func (s *countingSink) state() (written, inFlight int, quiet time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.written, s.inFlight, time.Since(s.last)
-}
-
-// write makes one write of the sink within the tenure. A write the tenure's gate held
-// back is dropped, counted as such (not as written), and reported to the broadcaster
-// as done: it would retry any other error, 12 times 10 s apart, and could write the
-// Event in a tenure it does not belong to.
-func (s *countingSink) write(ctx context.Context, event *eventsv1.Event, do func(context.Context) (*eventsv1.Event, error)) (*eventsv1.Event, error) {
-	// In flight from here, for Shutdown, while it waits for a slot too.
-	s.begin()
-	if !s.acquire(ctx) {
-		// The recording was stopped: Shutdown gave up waiting for this one. Reported
-		// to the broadcaster as done, which it would otherwise log as an error.
-		s.end(false)
-		s.dropped(s.stopReason())
-		return event, nil
-	}
+// write writes event within the tenure, begun, and ends it. A write that does not
+// reach the API server is tried again, maxTries in all, retryInterval apart; one the
+// tenure's gate held back is dropped, counted as such (not as written), since it could
+// only be written in a tenure it does not belong to.
+func (s *countingSink) write(ctx context.Context, event *eventsv1.Event) {
+	logger := klog.FromContext(ctx).WithValues("reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name))
 	if s.tenure != nil {
 		ctx = tenure.NewContext(ctx, s.tenure)
 	}
-	written, err := do(ctx)
+	create := func() error {
+		_, err := s.client.Events(event.Namespace).Create(ctx, event, metav1.CreateOptions{})
+		return err
+	}
+	err := create()
 	for tries := 1; unreachable(err); tries++ {
-		<-s.slots // others may try meanwhile
 		if tries == maxTries {
 			s.end(false)
-			klog.FromContext(ctx).Info("Dropped an Event: the API server was not reached", "tries", tries, "reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name), "err", err)
+			logger.Info("Dropped an Event: the API server was not reached", "tries", tries, "err", err)
 			s.dropped(DroppedUnreachable)
-			return event, nil
+			return
 		}
-		if !sleep(ctx, retryInterval) || !s.acquire(ctx) {
+		if !sleep(ctx, retryInterval) {
+			// The recording was stopped: Shutdown gave up waiting for this one.
 			s.end(false)
 			s.dropped(s.stopReason())
-			return event, nil
+			return
 		}
-		written, err = do(ctx)
+		err = create()
 	}
-	<-s.slots
 	s.end(err == nil)
-	if errors.Is(err, tenure.ErrNotHeld) {
-		klog.FromContext(ctx).V(2).Info("Dropped an Event: this replica's tenure is over", "reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name))
+	switch {
+	case errors.Is(err, tenure.ErrNotHeld):
+		logger.V(2).Info("Dropped an Event: this replica's tenure is over")
 		s.dropped(DroppedTenureOver)
-		return event, nil
+	case err != nil:
+		logger.Error(err, "The API server refused an Event")
+		s.dropped(DroppedRefused)
 	}
-	return written, err
 }
 
 // stopReason is why an Event that the recording's end kept from its write is dropped:
@@ -451,29 +417,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// acquire waits for a slot to write in, and tells whether it got one before ctx ended.
-func (s *countingSink) acquire(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (s *countingSink) Create(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
-	return s.write(ctx, event, func(ctx context.Context) (*eventsv1.Event, error) { return s.EventSink.Create(ctx, event) })
-}
-
-func (s *countingSink) Update(ctx context.Context, event *eventsv1.Event) (*eventsv1.Event, error) {
-	return s.write(ctx, event, func(ctx context.Context) (*eventsv1.Event, error) { return s.EventSink.Update(ctx, event) })
-}
-
-func (s *countingSink) Patch(ctx context.Context, event *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
-	return s.write(ctx, event, func(ctx context.Context) (*eventsv1.Event, error) { return s.EventSink.Patch(ctx, event, data) })
 }

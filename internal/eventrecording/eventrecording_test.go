@@ -8,12 +8,16 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,7 +55,6 @@ func TestShutdownWritesEverything(t *testing.T) {
 
 	const n = 20
 	for i := range n {
-		// One object each: Events about the same object and reason would form a series.
 		pod := newPod(fmt.Sprintf("web-%d", i))
 		recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
 	}
@@ -135,10 +138,10 @@ func TestEventsWaitingAfterTheTenureAreDroppedAsSuch(t *testing.T) {
 	}
 }
 
-// TestBacklogIsBounded checks that Events wait in the recording, not in the
-// broadcaster's goroutines, while the writes in flight are stuck: the sink gets no
-// more than feedAhead per slot; beyond maxWaiting the next are dropped, counted as
-// such; once the writes go through, every Event that waited is written.
+// TestBacklogIsBounded checks that Events wait in the recording while the writes in
+// flight are stuck: no more than the bound are pending; beyond maxWaiting the next are
+// dropped, counted as such; once the writes go through, every Event that waited is
+// written.
 func TestBacklogIsBounded(t *testing.T) {
 	defer func(old int) { maxWaiting = old }(maxWaiting)
 	maxWaiting = 5
@@ -157,14 +160,11 @@ func TestBacklogIsBounded(t *testing.T) {
 	record := func(name string) {
 		recording.Recorder().Eventf(newPod(name), nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", name)
 	}
-	// One write stuck, one Event at the sink waiting for its slot: as far ahead as
-	// the pump goes with one slot.
-	record("first")
-	record("second")
+	record("first") // its write stuck
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return recording.sink.pending() == feedAhead, nil
+		return recording.sink.pendingCount() == 1, nil
 	}); err != nil {
-		t.Fatalf("%d Events at the sink, want %d", recording.sink.pending(), feedAhead)
+		t.Fatalf("%d Events pending, want 1", recording.sink.pendingCount())
 	}
 	const n = 9 // five waiting in the recording, four dropped
 	for i := range n {
@@ -174,12 +174,12 @@ func TestBacklogIsBounded(t *testing.T) {
 		t.Errorf("dropped %v, want %d for the backlog", got, n-maxWaiting)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if got := recording.sink.pending(); got != feedAhead {
-		t.Errorf("%d Events at the sink with the writes stuck, want %d: the rest wait in the recording", got, feedAhead)
+	if got := recording.sink.pendingCount(); got != 1 {
+		t.Errorf("%d Events pending with the writes stuck, want 1: the rest wait in the recording", got)
 	}
 	close(release)
 	recording.Shutdown(ctx, 5*time.Second)
-	if got, want := int(written.Load()), feedAhead+maxWaiting; got != want {
+	if got, want := int(written.Load()), 1+maxWaiting; got != want {
 		t.Errorf("%d Events written, want %d: every one that was not dropped", got, want)
 	}
 	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != n-maxWaiting {
@@ -212,7 +212,7 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	}
 	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		written, _, _ := recording.sink.state()
+		_, written := recording.sink.state()
 		return written == 1, nil
 	}); err != nil {
 		t.Fatalf("the Event was not written after its first two tries failed: %d tries, dropped %v", tries.Load(), dropped.get())
@@ -222,8 +222,7 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	}
 
 	// The API server gone for good: every Event is tried maxTries times, then dropped;
-	// the pump keeps about feedAhead per slot at the sink meanwhile (one more for an
-	// Event still on its way to the sink after pumpPoll), not all of them.
+	// no more than the bound are pending meanwhile, and the rest wait.
 	failures.Store(1 << 30)
 	tries.Store(0)
 	const n = 12
@@ -232,7 +231,7 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	}
 	most := 0
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		most = max(most, recording.sink.pending())
+		most = max(most, recording.sink.pendingCount())
 		return dropped.get()[DroppedUnreachable] == n, nil
 	}); err != nil {
 		t.Fatalf("dropped %v, want %d unreachable", dropped.get(), n)
@@ -240,8 +239,8 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	if got := tries.Load(); got != n*int32(maxTries) {
 		t.Errorf("%d tries, want %d: %d for each of %d Events", got, n*maxTries, maxTries, n)
 	}
-	if most > feedAhead+2 {
-		t.Errorf("%d writes pending at the sink at once, want about %d", most, feedAhead)
+	if most > 1 {
+		t.Errorf("%d writes pending at once, want at most the bound, 1", most)
 	}
 	recording.Shutdown(ctx, 5*time.Second)
 	if got := dropped.get(); len(got) != 1 {
@@ -249,9 +248,9 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	}
 }
 
-// TestRefusedEventsDoNotHoldShutdown records Events the broadcaster's recorder would
-// refuse (an unknown type, an object without a reference) beside a good one: they are
-// refused when recorded, and Shutdown does not wait for them.
+// TestRefusedEventsDoNotHoldShutdown records Events that cannot be written (an unknown
+// type, an object without a reference) beside a good one: they are refused when
+// recorded, and Shutdown does not wait for them.
 func TestRefusedEventsDoNotHoldShutdown(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	var written atomic.Int32
@@ -300,8 +299,79 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 	if got := dropped.get(); got[DroppedTenureOver] != n || len(got) != 1 {
 		t.Errorf("dropped %v, want %d %s", got, n, DroppedTenureOver)
 	}
-	if written, _, _ := recording.sink.state(); written != 0 {
+	if _, written := recording.sink.state(); written != 0 {
 		t.Errorf("%d Events counted as written, want 0", written)
+	}
+}
+
+// TestEventsAreWrittenAsTheRecorderMakesThem checks what an Event written says: the
+// fields client-go's recorder fills, its time the time it was recorded, and no series.
+func TestEventsAreWrittenAsTheRecorderMakesThem(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset()
+	var sent []*eventsv1.Event
+	client.PrependReactor("create", "events", func(action core.Action) (bool, runtime.Object, error) {
+		sent = append(sent, action.(core.CreateAction).GetObject().(*eventsv1.Event).DeepCopy())
+		return false, nil, nil
+	})
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regarding, related := newPod("web"), newPod("other")
+	regarding.ResourceVersion = "7"
+	before := time.Now()
+	recording.Recorder().Eventf(regarding, related, corev1.EventTypeWarning, "Taken", "Sync", "Name %q is taken", "web")
+	after := time.Now()
+	recording.Shutdown(ctx, 5*time.Second)
+
+	if len(sent) != 1 {
+		t.Fatalf("%d Events written, want 1", len(sent))
+	}
+	got := *sent[0]
+	hostname, _ := os.Hostname()
+	want := eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("web.%x", got.EventTime.UnixNano()), Namespace: "default"},
+		EventTime:           got.EventTime,
+		ReportingController: "test-controller",
+		ReportingInstance:   "test-controller-" + hostname,
+		Action:              "Sync",
+		Reason:              "Taken",
+		Regarding:           corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "default", Name: "web", UID: "web", ResourceVersion: "7"},
+		Related:             &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "default", Name: "other", UID: "other"},
+		Note:                `Name "web" is taken`,
+		Type:                corev1.EventTypeWarning,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Event written (-want +got):\n%s", diff)
+	}
+	if at := got.EventTime.Time; at.Before(before.Truncate(time.Microsecond)) || at.After(after) {
+		t.Errorf("eventTime %v, want the time it was recorded, between %v and %v", at, before, after)
+	}
+}
+
+// TestRefusedWritesAreDropped checks that an Event the API server refuses is counted
+// as dropped, as refused, and not tried again.
+func TestRefusedWritesAreDropped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var tries atomic.Int32
+	client := k8sfake.NewClientset()
+	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
+		tries.Add(1)
+		return true, nil, apierrors.NewInvalid(eventsv1.SchemeGroupVersion.WithKind("Event").GroupKind(), "web.1", nil)
+	})
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	recording.Shutdown(ctx, 5*time.Second)
+	if got := dropped.get(); len(got) != 1 || got[DroppedRefused] != 1 {
+		t.Errorf("dropped %v, want 1 %s", got, DroppedRefused)
+	}
+	if got := tries.Load(); got != 1 {
+		t.Errorf("%d tries, want 1", got)
 	}
 }
 

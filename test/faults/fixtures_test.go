@@ -127,7 +127,7 @@ func isObjectWrite(w apiproxy.Write) bool {
 }
 
 // ownedWrites keeps the writes a replica may make only inside its tenure: of Foos,
-// Deployments and Events (written on the broadcaster's timers, but through the same
+// Deployments and Events (written apart from the syncs, but through the same
 // gate).
 func ownedWrites(writes []apiproxy.Write) []apiproxy.Write {
 	return slices.DeleteFunc(writes, func(w apiproxy.Write) bool { return !isObjectWrite(w) && w.Resource != "events" })
