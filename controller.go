@@ -801,7 +801,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 	return nil
 }
 
-// reportNotOwned tells the Foo's author, once, that its Deployment name is taken by
+// reportNotOwned tells the Foo's author, once per holder, that its Deployment name is taken by
 // other, and has the Foo woken when other goes away: by the cache's events when other
 // is in it, by a watch of its name when not (another slot's, or one the controller
 // never labelled), and by a recheck after notOwnedRecheckInterval in any case. A name
@@ -817,6 +817,8 @@ func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo
 	case reconcile.NotOwnedReported(foo):
 	case awaitingCollection(foo, other):
 		logger.V(2).Info("Deployment name is held by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
+	case !c.writes.Refused(key, foo.UID, "not owned: "+string(other.UID)):
+		// Reported while this process runs, and the status write that says so failed.
 	default:
 		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
 		logger.Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(other))

@@ -433,6 +433,34 @@ func TestSyncHandlerMarksRefusals(t *testing.T) {
 	}
 }
 
+// TestNotOwnedIsReportedOncePerHolder syncs a Foo whose Deployment name is taken while
+// its status writes fail, so that the status never says so: the Warning is recorded
+// once, and again only for another holder of the name.
+func TestNotOwnedIsReportedOncePerHolder(t *testing.T) {
+	foo := newFoo("web", nil)
+	holder := foreignDeployment("web", map[string]string{reconcile.FooUIDLabel: "x"})
+	f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{holder}, nil)
+	f.client.PrependReactor("update", "foos", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+	const warning = `Warning DeploymentNotOwned Deployment "web" already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName`
+	for range 3 {
+		if err := f.sync(foo); err == nil {
+			t.Fatal("syncHandler() = nil, want the status write's error")
+		}
+	}
+	f.checkEvents(warning)
+
+	another := modified(holder, func(d *appsv1.Deployment) { d.UID = "another-holder-uid" })
+	if err := f.controller.deploymentsIndexer.Update(cachedCopy(another)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sync(foo); err == nil {
+		t.Fatal("syncHandler() = nil, want the status write's error")
+	}
+	f.checkEvents(warning)
+}
+
 // fencedError is the fencing policy's refusal of a Deployment write: this Pod no longer
 // holds the Lease.
 func fencedError() error {

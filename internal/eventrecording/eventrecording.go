@@ -5,10 +5,11 @@
 // It does for the controller what client-go's events broadcaster would, without what
 // the broadcaster costs here. The broadcaster writes each Event from a goroutine of its
 // own, with no bound, and keeps a copy of each for 6 to 12 minutes, to count an Event
-// that repeats into a series. This controller records each Event once per action or
-// cause (a Deployment created, a refusal reported), and an Event refers to its objects
-// at their resourceVersion, which the broadcaster's series key includes: no two of its
-// Events would form a series, and at a cold start of 100000 Foos the copies took 75 MB.
+// that repeats into a series. This controller records an Event once per action (a
+// Deployment created, updated or deleted) and a Warning once per cause (a refusal, a
+// holder of the Deployment name), and it refers to objects at their resourceVersion,
+// which the broadcaster's series key includes: its Events do not repeat, and at a cold
+// start of 100000 Foos the copies took 75 MB.
 package eventrecording
 
 import (
@@ -24,10 +25,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/record/util"
 	"k8s.io/client-go/tools/reference"
 	"k8s.io/klog/v2"
 
@@ -54,8 +57,10 @@ type Recording struct {
 	// waiting are the Events recorded and not yet being written, oldest first; the pump
 	// starts their writes as the sink has room, and wake tells it there is one more.
 	// pumped is closed when the pump has stopped, for good, after stopPump is closed.
-	mu               sync.Mutex
-	waiting          []waitingEvent
+	mu      sync.Mutex
+	waiting []waitingEvent
+	// closed is set by Shutdown once it stops taking Events.
+	closed           bool
 	wake             chan struct{}
 	stopPump, pumped chan struct{}
 	stopPumpOnce     sync.Once
@@ -140,13 +145,6 @@ type waitingRecorder Recording
 
 func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
 	r := (*Recording)(w)
-	select {
-	case <-r.pumped:
-		// After Shutdown: nothing would write it.
-		r.sink.dropped(r.sink.stopReason())
-		return
-	default:
-	}
 	// The API server would refuse it: refused here, with the reason, as client-go's
 	// recorder refuses it.
 	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
@@ -155,20 +153,28 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 	}
 	e := waitingEvent{eventtype: eventtype, reason: reason, action: action, note: fmt.Sprintf(note, args...), at: time.Now()}
 	var err error
-	if e.regarding, err = reference.GetReference(scheme.Scheme, regarding); err == nil && related != nil {
-		e.related, err = reference.GetReference(scheme.Scheme, related)
-	}
-	if err != nil {
+	if e.regarding, err = reference.GetReference(scheme.Scheme, regarding); err != nil {
 		klog.Background().Error(err, "Refused an Event: no reference to its object", "reason", reason)
 		return
 	}
+	if related != nil {
+		// Written without it, as client-go's recorder writes it.
+		if e.related, err = reference.GetReference(scheme.Scheme, related); err != nil {
+			klog.Background().V(4).Info("An Event's related object has no reference", "reason", reason, "err", err)
+		}
+	}
 	r.mu.Lock()
-	full := len(r.waiting) >= maxWaiting
-	if !full {
+	closed, full := r.closed, len(r.waiting) >= maxWaiting
+	if !closed && !full {
 		r.waiting = append(r.waiting, e)
 	}
 	r.mu.Unlock()
-	if full {
+	switch {
+	case closed:
+		// After Shutdown: nothing would write it.
+		r.sink.dropped(r.sink.stopReason())
+		return
+	case full:
 		r.sink.dropped(DroppedBacklog)
 		return
 	}
@@ -179,14 +185,15 @@ func (w *waitingRecorder) Eventf(regarding, related runtime.Object, eventtype, r
 }
 
 // event is the Event e records, as client-go's recorder makes it: named for the object
-// it regards and its time, in that object's namespace.
+// it regards and its time (or a UUID, where that would be too long a name), in that
+// object's namespace.
 func (r *Recording) event(e waitingEvent) *eventsv1.Event {
 	namespace := e.regarding.Namespace
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault
 	}
 	return &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", e.regarding.Name, e.at.UnixNano()), Namespace: namespace},
+		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(e.regarding.Name, e.at.UnixNano()), Namespace: namespace},
 		EventTime:           metav1.NewMicroTime(e.at),
 		ReportingController: r.reportingController,
 		ReportingInstance:   r.reportingInstance,
@@ -272,20 +279,32 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 		logger.Info("Gave up waiting for Events to be written", "waiting", waiting, "pending", pending, "timeout", timeout)
 		break
 	}
-	r.haltPump()
-	// What still waits (what was recorded after Shutdown began, when the wait was
-	// long enough) is dropped; the writes still pending end, and their sink counts
-	// each as dropped.
 	r.mu.Lock()
+	r.closed = true
 	left := len(r.waiting)
 	r.waiting = nil
 	r.mu.Unlock()
+	r.haltPump()
+	// What still waits is dropped, and so are the writes still pending, which end once
+	// stopped: all for the reason that holds now, before the caller (a leader
+	// releasing its Lease) changes it.
 	reason := r.sink.stopReason()
 	for range left {
 		r.sink.dropped(reason)
 	}
+	r.sink.stopping(reason)
 	r.stop()
+	if pending, _ := r.sink.state(); pending > 0 {
+		select {
+		case <-r.sink.idle:
+		case <-time.After(stoppedWritesWait):
+		}
+	}
 }
+
+// stoppedWritesWait bounds Shutdown's wait, after it gave up, for the writes it stopped
+// to end: a write on a connection that does not answer ends only with its timeout.
+const stoppedWritesWait = time.Second
 
 // countingSink writes Events: it counts the writes pending and done, and holds them to
 // a tenure. The pump keeps at most bound pending.
@@ -300,6 +319,15 @@ type countingSink struct {
 
 	mu               sync.Mutex
 	pending, written int
+	// stoppedAs is the reason the writes stopped by Shutdown are dropped for.
+	stoppedAs string
+}
+
+// stopping sets the reason the writes stopped from now on are dropped for.
+func (s *countingSink) stopping(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stoppedAs = reason
 }
 
 // begin counts a write pending, until its end.
@@ -345,9 +373,11 @@ func (s *countingSink) state() (pending, written int) {
 }
 
 // write writes event within the tenure, begun, and ends it. A write that does not
-// reach the API server is tried again, maxTries in all, retryInterval apart; one the
-// tenure's gate held back is dropped, counted as such (not as written), since it could
-// only be written in a tenure it does not belong to.
+// reach the API server is tried again, maxTries in all, about retryInterval apart,
+// while the tenure lasts; one the tenure's gate held back is dropped, counted as such
+// (not as written), since it could only be written in a tenure it does not belong to.
+// A drop is counted before the write ends, so that Shutdown, once nothing is pending,
+// has every count.
 func (s *countingSink) write(ctx context.Context, event *eventsv1.Event) {
 	logger := klog.FromContext(ctx).WithValues("reason", event.Reason, "regarding", klog.KRef(event.Regarding.Namespace, event.Regarding.Name))
 	if s.tenure != nil {
@@ -359,29 +389,51 @@ func (s *countingSink) write(ctx context.Context, event *eventsv1.Event) {
 	}
 	err := create()
 	for tries := 1; unreachable(err); tries++ {
-		if tries == maxTries {
-			s.end(false)
+		switch {
+		case tries == maxTries:
 			logger.Info("Dropped an Event: the API server was not reached", "tries", tries, "err", err)
-			s.dropped(DroppedUnreachable)
+			s.drop(DroppedUnreachable)
+			return
+		case s.tenure != nil && !s.tenure.Valid():
+			s.drop(DroppedTenureOver)
+			return
+		case !sleep(ctx, wait.Jitter(retryInterval, 0.25)):
+			// Shutdown gave up waiting for this one.
+			s.drop(s.stopped())
 			return
 		}
-		if !sleep(ctx, retryInterval) {
-			// The recording was stopped: Shutdown gave up waiting for this one.
-			s.end(false)
-			s.dropped(s.stopReason())
-			return
+		if err = create(); apierrors.IsAlreadyExists(err) {
+			err = nil // an earlier try was written, its answer lost
 		}
-		err = create()
 	}
-	s.end(err == nil)
 	switch {
+	case err == nil:
+		s.end(true)
 	case errors.Is(err, tenure.ErrNotHeld):
 		logger.V(2).Info("Dropped an Event: this replica's tenure is over")
-		s.dropped(DroppedTenureOver)
-	case err != nil:
+		s.drop(DroppedTenureOver)
+	case ctx.Err() != nil:
+		s.drop(s.stopped())
+	default:
 		logger.Error(err, "The API server refused an Event")
-		s.dropped(DroppedRefused)
+		s.drop(DroppedRefused)
 	}
+}
+
+// drop counts a write dropped for reason, and then its end.
+func (s *countingSink) drop(reason string) {
+	s.dropped(reason)
+	s.end(false)
+}
+
+// stopped is the reason a write that Shutdown stopped is dropped for.
+func (s *countingSink) stopped() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stoppedAs != "" {
+		return s.stoppedAs
+	}
+	return DroppedShutdown
 }
 
 // stopReason is why an Event that the recording's end kept from its write is dropped:

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,21 +34,16 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
-// TestShutdownWritesEverything records Events for many objects, cancels
-// the context as a signal does, and checks that shutdown returns only once every
-// Event is written, although each write is slow.
+// TestShutdownWritesEverything records Events for many objects, cancels the context
+// as a signal does, and checks that shutdown returns only once every Event is written,
+// although each write is slow. The API server is an HTTP server, which sees a request
+// end when its context does.
 func TestShutdownWritesEverything(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	client := k8sfake.NewClientset()
-	var written atomic.Int32
-	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
-		time.Sleep(50 * time.Millisecond)
-		written.Add(1)
-		return false, nil, nil
-	})
+	client, written, _ := slowServer(t, 50*time.Millisecond)
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +60,39 @@ func TestShutdownWritesEverything(t *testing.T) {
 	recording.Shutdown(ctx, 5*time.Second)
 	if got := written.Load(); got != n {
 		t.Errorf("%d of %d Events written when shutdown returned after %v", got, n, time.Since(start))
+	}
+}
+
+// TestWritesPendingAtTheDeadlineAreDropped checks that when shutdown gives up, the
+// write it stopped and the Event still waiting are both counted as dropped at shutdown
+// by the time it returns.
+func TestWritesPendingAtTheDeadlineAreDropped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	done := make(chan struct{})
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // never answers
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}))
+	defer server.Close()
+	defer close(done) // before Close, which waits for the handlers
+
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: server.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"written-forever", "waiting"} {
+		recording.Recorder().Eventf(newPod(name), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	}
+	recording.Shutdown(ctx, 300*time.Millisecond)
+	if got := dropped.get(); len(got) != 1 || got[DroppedShutdown] != 2 {
+		t.Errorf("dropped %v when shutdown returned, want 2 at shutdown", got)
 	}
 }
 
@@ -375,30 +405,64 @@ func TestRefusedWritesAreDropped(t *testing.T) {
 	}
 }
 
+// TestLongNamesGetEvents records an Event about an object whose name leaves no room
+// for the Event's time: its name is still one the API server accepts.
+func TestLongNamesGetEvents(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := k8sfake.NewClientset()
+	var names []string
+	client.PrependReactor("create", "events", func(action core.Action) (bool, runtime.Object, error) {
+		names = append(names, action.(core.CreateAction).GetObject().(*eventsv1.Event).Name)
+		return false, nil, nil
+	})
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording.Recorder().Eventf(newPod(strings.Repeat("a", 250)), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	recording.Shutdown(ctx, 5*time.Second)
+	if len(names) != 1 {
+		t.Fatalf("%d Events written, want 1", len(names))
+	}
+	if errs := validation.NameIsDNSSubdomain(names[0], false); len(errs) > 0 {
+		t.Errorf("Event name %q: %v", names[0], errs)
+	}
+}
+
+// TestAnEarlierTryWrittenCountsAsWritten: a write whose answer was lost, and whose
+// retry finds the Event there already, counts as written.
+func TestAnEarlierTryWrittenCountsAsWritten(t *testing.T) {
+	defer func(interval time.Duration) { retryInterval = interval }(retryInterval)
+	retryInterval = 10 * time.Millisecond
+	_, ctx := ktesting.NewTestContext(t)
+	var tries atomic.Int32
+	client := k8sfake.NewClientset()
+	client.PrependReactor("create", "events", func(action core.Action) (bool, runtime.Object, error) {
+		if tries.Add(1) == 1 {
+			return true, nil, errors.New("http2: client connection lost") // after the server wrote it
+		}
+		name := action.(core.CreateAction).GetObject().(*eventsv1.Event).Name
+		return true, nil, apierrors.NewAlreadyExists(eventsv1.Resource("events"), name)
+	})
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
+	recording.Shutdown(ctx, 5*time.Second)
+	if _, written := recording.sink.state(); written != 1 || len(dropped.get()) != 0 || tries.Load() != 2 {
+		t.Errorf("%d written, dropped %v, in %d tries; want 1 written, none dropped, in 2 tries", written, dropped.get(), tries.Load())
+	}
+}
+
 // TestEventWritesAreBounded records many Events at once against an API server whose
 // every answer is slow, and checks that no more than the bound are ever in flight
 // together, and that every one is written. (The fake clientset runs its reactors one
 // at a time, so this takes an HTTP server.)
 func TestEventWritesAreBounded(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	var inFlight, most, written atomic.Int32
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for seen := most.Load(); now > seen && !most.CompareAndSwap(seen, now); seen = most.Load() {
-		}
-		body, _ := io.ReadAll(r.Body)
-		time.Sleep(20 * time.Millisecond)
-		written.Add(1)
-		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(body) // the Event as sent
-	}))
-	defer server.Close()
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: server.URL, QPS: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, written, most := slowServer(t, 20*time.Millisecond)
 	const bound, n = 3, 30
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, bound)
 	if err != nil {
@@ -415,6 +479,35 @@ func TestEventWritesAreBounded(t *testing.T) {
 	if got := most.Load(); got > bound || got < 2 {
 		t.Errorf("at most %d Event writes were in flight together, want 2 to %d", got, bound)
 	}
+}
+
+// slowServer is an API server that answers every request after delay, as if it had
+// written what was sent, and counts the writes and the most in flight at once.
+func slowServer(t *testing.T, delay time.Duration) (client kubernetes.Interface, written, most *atomic.Int32) {
+	var inFlight atomic.Int32
+	written, most = &atomic.Int32{}, &atomic.Int32{}
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for seen := most.Load(); now > seen && !most.CompareAndSwap(seen, now); seen = most.Load() {
+		}
+		body, _ := io.ReadAll(r.Body)
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+		written.Add(1)
+		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body) // the Event as sent
+	}))
+	t.Cleanup(server.Close)
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: server.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, written, most
 }
 
 // droppedCounts counts the Events Start's dropped is told of, by reason.
