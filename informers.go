@@ -1,6 +1,6 @@
 // The controller's informers: what it watches and how much of each object it keeps.
-// Both caches are trimmed: the Foos of their managedFields, the Deployments to the
-// fields the controller reads (reconcile.CachedDeployment). The Deployment cache holds only the
+// Both caches are trimmed: the Foos of their managedFields (reconcile.CacheFoo), the
+// Deployments to the fields the controller reads (reconcile.CachedDeployment). The Deployment cache holds only the
 // Deployments the controller labelled, and in sharded mode both hold one slot's share,
 // filtered by the API server.
 
@@ -17,7 +17,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -128,7 +127,7 @@ func newInformers(kubeClient kubernetes.Interface, sampleClient clientset.Interf
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
 		sampleinformers.WithInformerName(sampleName),
 		sampleinformers.WithNamespace(namespace),
-		sampleinformers.WithTransform(dropManagedFields),
+		sampleinformers.WithTransform(reconcile.CacheFoo),
 	)
 	if s != nil {
 		// Registered before anyone asks for the Foo informer, so that it is the one.
@@ -174,16 +173,6 @@ func reserveInformerName(name, resource string) *cache.InformerName {
 		return nil
 	}
 	return reserved
-}
-
-// dropManagedFields is an informer transform that clears metadata.managedFields: the
-// controller never reads them, and they are often the largest part of an object. An
-// update sent without managedFields leaves the stored ones unchanged.
-func dropManagedFields(obj any) (any, error) {
-	if accessor, err := meta.Accessor(obj); err == nil {
-		accessor.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // newSlotFooInformer is the Foo informer of the generated factory with the slot's

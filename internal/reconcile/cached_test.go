@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -83,6 +84,7 @@ func TestCachedDeploymentDecidesAsTheFullOne(t *testing.T) {
 		{"labels drifted, others added", func(d *appsv1.Deployment) {
 			d.Labels = map[string]string{FooUIDLabel: "stale", "team": "blue"}
 		}},
+		{"labels removed", func(d *appsv1.Deployment) { d.Labels = nil }},
 		{"template labels lost", func(d *appsv1.Deployment) { d.Spec.Template.Labels = map[string]string{"team": "blue"} }},
 		{"selector of an older controller", func(d *appsv1.Deployment) {
 			d.Spec.Selector = &metav1.LabelSelector{
@@ -154,8 +156,11 @@ func TestCachedDeploymentRoundTrips(t *testing.T) {
 	served := servedDeployment(newFoo("web", ptr.To[int32](2)))
 	served.Status.Conditions[1].Status = corev1.ConditionFalse // kept
 	once := cached(t, served)
-	if !once.SelectsLabels || once.Selector != nil {
-		t.Errorf("a selector equal to the labels is kept as %v, %v; want it shared", once.Selector, once.SelectsLabels)
+	if !once.SelectsLabels || once.Selector != nil || !once.TemplateHasLabels || once.TemplateLabels != nil {
+		t.Errorf("a selector and template labels equal to the labels are kept as %v, %v and %v, %v; want them said so", once.Selector, once.SelectsLabels, once.TemplateLabels, once.TemplateHasLabels)
+	}
+	if once.Labels != nil || len(once.LabelPairs) != 2 || once.LabelPairs[1] != string(once.OwnerReferences[0].UID) {
+		t.Errorf("labels kept as %v and %v, want only the pairs", once.Labels, once.LabelPairs)
 	}
 	twice := cached(t, once.Deployment())
 	if diff := cmp.Diff(once, twice); diff != "" {
@@ -166,8 +171,7 @@ func TestCachedDeploymentRoundTrips(t *testing.T) {
 	if diff := cmp.Diff(once, copied); diff != "" {
 		t.Errorf("DeepCopyObject differs (-cached +copy):\n%s", diff)
 	}
-	copied.Labels["changed"] = "yes"
-	copied.TemplateLabels["changed"] = "yes"
+	copied.LabelPairs[1] = "changed"
 	copied.OwnerReferences[0].Name = "changed"
 	copied.Containers[0].Image = "changed"
 	*copied.Replicas = 7
@@ -218,5 +222,55 @@ func BenchmarkDeploymentCache(b *testing.B) {
 			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-bytes/Deployment")
 			runtime.KeepAlive(kept)
 		})
+	}
+}
+
+// TestCacheFoo checks that the Foo informer's transform drops managedFields and has two
+// Foos decoded apart share the strings every Foo repeats, changing nothing else.
+func TestCacheFoo(t *testing.T) {
+	decoded := func(name string) *samplev1alpha1.Foo {
+		foo := newFoo(name, ptr.To[int32](1))
+		foo.TypeMeta = metav1.TypeMeta{APIVersion: samplev1alpha1.SchemeGroupVersion.String(), Kind: "Foo"}
+		foo.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
+		foo.Status = CalculateStatus(foo, servedDeployment(foo), nil, now)
+		data, err := json.Marshal(foo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &samplev1alpha1.Foo{}
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a, b := decoded("web"), decoded("api")
+	want := a.DeepCopy()
+	want.ManagedFields = nil
+	for _, foo := range []*samplev1alpha1.Foo{a, b} {
+		if _, err := CacheFoo(foo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(want, a); diff != "" {
+		t.Errorf("CacheFoo changed more than managedFields (-want +got):\n%s", diff)
+	}
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	ca, cb := a.Status.Conditions[0], b.Status.Conditions[0]
+	for what, shares := range map[string]bool{
+		"apiVersion":       same(a.APIVersion, b.APIVersion),
+		"kind":             same(a.Kind, b.Kind),
+		"namespace":        same(a.Namespace, b.Namespace),
+		"condition type":   same(ca.Type, cb.Type),
+		"condition status": same(string(ca.Status), string(cb.Status)),
+		"condition reason": same(ca.Reason, cb.Reason),
+		"deploymentName":   same(a.Spec.DeploymentName, a.Name),
+	} {
+		if !shares {
+			t.Errorf("the %s is not shared", what)
+		}
+	}
+	tombstone := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: a}
+	if got, _ := CacheFoo(tombstone); !cmp.Equal(got, tombstone) {
+		t.Errorf("CacheFoo(tombstone) = %v, want it unchanged", got)
 	}
 }

@@ -313,7 +313,7 @@ func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubern
 }
 
 // startInformers lists and watches the Foos and their Deployments as our controller
-// does (the Deployments' label, trimmed as ours; the Foos without managedFields; the
+// does (the Deployments' label, cached as ours; the Foos cached as ours; the
 // same resync) until both caches are filled, and calls changed with each Foo whose spec
 // an update changed. stop ends them, whether or not ctx has ended.
 func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
@@ -329,7 +329,7 @@ func startInformers(ctx context.Context, kube kubernetes.Interface, sample clien
 		kubeinformers.WithTransform(reconcile.CacheDeployment))
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, resync,
 		sampleinformers.WithNamespace(benchNamespace),
-		sampleinformers.WithTransform(dropManagedFields))
+		sampleinformers.WithTransform(reconcile.CacheFoo))
 	// A handler that does nothing: an informer resyncs only for its handlers, and
 	// ours has them.
 	if _, err = kubeFactory.Apps().V1().Deployments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{}); err != nil {
