@@ -727,7 +727,11 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1al
 		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
 	for _, obj := range owned {
-		d := obj.(*reconcile.CachedDeployment).Deployment() // for the Event's reference, by its kind
+		cached, ok := obj.(*reconcile.CachedDeployment)
+		if !ok {
+			return fmt.Errorf("the Deployment cache holds a %T for Foo %s/%s", obj, foo.Namespace, foo.Name)
+		}
+		d := cached.Deployment() // for the Event's reference, by its kind
 		if d.Name == foo.Spec.DeploymentName || d.DeletionTimestamp != nil {
 			continue
 		}

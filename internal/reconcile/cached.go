@@ -3,7 +3,7 @@ package reconcile
 import (
 	"maps"
 	"slices"
-	"unique"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -178,10 +178,40 @@ func sharedOwners(owners []metav1.OwnerReference, name string) []metav1.OwnerRef
 	return out
 }
 
-// shared returns s as the one copy every cached object holding that string shares.
-func shared(s string) string { return unique.Make(s).Value() }
+// shared returns s as the one copy that every cached object holding that string shares,
+// for the first maxShared strings shared; later ones keep their own copy. Only
+// strings that many objects repeat (namespaces, label keys, kinds, images, condition
+// reasons) are shared. Go's unique package would let a string go at the next garbage
+// collection once no Handle holds it, and the caches keep strings, not Handles.
+func shared(s string) string {
+	sharedStrings.RLock()
+	c, ok := sharedStrings.m[s]
+	sharedStrings.RUnlock()
+	if ok {
+		return c
+	}
+	sharedStrings.Lock()
+	defer sharedStrings.Unlock()
+	if c, ok := sharedStrings.m[s]; ok {
+		return c
+	}
+	if len(sharedStrings.m) >= maxShared {
+		return s
+	}
+	sharedStrings.m[s] = s
+	return s
+}
 
-// yes and no are what every cached *bool that is set points to.
+// maxShared bounds the strings shared, in case a field thought to repeat does not.
+const maxShared = 4096
+
+var sharedStrings = struct {
+	sync.RWMutex
+	m map[string]string
+}{m: map[string]string{}}
+
+// yes and no are what every cached *bool that is set points to: like everything a
+// cached object holds, never to be written through.
 var yes, no = true, false
 
 func sharedBool(b *bool) *bool {
