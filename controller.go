@@ -185,12 +185,8 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// addEventHandlers adds the controller's indexes and event handlers to its informers.
+// addEventHandlers adds the controller's event handlers to its informers.
 func (c *Controller) addEventHandlers(ctx context.Context) error {
-	if err := c.informers.addIndexers(); err != nil {
-		return err
-	}
-
 	fooRegistration, err := c.informers.foos.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueFoo,
 		UpdateFunc: c.updateFoo,

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	kubeinformers "k8s.io/client-go/informers"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	kubeinternal "k8s.io/client-go/informers/internalinterfaces"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -31,6 +33,7 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
+	sampleinternal "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/internalinterfaces"
 	fooinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 )
 
@@ -116,29 +119,38 @@ type informers struct {
 // is), as name-deployments and name-foos.
 func newInformers(kubeClient kubernetes.Interface, sampleClient clientset.Interface, namespace string, resync time.Duration, s *scope, name string) *informers {
 	kubeName, sampleName := reserveInformerName(name, "deployments"), reserveInformerName(name, "foos")
+	// Each informer is built here, with the controller's one index, in place of the
+	// generated factories' default, which adds a namespace index the controller never
+	// reads: a set per namespace holding every key, kept up to date on every event.
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, resync,
-		kubeinformers.WithInformerName(kubeName),
-		kubeinformers.WithNamespace(namespace),
-		kubeinformers.WithTweakListOptions(func(options *metav1.ListOptions) {
-			options.LabelSelector = s.deploymentSelector()
-		}),
-		kubeinformers.WithTransform(reconcile.CacheDeployment),
-	)
-	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
-		sampleinformers.WithInformerName(sampleName),
-		sampleinformers.WithNamespace(namespace),
-		sampleinformers.WithTransform(reconcile.CacheFoo),
-	)
-	if s != nil {
-		// Registered before anyone asks for the Foo informer, so that it is the one.
-		sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return newSlotFooInformer(client, namespace, resync, s, sampleName)
+		kubeinformers.WithTransform(reconcile.CacheDeployment))
+	deployments := kubeFactory.InformerFor(&appsv1.Deployment{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return appsinformers.NewDeploymentInformerWithOptions(client, namespace, kubeinternal.InformerOptions{
+			ResyncPeriod: resync,
+			Indexers:     cache.Indexers{byControllerUID: indexByControllerUID},
+			InformerName: kubeName,
+			TweakListOptions: func(options *metav1.ListOptions) {
+				options.LabelSelector = s.deploymentSelector()
+			},
 		})
-	}
+	})
+	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, resync,
+		sampleinformers.WithTransform(reconcile.CacheFoo))
+	// Registered before anyone asks for the Foo informer, so that it is the one.
+	sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
+		if s == nil {
+			return fooinformers.NewFooInformerWithOptions(client, namespace, sampleinternal.InformerOptions{
+				ResyncPeriod: resync,
+				Indexers:     fooIndexers,
+				InformerName: sampleName,
+			})
+		}
+		return newSlotFooInformer(client, namespace, resync, s, sampleName)
+	})
 	return &informers{
 		kube:        kubeFactory,
 		sample:      sampleFactory,
-		deployments: kubeFactory.Apps().V1().Deployments().Informer(),
+		deployments: deployments,
 		foos:        sampleFactory.Samplecontroller().V1alpha1().Foos(),
 		release: func() {
 			kubeName.Release()
@@ -207,7 +219,7 @@ func newSlotFooInformer(client clientset.Interface, namespace string, resync tim
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &samplev1alpha1.Foo{},
 		cache.SharedIndexInformerOptions{
 			ResyncPeriod: resync,
-			Indexers:     cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			Indexers:     fooIndexers,
 			Identifier:   name.WithResource(samplev1alpha1.SchemeGroupVersion.WithResource("foos")),
 		})
 }
@@ -261,16 +273,8 @@ const (
 	byDeploymentName = "byDeploymentName"
 )
 
-// addIndexers adds the controller's indexes to the informers.
-func (i *informers) addIndexers() error {
-	if err := i.deployments.AddIndexers(cache.Indexers{byControllerUID: indexByControllerUID}); err != nil {
-		return fmt.Errorf("adding the Deployment index: %w", err)
-	}
-	if err := i.foos.Informer().AddIndexers(cache.Indexers{byDeploymentName: indexByDeploymentName}); err != nil {
-		return fmt.Errorf("adding the Foo index: %w", err)
-	}
-	return nil
-}
+// fooIndexers are the Foo informer's indexes.
+var fooIndexers = cache.Indexers{byDeploymentName: indexByDeploymentName}
 
 // indexByControllerUID is the index function of byControllerUID.
 func indexByControllerUID(obj any) ([]string, error) {

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubeinformers "k8s.io/client-go/informers"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	kubeinternal "k8s.io/client-go/informers/internalinterfaces"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +32,8 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
+	sampleinternal "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/internalinterfaces"
+	fooinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
@@ -323,13 +327,21 @@ func startInformers(ctx context.Context, kube kubernetes.Interface, sample clien
 			cancel()
 		}
 	}()
+	// No index, where the factories' default adds a namespace index: ours keeps only
+	// the indexes it reads, and those are its own work.
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
-		kubeinformers.WithNamespace(benchNamespace),
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel }),
 		kubeinformers.WithTransform(reconcile.CacheDeployment))
+	kubeFactory.InformerFor(&appsv1.Deployment{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return appsinformers.NewDeploymentInformerWithOptions(client, benchNamespace, kubeinternal.InformerOptions{
+			ResyncPeriod:     resync,
+			TweakListOptions: func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel },
+		})
+	})
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, resync,
-		sampleinformers.WithNamespace(benchNamespace),
 		sampleinformers.WithTransform(reconcile.CacheFoo))
+	sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return fooinformers.NewFooInformerWithOptions(client, benchNamespace, sampleinternal.InformerOptions{ResyncPeriod: resync})
+	})
 	// A handler that does nothing: an informer resyncs only for its handlers, and
 	// ours has them.
 	if _, err = kubeFactory.Apps().V1().Deployments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{}); err != nil {
