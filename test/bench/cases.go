@@ -304,6 +304,87 @@ func (restartCase) run(ctx context.Context, s *session) error {
 	return nil
 }
 
+// relistCase restarts kube-apiserver under a converged controller, whose informers
+// then list every Foo and Deployment again. It counts the writes of --steady-window
+// from the restart, which a controller that trusts what it finds makes none of, and
+// reads the controller's CPU over the window and its RSS at the peak, which comes
+// while it holds the old cache and decodes the new list.
+type relistCase struct{}
+
+type relistResult struct {
+	Foos int `json:"foos"`
+	// APIServerReadySeconds is how long kube-apiserver took from its stop to ready.
+	APIServerReadySeconds float64 `json:"apiserverReadySeconds"`
+	WindowSeconds         float64 `json:"windowSeconds"`
+	// Requests counts what the new kube-apiserver served in the window, the lists of
+	// the controller's informers and of the bench's watch among them.
+	Requests    requestCounts `json:"requests"`
+	Writes      requestCounts `json:"mutating"`
+	WritesTotal float64       `json:"mutatingTotal"`
+	// The controller's (every replica's, summed) RSS before the restart, and the sum
+	// of their peaks over the window, with the CPU they used in it.
+	RSSBefore  int64   `json:"rssBeforeBytes"`
+	RSSPeak    int64   `json:"rssPeakBytes"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+}
+
+func (relistCase) run(ctx context.Context, s *session) error {
+	if _, ok := s.driver.(controller); !ok {
+		return fmt.Errorf("the relist case needs a controller, not %s", s.driver.column())
+	}
+	r := relistResult{Foos: len(s.foos)}
+	var cpuBefore time.Duration
+	for _, proc := range s.procs {
+		rss, err := proc.RSSBytes()
+		if err != nil {
+			return err
+		}
+		cpu, err := proc.CPUTime()
+		if err != nil {
+			return err
+		}
+		if err := proc.ResetPeakRSS(); err != nil {
+			return err
+		}
+		r.RSSBefore, cpuBefore = r.RSSBefore+rss, cpuBefore+cpu
+	}
+	progressf("%s: restarting kube-apiserver under the controller", s.name)
+	start := time.Now()
+	if err := s.cluster.Restart(ctx, localcluster.ComponentAPIServer); err != nil {
+		return err
+	}
+	r.APIServerReadySeconds = time.Since(start).Seconds()
+	if err := sleep(ctx, s.cfg.steadyWindow-time.Since(start)); err != nil {
+		return err
+	}
+	// The new kube-apiserver counted from zero: every request it served is since.
+	m, err := s.cluster.APIServerMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	r.WindowSeconds = time.Since(start).Seconds()
+	r.Requests = apiserverRequests(m, countedResources)
+	r.Writes = r.Requests.mutating()
+	r.WritesTotal = r.Writes.total()
+	var cpuAfter time.Duration
+	for _, proc := range s.procs {
+		peak, err := proc.PeakRSSBytes()
+		if err != nil {
+			return err
+		}
+		cpu, err := proc.CPUTime()
+		if err != nil {
+			return err
+		}
+		r.RSSPeak, cpuAfter = r.RSSPeak+peak, cpuAfter+cpu
+	}
+	r.CPUSeconds = (cpuAfter - cpuBefore).Seconds()
+	s.result.Relist = &r
+	progressf("%s: kube-apiserver ready in %.1f s; %.0f writes in %.0f s; RSS %.1f MiB before, %.1f at the peak",
+		s.name, r.APIServerReadySeconds, r.WritesTotal, r.WindowSeconds, mib(r.RSSBefore), mib(r.RSSPeak))
+	return nil
+}
+
 // unrelatedDeployment is the i-th Deployment of the memory case.
 func unrelatedDeployment(i int) *appsv1.Deployment {
 	labels := map[string]string{"app": "unrelated", "index": fmt.Sprint(i)}

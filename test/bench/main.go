@@ -47,9 +47,10 @@ const (
 	caseMemory   = "memory"   // RSS before and after unrelated Deployments
 	caseReaction = "reaction" // spec change to Deployment latency
 	caseRestart  = "restart"  // writes and readiness after a restart with the Foos converged
+	caseRelist   = "relist"   // writes, CPU and peak RSS after kube-apiserver restarts under the controller
 )
 
-var allCases = []string{caseLimit, caseSteady, caseMemory, caseReaction, caseRestart}
+var allCases = []string{caseLimit, caseSteady, caseMemory, caseReaction, caseRestart, caseRelist}
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -167,7 +168,7 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 		sides = append(sides, limit{Watching: true}, limit{})
 	}
 	sizes := slices.Clone(cfg.foos)
-	if cfg.cases[caseSteady] || cfg.cases[caseMemory] || cfg.cases[caseReaction] || cfg.cases[caseRestart] {
+	if cfg.cases[caseSteady] || cfg.cases[caseMemory] || cfg.cases[caseReaction] || cfg.cases[caseRestart] || cfg.cases[caseRelist] {
 		sizes = append(sizes, cfg.steadyFoos)
 	}
 	slices.Sort(sizes)
@@ -211,6 +212,9 @@ func laterCases(cfg config, d driver) []benchCase {
 	}
 	if cfg.cases[caseRestart] {
 		out = append(out, restartCase{})
+	}
+	if cfg.cases[caseRelist] {
+		out = append(out, relistCase{})
 	}
 	return out
 }

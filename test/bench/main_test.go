@@ -66,12 +66,12 @@ func TestPlan(t *testing.T) {
 			"limit watching 100 pair 2: cold start",
 			"limit 100 pair 2: cold start",
 			"ours 100 pair 2: cold start",
-			"ours 1000 pair 1: cold start, reaction 25/s, reaction 100/s, steady, memory, restart",
+			"ours 1000 pair 1: cold start, reaction 25/s, reaction 100/s, steady, memory, restart, relist",
 			"limit watching 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
 			"limit 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
 			"limit watching 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
 			"limit 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
-			"ours 1000 pair 2: cold start, reaction 25/s, reaction 100/s, steady, memory, restart",
+			"ours 1000 pair 2: cold start, reaction 25/s, reaction 100/s, steady, memory, restart, relist",
 		},
 	}, {
 		name: "the steady-state size runs though it is not a cold-start size",
@@ -144,6 +144,8 @@ func describeCase(c benchCase) string {
 		return "memory"
 	case restartCase:
 		return "restart"
+	case relistCase:
+		return "relist"
 	case reactionCase:
 		return fmt.Sprintf("reaction %d/s", c.rate)
 	}

@@ -33,6 +33,7 @@ type runResult struct {
 	Steady    *steadyResult    `json:"steady,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
 	Restart   *restartResult   `json:"restart,omitempty"`
+	Relist    *relistResult    `json:"relist,omitempty"`
 	Reactions []reactionResult `json:"reactions,omitempty"`
 }
 
@@ -55,6 +56,7 @@ const (
 	sectionSteady
 	sectionMemory
 	sectionRestart
+	sectionRelist
 	sectionReaction
 )
 
@@ -188,6 +190,15 @@ func buildTable(res *results) *table {
 			set(row(sectionRestart, 0, 1, "restart, %d Foos converged: /readyz (s)", rs.Foos), rs.ReadySeconds, rs.ReadySeconds > 0, "no /readyz")
 			set(row(sectionRestart, 0, 2, "restart, %d Foos converged: the same informers filled (s)", rs.Foos), rs.CacheSyncSeconds, true, "")
 			set(row(sectionRestart, 0, 3, "restart, %d Foos converged: /readyz ÷ informers filled (×)", rs.Foos), rs.ReadySeconds/rs.CacheSyncSeconds, rs.ReadySeconds > 0 && rs.CacheSyncSeconds > 0, "")
+		}
+		if rl := r.Relist; rl != nil {
+			at := func(sub int, format string) rowKey {
+				return row(sectionRelist, 0, sub, "kube-apiserver restarted, %d Foos converged: %s", rl.Foos, format)
+			}
+			set(at(0, "writes in the steady-state window after it"), rl.WritesTotal, true, "")
+			set(at(1, "kube-apiserver ready (s)"), rl.APIServerReadySeconds, true, "")
+			set(at(2, "the controller's CPU in the window (s)"), rl.CPUSeconds, true, "")
+			set(at(3, "the controller's peak RSS ÷ its RSS before (×)"), float64(rl.RSSPeak)/float64(rl.RSSBefore), rl.RSSBefore > 0, "")
 		}
 		for _, rr := range r.Reactions {
 			at := func(sub int, format string, args ...any) rowKey {

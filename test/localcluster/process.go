@@ -197,6 +197,19 @@ func (p *Process) RSSBytes() (int64, error) { return p.statusBytes("VmRSS") }
 // RSSFileBytes is the part of RSSBytes that maps files: mostly the binary's own pages.
 func (p *Process) RSSFileBytes() (int64, error) { return p.statusBytes("RssFile") }
 
+// PeakRSSBytes is the highest resident set size of the process since it started, or
+// since ResetPeakRSS (VmHWM).
+func (p *Process) PeakRSSBytes() (int64, error) { return p.statusBytes("VmHWM") }
+
+// ResetPeakRSS makes the process's present RSS its peak, so that PeakRSSBytes tells
+// the highest from then on (5 written to /proc/<pid>/clear_refs).
+func (p *Process) ResetPeakRSS() error {
+	if p.hasExited() {
+		return p.ExitError()
+	}
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.Pid()), []byte("5"), 0)
+}
+
 // statusBytes reads a size of the process's /proc/<pid>/status.
 func (p *Process) statusBytes(key string) (int64, error) {
 	if p.hasExited() {

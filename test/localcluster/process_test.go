@@ -150,6 +150,13 @@ func TestRSSBytes(t *testing.T) {
 		t.Errorf("RSSFileBytes = %d, %v; want at most a few hundred kB for sleep", file, err)
 	}
 
+	if err := p.ResetPeakRSS(); err != nil {
+		t.Fatal(err)
+	}
+	if peak, err := p.PeakRSSBytes(); err != nil || peak < 4096 || peak > 1<<30 {
+		t.Errorf("PeakRSSBytes after ResetPeakRSS = %d, %v; want a few hundred kB for sleep", peak, err)
+	}
+
 	for _, bad := range []string{"Name:\tsleep\n", "VmRSS:\t12 MB\n"} {
 		if _, err := statusSize(strings.NewReader(bad), "VmRSS"); err == nil {
 			t.Errorf("statusSize(%q) succeeded", bad)
