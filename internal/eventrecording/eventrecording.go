@@ -64,6 +64,9 @@ type Recording struct {
 	wake             chan struct{}
 	stopPump, pumped chan struct{}
 	stopPumpOnce     sync.Once
+	// idle, once WhileIdle sets it, tells when the writes may have idleBound in flight.
+	idle      func() bool
+	idleBound int
 }
 
 // waitingEvent is an Event recorded and not yet being written: the objects reduced to
@@ -207,7 +210,7 @@ func (r *Recording) event(e waitingEvent) *eventsv1.Event {
 }
 
 // pump starts the writes of the waiting Events, oldest first, while fewer than the
-// bound are pending, until stopPump is closed.
+// bound (boundLocked) are pending, until stopPump is closed.
 func (r *Recording) pump() {
 	defer close(r.pumped)
 	for {
@@ -216,7 +219,9 @@ func (r *Recording) pump() {
 		switch {
 		case len(r.waiting) == 0:
 			wait = r.wake
-		case r.sink.pendingCount() >= r.sink.bound:
+		case r.sink.pendingCount() >= r.boundLocked():
+			// The next write that ends looks again: the bound may have risen
+			// meanwhile.
 			wait = r.sink.changed
 		default:
 			e := r.waiting[0]
@@ -300,6 +305,24 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 		case <-time.After(stoppedWritesWait):
 		}
 	}
+}
+
+// WhileIdle raises the bound on the writes in flight to inFlight whenever idle says
+// the work the Events report is done (a controller's queue empty), so that the Events
+// left waiting at the end of a cold start are written as fast as the Deployments they
+// report were. idle is called with the recording's lock held: it must not record.
+func (r *Recording) WhileIdle(inFlight int, idle func() bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.idle, r.idleBound = idle, max(r.sink.bound, inFlight)
+}
+
+// boundLocked is how many writes may be in flight now. r.mu must be held.
+func (r *Recording) boundLocked() int {
+	if r.idle != nil && r.idle() {
+		return r.idleBound
+	}
+	return r.sink.bound
 }
 
 // stoppedWritesWait bounds Shutdown's wait, after it gave up, for the writes it stopped

@@ -481,6 +481,40 @@ func TestEventWritesAreBounded(t *testing.T) {
 	}
 }
 
+// TestIdleRaisesTheBound records Events against a slow API server while the work they
+// report is under way, and checks that the writes keep to the bound until idle says the
+// work is done, and take the idle bound after.
+func TestIdleRaisesTheBound(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client, written, most := slowServer(t, 20*time.Millisecond)
+	const bound, idleBound, n = 1, 4, 40
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idle atomic.Bool
+	recording.WhileIdle(idleBound, idle.Load)
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	// Busy: one at a time, while a few are written.
+	for written.Load() < 5 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := most.Load(); got != bound {
+		t.Fatalf("%d Event writes were in flight together while busy, want %d", got, bound)
+	}
+	idle.Store(true)
+	recording.Shutdown(ctx, 10*time.Second)
+	if got := written.Load(); got != n {
+		t.Errorf("%d of %d Events written", got, n)
+	}
+	if got := most.Load(); got < 2 || got > idleBound {
+		t.Errorf("at most %d Event writes were in flight together once idle, want 2 to %d", got, idleBound)
+	}
+}
+
 // slowServer is an API server that answers every request after delay, as if it had
 // written what was sent, and counts the writes and the most in flight at once.
 func slowServer(t *testing.T, delay time.Duration) (client kubernetes.Interface, written, most *atomic.Int32) {
