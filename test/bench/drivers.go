@@ -155,11 +155,7 @@ func ourController(ctx context.Context, cfg config, root string) (controller, er
 			return controller{}, err
 		}
 	}
-	args := []string{"--resync-period=" + resync.String()}
-	if cfg.controllerBinary == "" {
-		args = append(args, strings.Fields(cfg.controllerArgs)...)
-	}
-	c := controller{Name: ourName, Binary: binary, Args: args, Rule: ruleReady, Ours: true}
+	c := asOurs(ourName, binary, cfg)
 	if cfg.shardReplicas > 1 {
 		c.Name = fmt.Sprintf("%s, %d sharded replicas", ourName, cfg.shardReplicas)
 		c.Replicas, c.ShardSlots = cfg.shardReplicas, cfg.shardSlots
@@ -167,9 +163,23 @@ func ourController(ctx context.Context, cfg config, root string) (controller, er
 	return c, nil
 }
 
+// asOurs runs binary, a build of ours, as ours runs: with the bench's resync, and
+// --controller-args unless they are another controller's.
+func asOurs(name, binary string, cfg config) controller {
+	args := []string{"--resync-period=" + resync.String()}
+	if cfg.controllerBinary == "" || cfg.controllerOurs {
+		args = append(args, strings.Fields(cfg.controllerArgs)...)
+	}
+	return controller{Name: name, Binary: binary, Args: args, Rule: ruleReady, Ours: true}
+}
+
 // foreignController is --controller-binary, with --controller-args as its whole
-// command line. A Foo counts as done once it wrote the status at all.
+// command line, and a Foo counts as done once it wrote the status at all; or, with
+// --controller-ours, another build of ours, run as ours.
 func foreignController(cfg config) controller {
+	if cfg.controllerOurs {
+		return asOurs(cfg.controllerName, cfg.controllerBinary, cfg)
+	}
 	args := strings.Fields(cfg.controllerArgs)
 	if len(args) == 0 {
 		args = []string{"-kubeconfig=" + kubeconfigPlaceholder}

@@ -32,6 +32,7 @@ type config struct {
 	reactionDuration, reactionDeadline time.Duration
 	reactionInflight                   int
 	ourBinary, controllerBinary        string
+	controllerOurs                     bool
 	controllerName, controllerArgs     string
 	peers                              []string // names in peerNames, in the order given
 	shardReplicas, shardSlots          int
@@ -72,6 +73,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.ourBinary, "our-binary", "", "use this build of our controller instead of building it from the repository root")
 	fs.StringVar(&cfg.controllerBinary, "controller-binary", "", "also run every case against this controller, e.g. another build of ours")
 	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
+	fs.BoolVar(&cfg.controllerOurs, "controller-ours", false, "--controller-binary is another build of ours: it runs as ours (metrics and probes served, its Events awaited, the bench's resync and --controller-args appended), for alternating runs of two builds")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
 		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
 	fs.IntVar(&cfg.shardReplicas, "shard-replicas", 1, "run ours as this many replicas in sharded mode (--shard-slots), with the Lease timings of artifacts/deploy/components/sharded; 1 runs one replica, unsharded")
@@ -118,6 +120,9 @@ func parseFlags(args []string) (config, error) {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
+	}
+	if cfg.controllerOurs && cfg.controllerBinary == "" {
+		return cfg, errors.New("--controller-ours needs --controller-binary")
 	}
 	if cfg.controllerName == "" && cfg.controllerBinary != "" {
 		cfg.controllerName = filepath.Base(cfg.controllerBinary)

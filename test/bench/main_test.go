@@ -43,7 +43,7 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := parseFlags([]string{"--cases="}); err != nil || len(cfg.cases) != 0 {
 		t.Errorf("--cases= gave %v, %v; want cold starts alone", cfg.cases, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"--controller-binary=/x/classic"}, {"--controller-binary=/x/y", "--controller-name=ours"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"--controller-binary=/x/classic"}, {"--controller-binary=/x/y", "--controller-name=ours"}, {"--controller-ours"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -201,6 +201,19 @@ func TestControllerArgs(t *testing.T) {
 	cfg.controllerArgs = ""
 	if got := strings.Join(foreignController(cfg).command("/k"), " "); got != "-kubeconfig=/k" {
 		t.Errorf("default other = %q", got)
+	}
+
+	// Another build of ours runs as ours, both with the args.
+	cfg = config{ourBinary: "/bin/sample-controller", controllerBinary: "/bin/before", controllerName: "before", controllerArgs: "--workers=8", controllerOurs: true}
+	ours, _ = ourController(t.Context(), cfg, "")
+	other = foreignController(cfg)
+	for _, c := range []controller{ours, other} {
+		if got := strings.Join(c.Args, " "); got != "--resync-period=30s --workers=8" || !c.Ours || !c.events() || c.rule() != ruleReady {
+			t.Errorf("%s runs with %q, ours %v, events %v, rule %v; want as ours, with the args", c.Name, got, c.Ours, c.events(), c.rule())
+		}
+	}
+	if other.Binary != "/bin/before" || other.Name != "before" {
+		t.Errorf("the other build is %q named %q", other.Binary, other.Name)
 	}
 }
 
