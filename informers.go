@@ -141,7 +141,7 @@ func newInformers(kubeClient kubernetes.Interface, sampleClient clientset.Interf
 		if s == nil {
 			return fooinformers.NewFooInformerWithOptions(client, namespace, sampleinternal.InformerOptions{
 				ResyncPeriod: resync,
-				Indexers:     fooIndexers,
+				Indexers:     fooIndexers(),
 				InformerName: sampleName,
 			})
 		}
@@ -219,7 +219,7 @@ func newSlotFooInformer(client clientset.Interface, namespace string, resync tim
 	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &samplev1alpha1.Foo{},
 		cache.SharedIndexInformerOptions{
 			ResyncPeriod: resync,
-			Indexers:     fooIndexers,
+			Indexers:     fooIndexers(),
 			Identifier:   name.WithResource(samplev1alpha1.SchemeGroupVersion.WithResource("foos")),
 		})
 }
@@ -273,8 +273,10 @@ const (
 	byDeploymentName = "byDeploymentName"
 )
 
-// fooIndexers are the Foo informer's indexes.
-var fooIndexers = cache.Indexers{byDeploymentName: indexByDeploymentName}
+// fooIndexers are the Foo informer's indexes, a map of its own for each informer.
+func fooIndexers() cache.Indexers {
+	return cache.Indexers{byDeploymentName: indexByDeploymentName}
+}
 
 // indexByControllerUID is the index function of byControllerUID.
 func indexByControllerUID(obj any) ([]string, error) {

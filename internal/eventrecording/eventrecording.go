@@ -64,9 +64,11 @@ type Recording struct {
 	wake             chan struct{}
 	stopPump, pumped chan struct{}
 	stopPumpOnce     sync.Once
-	// idle, once WhileIdle sets it, tells when the writes may have idleBound in flight.
+	// idle, once WhileIdle sets it, tells when the writes may have idleBound in flight,
+	// as they may once draining, when nothing records any more.
 	idle      func() bool
 	idleBound int
+	draining  bool
 }
 
 // waitingEvent is an Event recorded and not yet being written: the objects reduced to
@@ -265,6 +267,15 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 	logger := klog.FromContext(ctx)
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	// Nothing records any more: the writes may take the idle bound, and the pump,
+	// which may be waiting at the busy one, looks again.
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+	select {
+	case r.sink.changed <- struct{}{}:
+	default:
+	}
 	for {
 		r.mu.Lock()
 		waiting, pending := len(r.waiting), r.sink.pendingCount()
@@ -308,8 +319,9 @@ func (r *Recording) drain(ctx context.Context, timeout time.Duration) {
 }
 
 // WhileIdle raises the bound on the writes in flight to inFlight whenever idle says
-// the work the Events report is done (a controller's queue empty), so that the Events
-// left waiting at the end of a cold start are written as fast as the Deployments they
+// no more work waits that the Events would compete with (a controller's queue empty,
+// its last syncs maybe under way), and during Shutdown, so that the Events left
+// waiting at the end of a cold start are written as fast as the Deployments they
 // report were. idle is called with the recording's lock held: it must not record.
 func (r *Recording) WhileIdle(inFlight int, idle func() bool) {
 	r.mu.Lock()
@@ -319,7 +331,7 @@ func (r *Recording) WhileIdle(inFlight int, idle func() bool) {
 
 // boundLocked is how many writes may be in flight now. r.mu must be held.
 func (r *Recording) boundLocked() int {
-	if r.idle != nil && r.idle() {
+	if r.idle != nil && (r.draining || r.idle()) {
 		return r.idleBound
 	}
 	return r.sink.bound

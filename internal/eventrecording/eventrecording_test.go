@@ -499,8 +499,10 @@ func TestIdleRaisesTheBound(t *testing.T) {
 		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
 	}
 	// Busy: one at a time, while a few are written.
-	for written.Load() < 5 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); written.Load() < 5; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Events written in 10 s", written.Load())
+		}
 	}
 	if got := most.Load(); got != bound {
 		t.Fatalf("%d Event writes were in flight together while busy, want %d", got, bound)
@@ -512,6 +514,30 @@ func TestIdleRaisesTheBound(t *testing.T) {
 	}
 	if got := most.Load(); got < 2 || got > idleBound {
 		t.Errorf("at most %d Event writes were in flight together once idle, want 2 to %d", got, idleBound)
+	}
+}
+
+// TestShutdownWritesAtTheIdleBound: once Shutdown is called nothing records any more,
+// so the Events still waiting take the idle bound, busy or not.
+func TestShutdownWritesAtTheIdleBound(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client, written, most := slowServer(t, 20*time.Millisecond)
+	const bound, idleBound, n = 1, 4, 30
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording.WhileIdle(idleBound, func() bool { return false })
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
+	recording.Shutdown(ctx, 10*time.Second)
+	if got := written.Load(); got != n {
+		t.Errorf("%d of %d Events written", got, n)
+	}
+	if got := most.Load(); got < 2 || got > idleBound {
+		t.Errorf("at most %d Event writes were in flight together during Shutdown, want 2 to %d", got, idleBound)
 	}
 }
 
