@@ -54,7 +54,7 @@ func sampleResults() *results {
 			ColdStart: &coldStartResult{
 				Foos: 100, Converged: true, Seconds: 0.5, DeploymentsSeconds: 0.3, StatusesSeconds: 0.45,
 				PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1}, PerFooTotal: 2, EventWritesPerFoo: 1,
-				ControllerCPUSeconds: 0.05, APIServerCPUSeconds: 0.2,
+				ControllerCPUSeconds: 0.05, APIServerCPUSeconds: 0.2, BenchCPUSeconds: 0.02,
 			},
 			Steady:    &steadyResult{Foos: 100, PerMinute: 0},
 			Memory:    &memoryResult{Foos: 100, Unrelated: 1000, RSSBefore: 30 << 20, RSSAfter: 31 << 20, RSSPer10k: 10 << 20, RSSFileBefore: 12 << 20, APIServerRSS: 300 << 20, EtcdRSS: 100 << 20},
@@ -78,7 +78,7 @@ func sampleResults() *results {
 			ColdStart: &coldStartResult{
 				Foos: 100, Converged: true, Seconds: 0.4,
 				PerFoo: map[string]float64{"POST deployments": 1, "POST events": 1, "PUT foos/status": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
-				APIServerCPUSeconds: 0.16,
+				APIServerCPUSeconds: 0.16, BenchCPUSeconds: 0.06,
 			},
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, Exact: 1000, AchievedRate: 100, P50Ms: 10, P99Ms: 25, MaxMs: 30, DeadlineSeconds: 120}},
 		},
@@ -87,6 +87,7 @@ func sampleResults() *results {
 			ColdStart: &coldStartResult{
 				Foos: 100, Converged: true, Seconds: 0.25,
 				PerFoo: map[string]float64{"POST deployments": 1, "POST events": 1, "PUT foos/status": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
+				BenchCPUSeconds: 0.05,
 			},
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, Exact: 1000, AchievedRate: 100, P50Ms: 8, P99Ms: 20, MaxMs: 30, DeadlineSeconds: 120}},
 		},
@@ -111,7 +112,10 @@ func TestMarkdownComparison(t *testing.T) {
 		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 3.00 | 3.00 |\n",
 		"| requests per Foo, 100 Foos: POST events | 0 | 1.00 | 1.00 | 1.00 |\n",
 		"| events written per Foo, 100 Foos | 1.00 | 1.00 | 1.00 | 1.00 |\n",
-		"| CPU per Foo, 100 Foos: the controller (ms) | 0.500 |  |  |  |\n",
+		"| CPU per Foo, 100 Foos: the controller, or the limit's writes and informers (ms) | 0.500 |  | 0.400 | 0.300 |\n",
+		"| CPU per Foo, 100 Foos: the controller ÷ limit (×) | 1.67 |  | 1.33 |  |\n",
+		"| CPU per Foo, 100 Foos: the controller ÷ limit watching (×) | 1.25 |  |  |  |\n",
+		"| CPU per Foo, 100 Foos: the bench, which watches every side and runs the limits (ms) | 0.200 |  | 0.600 | 0.500 |\n",
 		"| CPU per Foo, 100 Foos: kube-apiserver (ms) | 2.00 |  | 1.60 |  |\n",
 		"| CPU per Foo, 100 Foos: kube-apiserver ÷ limit watching (×) | 1.25 |  |  |  |\n",
 		"| cold start, 1000 Foos (s) |  | timed out: 812 of 1000 after 600 s |  |  |\n",
@@ -157,7 +161,10 @@ func TestMarkdownComparison(t *testing.T) {
 		"requests per Foo, 100 Foos: POST events",
 		"requests per Foo, 100 Foos: PUT foos/status",
 		"events written per Foo, 100 Foos",
-		"CPU per Foo, 100 Foos: the controller (ms)",
+		"CPU per Foo, 100 Foos: the controller, or the limit's writes and informers (ms)",
+		"CPU per Foo, 100 Foos: the controller ÷ limit (×)",
+		"CPU per Foo, 100 Foos: the controller ÷ limit watching (×)",
+		"CPU per Foo, 100 Foos: the bench, which watches every side and runs the limits (ms)",
 		"CPU per Foo, 100 Foos: kube-apiserver (ms)",
 		"CPU per Foo, 100 Foos: kube-apiserver ÷ limit watching (×)",
 		"cold start, 1000 Foos (s)",
@@ -209,12 +216,23 @@ func TestMarkdownPairs(t *testing.T) {
 		run("limit", 3, 4, true), run("ours", 3, 8, true), run("limit watching", 3, 4.4, true),
 		run("ours", 4, 1, true), run("limit watching", 4, 1, true), run("limit", 4, 700, false), // the limit timed out: no ratios
 	}}
+	// The bench's CPU grows from pair to pair; a limit's own is what it spends beyond
+	// ours' side of the same pair: 2 s for the watching limit, 1.5 s for the other.
+	for _, r := range res.Runs {
+		r.ColdStart.BenchCPUSeconds = float64(r.Pair) + map[string]float64{"limit watching": 2, "limit": 1.5}[r.Column]
+		if r.Column == "ours" {
+			r.ColdStart.ControllerCPUSeconds = 3
+		}
+	}
 	got := buildTable(res).markdown()
 	for _, want := range []string{
 		"| case | ours | limit watching | limit |\n",
 		"| cold start, 1000 Foos (s) | 5.75 (1.00-8.00) | 4.70 (1.00-5.50) | 4.00 (4.00-5.00); pair 4: timed out: 990 of 1000 after 700 s |\n",
 		"| cold start, 1000 Foos ÷ limit (×) | 1.50 (1.10-2.00) | 1.10 (1.10-1.25) |  |\n",
 		"| cold start, 1000 Foos ÷ limit watching (×) | 1.10 (1.00-1.82) |  |  |\n",
+		"| CPU per Foo, 1000 Foos: the controller, or the limit's writes and informers (ms) | 3.00 | 2.00 | 1.50; pair 4: n/a (timed out) |\n",
+		"| CPU per Foo, 1000 Foos: the controller ÷ limit (×) | 2.00 | 1.33 |  |\n",
+		"| CPU per Foo, 1000 Foos: the controller ÷ limit watching (×) | 1.50 |  |  |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q; table:\n%s", want, got)
