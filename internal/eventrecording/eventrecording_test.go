@@ -28,6 +28,7 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 
@@ -51,10 +52,7 @@ func TestShutdownWritesEverything(t *testing.T) {
 	recorder := recording.Recorder()
 
 	const n = 20
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recorder, n)
 	cancel() // SIGTERM
 	start := time.Now()
 	recording.Shutdown(ctx, 5*time.Second)
@@ -126,10 +124,7 @@ func TestEventsWaitingAtShutdownAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 3 // one written forever, two waiting behind it
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recording.Recorder(), n)
 	recording.Shutdown(ctx, 300*time.Millisecond)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return dropped.get()[DroppedShutdown] == n-1, nil
@@ -152,10 +147,7 @@ func TestEventsWaitingAfterTheTenureAreDroppedAsSuch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 3 // one written forever, two waiting behind it
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recording.Recorder(), n)
 	recording.Shutdown(ctx, 300*time.Millisecond)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return dropped.get()[DroppedTenureOver] == n-1, nil
@@ -321,10 +313,7 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 3
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recording.Recorder(), n)
 	recording.Shutdown(ctx, 5*time.Second)
 	if got := dropped.get(); got[DroppedTenureOver] != n || len(got) != 1 {
 		t.Errorf("dropped %v, want %d %s", got, n, DroppedTenureOver)
@@ -468,10 +457,7 @@ func TestEventWritesAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recording.Recorder(), n)
 	recording.Shutdown(ctx, 10*time.Second)
 	if got := written.Load(); got != n {
 		t.Errorf("%d of %d Events written", got, n)
@@ -494,10 +480,7 @@ func TestIdleRaisesTheBound(t *testing.T) {
 	}
 	var idle atomic.Bool
 	recording.WhileIdle(idleBound, idle.Load)
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recording.Recorder(), n)
 	// Busy: one at a time, while a few are written.
 	for deadline := time.Now().Add(10 * time.Second); written.Load() < 5; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -528,10 +511,7 @@ func TestShutdownWritesAtTheIdleBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	recording.WhileIdle(idleBound, func() bool { return false })
-	for i := range n {
-		pod := newPod(fmt.Sprintf("web-%d", i))
-		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
-	}
+	recordCreated(recording.Recorder(), n)
 	recording.Shutdown(ctx, 10*time.Second)
 	if got := written.Load(); got != n {
 		t.Errorf("%d of %d Events written", got, n)
@@ -611,6 +591,14 @@ type unregistered struct {
 func (u *unregistered) DeepCopyObject() runtime.Object {
 	c := *u
 	return &c
+}
+
+// recordCreated records a Created Event about each of n Pods, web-0 to web-<n-1>.
+func recordCreated(recorder events.EventRecorder, n int) {
+	for i := range n {
+		pod := newPod(fmt.Sprintf("web-%d", i))
+		recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", pod.Name)
+	}
 }
 
 func newPod(name string) *corev1.Pod {
