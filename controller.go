@@ -570,13 +570,24 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		}
 	}()
 
-	deployment, syncErr := c.syncDeployment(ctx, foo)
+	// Every Deployment write for a Foo that has had a Deployment is made only once the
+	// API server confirms the cached Foo is current (confirmFoo), at most once a sync.
+	confirmed := false
+	confirm := func(ctx context.Context) error {
+		if confirmed {
+			return nil
+		}
+		err := c.confirmFoo(ctx, foo)
+		confirmed = err == nil
+		return err
+	}
+	deployment, syncErr := c.syncDeployment(ctx, foo, confirm)
 	var retryErr error
 	switch {
 	case syncErr == nil:
 		c.writes.Accepted(key, foo.UID)
 		c.nameWatches.Done(key)
-		if err := c.deleteStaleDeployments(ctx, foo); err != nil {
+		if err := c.deleteStaleDeployments(ctx, foo, confirm); err != nil {
 			return err
 		}
 	case errors.Is(syncErr, reconcile.ErrNotOwned):
@@ -604,10 +615,11 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 // spec, and returns it. When that name is taken by a Deployment foo does not control,
 // it returns that Deployment with reconcile.ErrNotOwned and changes nothing. When the
 // update is refused, it returns the Deployment as it is, for its replica counts.
-func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
+// confirm is called before a write that needs foo confirmed current.
+func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) (*appsv1.Deployment, error) {
 	deployment, err := c.cachedDeployment(foo.Namespace, foo.Spec.DeploymentName)
 	if apierrors.IsNotFound(err) {
-		deployment, err = c.createDeployment(ctx, foo)
+		deployment, err = c.createDeployment(ctx, foo, confirm)
 	}
 	if err != nil {
 		return nil, err
@@ -626,6 +638,11 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	}
 	if !changed {
 		return deployment, nil
+	}
+	// A cached Foo older than the Deployment would scale it back, or take back what
+	// its author, or the leader before this one, asked for.
+	if err := confirm(ctx); err != nil {
+		return deployment, err
 	}
 	// The cached copy is trimmed (reconcile.CachedDeployment): an update from it would wipe what
 	// it lacks, so the changed fields go as a patch, conditional on the cached version.
@@ -654,7 +671,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 // createDeployment creates foo's Deployment, which is not in the cache. The cache holds
 // only Deployments this controller labelled, so the name may still be taken on the
 // server: then it returns the Deployment found there, for the caller to judge.
-func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.Foo) (*appsv1.Deployment, error) {
+func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) (*appsv1.Deployment, error) {
 	deployments := c.kubeclientset.AppsV1().Deployments(foo.Namespace)
 	if reconcile.NotOwnedReported(foo) {
 		// Known to be taken at the last look: check before trying to create.
@@ -667,9 +684,10 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		}
 	}
 
-	if foo.Status.ObservedGeneration > 0 {
-		// The Foo had its Deployment before: make sure it is not gone with it.
-		if err := c.confirmFoo(ctx, foo); err != nil {
+	if foo.Status.ObservedGeneration > 0 || c.controlsAny(foo) {
+		// The Foo had a Deployment before: make sure it is not gone with it, and that
+		// this name is not one its spec gave up.
+		if err := confirm(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -694,34 +712,55 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 	return existing, nil
 }
 
-// confirmFoo checks on the API server that foo, as cached, still exists. The Deployment
-// of a Foo that had one is often missing because the garbage collector deleted it after
-// the Foo was deleted, and its delete event can come before the Foo's: a Deployment
-// created from the cached Foo would belong to no Foo, and the garbage collector would
-// delete it again, and again at every sync until the cache caught up. Only a Foo the
-// controller has synced before (its status says so) pays for the read: a new Foo's
-// first create, the bulk of a cold start, does not.
+// confirmFoo checks on the API server that foo, as cached, is the Foo it holds now:
+// the same object, not being deleted, at the same generation (its spec as cached).
+//
+// A Deployment write decided on an older Foo undoes what came after it: the Foo's
+// author's change, or the previous leader's work for it. A cache can be behind the
+// Deployments it is compared with, whatever this process wrote itself: a new leader's
+// warm cache whose Foo watch lags, a relist from a watch cache behind etcd. It would
+// create a Deployment under a name the Foo gave up, scale one back, or delete the one
+// the Foo uses now as if it were left from a rename. And the Deployment of a Foo that
+// had one is often missing because the garbage collector deleted it after the Foo was
+// deleted, and its delete event can come before the Foo's: a Deployment created from
+// the cached Foo would belong to no Foo.
+//
+// When the cache is behind, the sync is skipped (errStaleCache) and the Foo waits for
+// the cache to hold the version read here, whose event wakes it. Only writes for a
+// Foo that had a Deployment pay for the read: a new Foo's first create, the bulk of a
+// cold start, and a sync that writes nothing do not.
 func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
+	key := cache.MetaObjectToName(foo)
 	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
 		// Gone, and syncs of it wait until the informer brings the deletion, or the
 		// Foo that took the name.
-		c.writes.Gone(cache.MetaObjectToName(foo), foo.UID)
+		c.writes.Gone(key, foo.UID)
+		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
+		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
 	case err != nil:
 		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
-	case current.DeletionTimestamp == nil:
+	case current.DeletionTimestamp == nil && current.Generation == foo.Generation:
 		return nil
 	}
-	// The informer's event for the deletion, or for the Foo that took the name, brings
-	// the Foo back to the queue.
+	// Being deleted, or a newer spec: the event of the version read wakes the Foo.
+	c.writes.Expect(key, foo.UID, current.ResourceVersion)
 	staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
-	return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
+	return fmt.Errorf("%w: the API server holds the Foo at generation %d (being deleted: %t), the cache at %d",
+		errStaleCache, current.Generation, current.DeletionTimestamp != nil, foo.Generation)
+}
+
+// controlsAny tells whether the cache holds a Deployment that foo controls.
+func (c *Controller) controlsAny(foo *samplev1alpha1.Foo) bool {
+	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
+	return err == nil && len(owned) > 0
 }
 
 // deleteStaleDeployments deletes the Deployments foo controls under a name other than
-// its current deploymentName: those left behind when the name changed.
-func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1alpha1.Foo) error {
+// its current deploymentName: those left behind when the name changed. Only for foo
+// confirmed current: from an older Foo, the one left behind is the one it uses now.
+func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) error {
 	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
 	if err != nil {
 		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
@@ -734,6 +773,9 @@ func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1al
 		d := cached.Deployment() // for the Event's reference, by its kind
 		if d.Name == foo.Spec.DeploymentName || d.DeletionTimestamp != nil {
 			continue
+		}
+		if err := confirm(ctx); err != nil {
+			return err
 		}
 		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name, metav1.DeleteOptions{
 			// Never delete a different Deployment that took the name meanwhile, nor

@@ -44,9 +44,11 @@ func TestSyncHandler(t *testing.T) {
 	refusedEarlier := func(f *samplev1alpha1.Foo) *samplev1alpha1.Foo {
 		return modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = reconcile.CalculateStatus(f, ready, refusal, earlier) })
 	}
-	// confirmed is the read that checks, before a Foo the controller has synced before
-	// gets a Deployment again, that the Foo still exists; a new Foo's first create
-	// makes none. The fixture lists the Deployment requests before the Foo requests.
+	// confirmed is the read that checks, before a Deployment write for a Foo that has
+	// had one (a create, a patch, a delete), that the cached Foo is the one the API
+	// server holds, at its generation; a new Foo's first create and a sync that writes
+	// no Deployment make none, and a sync makes it once. The fixture lists the
+	// Deployment requests before the Foo requests.
 	confirmed := get(foosResource, "web")
 	// goneFromServer leaves the cached Foo behind the API server, which no longer
 	// has it; with replacement set, it has another Foo of that name instead.
@@ -96,13 +98,13 @@ func TestSyncHandler(t *testing.T) {
 		cached: []*appsv1.Deployment{modified(ready, func(d *appsv1.Deployment) {
 			d.Spec.Replicas = ptr.To[int32](9)
 		})},
-		want:       []action{patch(ready)},
+		want:       []action{patch(ready), confirmed},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
 		name:       "reverts image drift",
 		foo:        readyFoo,
 		cached:     []*appsv1.Deployment{otherImage},
-		want:       []action{patch(ready)},
+		want:       []action{patch(ready), confirmed},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
 		name: "reverts label drift and keeps labels others added",
@@ -112,7 +114,7 @@ func TestSyncHandler(t *testing.T) {
 		})},
 		want: []action{patch(modified(ready, func(d *appsv1.Deployment) {
 			d.Labels = map[string]string{reconcile.FooUIDLabel: "web-uid", "team": "blue"}
-		}))},
+		})), confirmed},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
 		name: "keeps the rollout restart annotation when nothing else differs",
@@ -129,7 +131,7 @@ func TestSyncHandler(t *testing.T) {
 		})},
 		want: []action{patch(modified(ready, func(d *appsv1.Deployment) {
 			d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
-		}))},
+		})), confirmed},
 		wantEvents: []string{`Normal DeploymentUpdated Updated Deployment "web" to match the Foo's spec`},
 	}, {
 		name:   "leaves a foreign deployment in the cache alone and says so",
@@ -286,13 +288,13 @@ func TestSyncHandler(t *testing.T) {
 		name:   "scales to zero",
 		foo:    toZero,
 		cached: []*appsv1.Deployment{ready},
-		want:   []action{patch(zeroDeployment), updateStatus(toZeroWithStatus)},
+		want:   []action{patch(zeroDeployment), confirmed, updateStatus(toZeroWithStatus)},
 		// A new spec is reported by observedGeneration; no event is recorded for it.
 	}, {
 		name:   "a spec change records no event, even when the deployment also drifted",
 		foo:    toThree,
 		cached: []*appsv1.Deployment{otherImage},
-		want:   []action{patch(threeDeployment), updateStatus(toThreeWithStatus)},
+		want:   []action{patch(threeDeployment), confirmed, updateStatus(toThreeWithStatus)},
 	}, {
 		name:  "a refused create is reported and retried",
 		foo:   foo,
@@ -317,6 +319,7 @@ func TestSyncHandler(t *testing.T) {
 		setup:  func(f *fixture) { refuse(f, "patch") },
 		want: []action{
 			patch(ready),
+			confirmed,
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
 				f.Status = reconcile.CalculateStatus(f, modified(ready, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](9) }), refusal, now)
 			})),
@@ -329,20 +332,20 @@ func TestSyncHandler(t *testing.T) {
 		foo:     refusedEarlier(readyFoo),
 		cached:  []*appsv1.Deployment{otherImage},
 		setup:   func(f *fixture) { refuse(f, "patch") },
-		want:    []action{patch(ready)},
+		want:    []action{patch(ready), confirmed},
 		wantErr: true,
 	}, {
 		name:   "the update that applies a spec refused before records no event",
 		foo:    refusedEarlier(toThree),
 		cached: []*appsv1.Deployment{ready},
-		want:   []action{patch(threeDeployment), updateStatus(withStatus(refusedEarlier(toThree), threeDeployment))},
+		want:   []action{patch(threeDeployment), confirmed, updateStatus(withStatus(refusedEarlier(toThree), threeDeployment))},
 	}, {
 		// The status cannot tell a refused revert from a refused new spec; the Ready
 		// condition's change says what happened.
 		name:   "the revert of a hand edit refused before records no event",
 		foo:    refusedEarlier(readyFoo),
 		cached: []*appsv1.Deployment{otherImage},
-		want:   []action{patch(ready), updateStatus(withStatus(refusedEarlier(readyFoo), ready))},
+		want:   []action{patch(ready), confirmed, updateStatus(withStatus(refusedEarlier(readyFoo), ready))},
 	}, {
 		name: "a namespace being deleted is not reported on the foo",
 		foo:  foo,
@@ -556,8 +559,8 @@ func TestSyncHandlerWaitsForItsOwnWrites(t *testing.T) {
 	if err := f.sync(scaled); err != nil {
 		t.Fatalf("first sync: %v", err)
 	}
-	if got := len(f.kubeclient.Actions()) + len(f.client.Actions()); got != 2 {
-		t.Fatalf("first sync made %d requests, want 2 (the Deployment update, the status)", got)
+	if got := len(f.kubeclient.Actions()) + len(f.client.Actions()); got != 3 {
+		t.Fatalf("first sync made %d requests, want 3 (the read that confirms the Foo, the Deployment update, the status)", got)
 	}
 	f.kubeclient.ClearActions()
 	f.client.ClearActions()

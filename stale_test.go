@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -426,4 +429,167 @@ var rolloutSteps = []func(*appsv1.Deployment){
 	},
 	func(d *appsv1.Deployment) { d.Status.ReadyReplicas = ptr.Deref(d.Spec.Replicas, 1) },
 	func(d *appsv1.Deployment) { d.Status.AvailableReplicas = ptr.Deref(d.Spec.Replicas, 1) },
+}
+
+// TestSyncOnAFooOlderThanItsDeployments syncs a Foo whose cached copy is a spec behind
+// the API server, while the Deployment cache already holds what the newer spec made:
+// a new leader's warm cache whose Foo watch lags, or a Foo watch that relisted from a
+// lagging watch cache. Every check the writes make of the Deployment (its UID, its
+// resourceVersion) passes; only the Foo is old. The controller must write no
+// Deployment from it, and sync the Foo once the cache holds the newer spec.
+func TestSyncOnAFooOlderThanItsDeployments(t *testing.T) {
+	// cached is the Foo as the lagging cache holds it: at generation 1, synced.
+	foo := newFoo("web", ptr.To[int32](3))
+	cached := withStatus(foo, availableDeployment(foo))
+	for _, tc := range []struct {
+		name string
+		// current is the Foo's newer spec; its Deployments are as the leader before
+		// left them for it, in the cache and on the server.
+		current func(*samplev1alpha1.Foo)
+	}{
+		{
+			// From the old spec, the new Deployment looks left from a rename, and the
+			// old name free to take again.
+			name:    "renamed",
+			current: func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" },
+		},
+		{
+			name:    "scaled",
+			current: func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](5) },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			current := modifiedFoo(cached, func(f *samplev1alpha1.Foo) {
+				tc.current(f)
+				f.Generation, f.ResourceVersion = 2, fakeapiserver.NextResourceVersion()
+			})
+			current.Status = calculatedStatus(current, availableDeployment(current), now)
+			made := availableDeployment(current)
+			f := newFixture(t, []*samplev1alpha1.Foo{cached}, []*appsv1.Deployment{made}, nil)
+			if err := f.client.Tracker().Update(foosResource, current, current.Namespace); err != nil {
+				t.Fatal(err)
+			}
+			fakeapiserver.Versioned(f.kubeclient, deploymentsResource)
+			skips := testutil.ToFloat64(staleSkipsTotal.WithLabelValues(writes.Foos))
+
+			if err := f.sync(cached); !errors.Is(err, errStaleCache) {
+				t.Errorf("sync of a Foo older than its Deployment: err = %v, want errStaleCache", err)
+			}
+			f.checkActions([]action{get(foosResource, "web")})
+			if got := testutil.ToFloat64(staleSkipsTotal.WithLabelValues(writes.Foos)) - skips; got != 1 {
+				t.Errorf("stale skips counted = %v, want 1", got)
+			}
+			// Another event of the Foo before the cache has the new spec (its own
+			// status, say) changes nothing: the sync waits, and reads nothing.
+			f.client.ClearActions()
+			if err := f.sync(cached); !errors.Is(err, errStaleCache) {
+				t.Errorf("second sync before the cache caught up: err = %v, want errStaleCache", err)
+			}
+			f.checkActions(nil)
+
+			// The cache catches up: its event wakes the Foo, whose sync has nothing
+			// to do.
+			if err := f.controller.foosIndexer.Update(current.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			if !f.controller.writes.Observed(writes.Foos, cache.MetaObjectToName(current), current.UID, current.ResourceVersion) {
+				t.Error("the event that brought the newer spec did not wake the Foo")
+			}
+			f.client.ClearActions()
+			if err := f.sync(current); err != nil {
+				t.Errorf("sync once the cache caught up: %v", err)
+			}
+			f.checkActions(nil)
+		})
+	}
+}
+
+// TestSyncOnDeploymentsOlderThanTheFoo is the other order of the two watches: the Foo
+// cache holds the new spec, the Deployment cache the Deployments as they were before
+// the leader before wrote for it. The writes are conditional on what the cache holds:
+// the API server refuses them, and nothing is undone.
+func TestSyncOnDeploymentsOlderThanTheFoo(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](3))
+	before := availableDeployment(foo)
+	for _, tc := range []struct {
+		name    string
+		current func(*samplev1alpha1.Foo)
+		// onServer is what the leader before wrote, which the cache has not seen.
+		onServer func(current *samplev1alpha1.Foo) []*appsv1.Deployment
+	}{
+		{
+			// The new Deployment exists and the old one is gone: the create finds the
+			// name taken by the Foo's own, and the delete finds nothing.
+			name:    "renamed",
+			current: func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" },
+			onServer: func(current *samplev1alpha1.Foo) []*appsv1.Deployment {
+				return []*appsv1.Deployment{availableDeployment(current)}
+			},
+		},
+		{
+			// Scaled, then changed by hand since: the patch from the old copy is
+			// refused.
+			name:    "scaled",
+			current: func(f *samplev1alpha1.Foo) { f.Spec.Replicas = ptr.To[int32](5) },
+			onServer: func(current *samplev1alpha1.Foo) []*appsv1.Deployment {
+				return []*appsv1.Deployment{modified(availableDeployment(current), func(d *appsv1.Deployment) {
+					d.ResourceVersion = fakeapiserver.NextResourceVersion()
+					d.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-22T09:00:00Z"}
+				})}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			current := modifiedFoo(withStatus(foo, before), func(f *samplev1alpha1.Foo) { tc.current(f); f.Generation = 2 })
+			f := newFixture(t, []*samplev1alpha1.Foo{current}, nil, nil)
+			if err := f.controller.deploymentsIndexer.Add(cachedCopy(before)); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.kubeclient.Tracker().Add(before); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range tc.onServer(current) {
+				if err := f.kubeclient.Tracker().Delete(deploymentsResource, d.Namespace, d.Name); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+				if err := f.kubeclient.Tracker().Add(d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if current.Spec.DeploymentName != before.Name {
+				// The leader before deleted the old Deployment.
+				if err := f.kubeclient.Tracker().Delete(deploymentsResource, before.Namespace, before.Name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[string]*appsv1.Deployment{}
+			for _, d := range f.storedDeployments(t) {
+				want[d.Name] = d
+			}
+			fakeapiserver.Versioned(f.kubeclient, deploymentsResource)
+
+			_ = f.sync(current)
+			got := map[string]*appsv1.Deployment{}
+			for _, d := range f.storedDeployments(t) {
+				got[d.Name] = d
+			}
+			if !equality.Semantic.DeepEqual(got, want) {
+				t.Errorf("the sync changed the Deployments the API server holds:\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+}
+
+// storedDeployments lists the Deployments the fixture's fake API server holds.
+func (f *fixture) storedDeployments(t *testing.T) []*appsv1.Deployment {
+	t.Helper()
+	objs, err := f.kubeclient.Tracker().List(deploymentsResource, appsv1.SchemeGroupVersion.WithKind("Deployment"), metav1.NamespaceDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*appsv1.Deployment
+	for _, d := range objs.(*appsv1.DeploymentList).Items {
+		ds = append(ds, d.DeepCopy())
+	}
+	return ds
 }

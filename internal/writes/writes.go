@@ -116,6 +116,18 @@ func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string
 	r.deploymentEcho = rv
 }
 
+// Expect records that the API server holds the Foo named key with UID uid at
+// resourceVersion rv, which a sync found newer than the cache: until the cache holds
+// rv, syncs of it are skipped as for the controller's own writes, and the event that
+// brings rv in wakes the Foo.
+func (w *Tracker) Expect(key cache.ObjectName, uid types.UID, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.record(key, uid)
+	r.foo = newer(r.foo, rv)
+	r.waiting = true
+}
+
 // CaughtUp tells whether the caches hold the controller's last writes for the Foo
 // named key with UID uid, as the cache has it. When they do not, it returns the
 // resource that is behind and marks the Foo as waiting: the event that brings the

@@ -60,8 +60,12 @@ type Proxy struct {
 	// waits on it.
 	stalled chan struct{}
 	held    int
-	closed  chan struct{}
-	once    sync.Once
+	// lagging is the resource whose watches deliver nothing until ReleaseWatches,
+	// and laggingReleased closes when it does.
+	lagging         string
+	laggingReleased chan struct{}
+	closed          chan struct{}
+	once            sync.Once
 }
 
 // Write is one write (a request other than GET and HEAD) that went through the
@@ -247,6 +251,49 @@ func (p *Proxy) Release() {
 	}
 }
 
+// HoldWatches holds the event streams of the client's watches of resource (as its
+// paths name it: "foos"), open or yet to open, until ReleaseWatches. They stay open and
+// deliver nothing, as a watch behind a slow link or a lagging watch cache does, while
+// every other request goes through, reads of the same resource included.
+func (p *Proxy) HoldWatches(resource string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lagging == "" {
+		p.laggingReleased = make(chan struct{})
+	}
+	p.lagging = resource
+}
+
+// ReleaseWatches lets the watches HoldWatches held deliver what they hold, and what
+// comes after.
+func (p *Proxy) ReleaseWatches() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lagging != "" {
+		close(p.laggingReleased)
+		p.lagging = ""
+	}
+}
+
+// watchReleased returns once the watches of resource are not held, or with an error
+// when ctx ends or the proxy closes first.
+func (p *Proxy) watchReleased(ctx context.Context, resource string) error {
+	p.mu.Lock()
+	lagging, released := p.lagging, p.laggingReleased
+	p.mu.Unlock()
+	if lagging != resource {
+		return nil
+	}
+	select {
+	case <-released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.closed:
+		return http.ErrServerClosed
+	}
+}
+
 // Cut closes every client connection open now, watches included, and returns how
 // many. Writes already forwarded still get their answer from the apiserver.
 func (p *Proxy) Cut() int {
@@ -376,7 +423,11 @@ func (p *Proxy) answered(resp *http.Response) error {
 	if err := p.waitReleased(ctx); err != nil {
 		return err
 	}
-	resp.Body = &stallableBody{ReadCloser: resp.Body, ctx: ctx, p: p}
+	body := &stallableBody{ReadCloser: resp.Body, ctx: ctx, p: p}
+	if watch := resp.Request.URL.Query().Get("watch"); watch == "true" || watch == "1" {
+		_, _, body.watched, _, _ = parseResourcePath(resp.Request.URL.Path)
+	}
+	resp.Body = body
 	return nil
 }
 
@@ -405,16 +456,24 @@ func (p *Proxy) record(w Write) {
 }
 
 // stallableBody is an answer's body, a watch's stream of events among them, that
-// delivers nothing while traffic is stalled.
+// delivers nothing while traffic is stalled, nor, for a watch, while the watches of
+// its resource are held.
 type stallableBody struct {
 	io.ReadCloser
 	ctx context.Context
 	p   *Proxy
+	// watched is the resource of a watch; empty for any other answer.
+	watched string
 }
 
 func (b *stallableBody) Read(data []byte) (int, error) {
 	if err := b.p.waitReleased(b.ctx); err != nil {
 		return 0, err
+	}
+	if b.watched != "" {
+		if err := b.p.watchReleased(b.ctx, b.watched); err != nil {
+			return 0, err
+		}
 	}
 	return b.ReadCloser.Read(data)
 }

@@ -233,6 +233,51 @@ func TestAPIProxyStreamsAndCutsWatches(t *testing.T) {
 	}
 }
 
+// TestAPIProxyHoldWatchesDelaysOneResource checks that HoldWatches holds the events of
+// the watches of one resource, and nothing else: another request for the same resource
+// is answered meanwhile, and the held event comes once the watches are released.
+func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
+	upstream := newFakeAPIServer(t)
+	p, client := startTestProxy(t, upstream.Server)
+	p.HoldWatches("deployments")
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL()+"/apis/apps/v1/deployments?watch=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		lines <- strings.TrimSpace(line)
+	}()
+	upstream.nextEvent <- `{"type":"MODIFIED"}`
+	if code, _, err := do(t.Context(), client, p, http.MethodGet, "/apis/apps/v1/namespaces/ns/deployments/web", ""); err != nil || code != http.StatusOK {
+		t.Fatalf("a read of the held resource: %d, %v; want it answered", code, err)
+	}
+	// The read was answered after the event reached the proxy: had the watch not been
+	// held, the event would be with the client by now, give or take a scheduling delay.
+	select {
+	case line := <-lines:
+		t.Fatalf("the held watch delivered %q", line)
+	case <-time.After(200 * time.Millisecond):
+	}
+	p.ReleaseWatches()
+	select {
+	case line := <-lines:
+		if line != `{"type":"MODIFIED"}` {
+			t.Errorf("after ReleaseWatches the watch delivered %q", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch delivered nothing after ReleaseWatches")
+	}
+	close(upstream.nextEvent)
+}
+
 func TestAPIProxyStallHoldsTraffic(t *testing.T) {
 	upstream := newFakeAPIServer(t)
 	p, client := startTestProxy(t, upstream.Server)
