@@ -745,7 +745,7 @@ func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) er
 		return nil
 	}
 	// Being deleted, or a newer spec: the event of the version read wakes the Foo.
-	c.writes.Expect(key, foo.UID, current.ResourceVersion)
+	c.writes.Expect(writes.Foos, key, foo.UID, current.ResourceVersion)
 	staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
 	return fmt.Errorf("%w: the API server holds the Foo at generation %d (being deleted: %t), the cache at %d",
 		errStaleCache, current.Generation, current.DeletionTimestamp != nil, foo.Generation)

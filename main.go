@@ -21,6 +21,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
@@ -105,7 +106,7 @@ func run(ctx context.Context, opts *options) error {
 	metrics.RegisterBuildInfo(build)
 	// The slot gauges are served in single-leader mode too, both 0, so that one alert
 	// covers both modes.
-	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, writesHeldBack, eventsDropped, syncDuration, slotCount, slotsHeld)
+	metrics.Registry.MustRegister(syncsTotal, staleSkipsTotal, cachesBehindTotal, catchUpSeconds, writesHeldBack, eventsDropped, syncDuration, slotCount, slotsHeld)
 	slotCount.Set(float64(opts.lease.shardSlots))
 
 	cfg, namespace, err := opts.clients.restConfig()
@@ -136,6 +137,9 @@ type clients struct {
 	// when elected.
 	kube   kubernetes.Interface
 	sample clientset.Interface
+	// metadata reads the Foos' and the Deployments' metadata, for a new leader's
+	// check of its caches.
+	metadata metadata.Interface
 }
 
 // newClients builds the clients from cfg. Every request waits while the API server
@@ -175,6 +179,9 @@ func newClients(ctx context.Context, cfg *rest.Config, elected bool, identity st
 	}
 	if c.sample, err = clientset.NewForConfig(foos); err != nil {
 		return nil, fmt.Errorf("building the Foo client: %w", err)
+	}
+	if c.metadata, err = metadata.NewForConfig(foos); err != nil {
+		return nil, fmt.Errorf("building the metadata client: %w", err)
 	}
 	return c, nil
 }

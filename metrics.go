@@ -40,6 +40,16 @@ var (
 		Help: "Events recorded and never written, by reason: tenure_over (held back at the end of this replica's tenure of its Lease, or of the slot's, or still waiting at shutdown once it ended: they belong to the syncs of that tenure) shutdown (the wait of 5 s for them at shutdown ended first, the tenure still valid) backlog (100000 Events were waiting for their turn to be written already), unreachable (its write did not reach the API server in 12 tries, 10 s apart) or refused (the API server refused it).",
 	}, []string{"reason"})
 
+	cachesBehindTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sample_controller_leader_caches_behind_total",
+		Help: "Objects (resource: foos or deployments) that the caches held older than the API server, or did not hold, or (foos) held though the API server no longer had them, when this replica became the leader; their Foos waited for the caches to catch up before any write.",
+	}, []string{"resource"})
+
+	catchUpSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sample_controller_leader_catch_up_seconds",
+		Help: "How long the check of the caches against the API server took the last time this replica became the leader (its caches synced, then a list of the Foos' and the Deployments' metadata); no sync started before it ended.",
+	})
+
 	syncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sample_controller_sync_duration_seconds",
 		Help:    "How long one Foo sync takes, API requests included.",
@@ -95,6 +105,7 @@ func init() {
 	}
 	for _, resource := range []string{writes.Foos, writes.Deployments} {
 		staleSkipsTotal.WithLabelValues(resource)
+		cachesBehindTotal.WithLabelValues(resource)
 	}
 	for _, reason := range []string{tenure.ReasonExpired, tenure.ReasonStalled, tenure.ReasonNone} {
 		writesHeldBack.WithLabelValues(reason)

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -592,4 +594,117 @@ func (f *fixture) storedDeployments(t *testing.T) []*appsv1.Deployment {
 		ds = append(ds, d.DeepCopy())
 	}
 	return ds
+}
+
+// TestANewLeaderWaitsForThePresent checks a new leader's comparison of its warm caches
+// with the API server (catchUp): each Foo the caches hold behind the server, its own
+// copy or one of its Deployments, waits for the cache to hold the version listed, and
+// so does a Foo the server no longer has; a Foo the caches hold as the server does
+// syncs at once.
+func TestANewLeaderWaitsForThePresent(t *testing.T) {
+	ready := func(name string) (*samplev1alpha1.Foo, *appsv1.Deployment) {
+		foo := newFoo(name, ptr.To[int32](1))
+		foo.UID = types.UID(name + "-uid")
+		d := availableDeployment(foo)
+		return withStatus(foo, d), d
+	}
+	for _, tc := range []struct {
+		name string
+		// server changes what the API server lists from what the caches hold.
+		server func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) (listed []metav1.Object)
+		// wantWait is the resource whose cache the Foo waits for; empty for none.
+		wantWait string
+	}{{
+		name:   "caches as the server has them",
+		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object { return []metav1.Object{foo, d} },
+	}, {
+		name: "Foo newer on the server",
+		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object {
+			foo = modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "3" })
+			return []metav1.Object{foo, d}
+		},
+		wantWait: writes.Foos,
+	}, {
+		name:     "Foo deleted on the server",
+		server:   func(_ *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object { return []metav1.Object{d} },
+		wantWait: writes.Foos,
+	}, {
+		name: "Foo recreated on the server",
+		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object {
+			foo = modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.UID, f.ResourceVersion = "web-uid-2", "3" })
+			return []metav1.Object{foo}
+		},
+		wantWait: writes.Foos,
+	}, {
+		name: "Deployment newer on the server",
+		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object {
+			return []metav1.Object{foo, modified(d, func(d *appsv1.Deployment) { d.ResourceVersion = "3" })}
+		},
+		wantWait: writes.Deployments,
+	}, {
+		name: "Deployment the cache has not seen",
+		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object {
+			unseen := availableDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))
+			unseen.ResourceVersion = "3"
+			return []metav1.Object{foo, d, unseen}
+		},
+		wantWait: writes.Deployments,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			foo, d := ready("web")
+			f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{d}, nil)
+			client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+			listMetadata(client, "5", tc.server(foo, d))
+			skips := map[string]float64{}
+			for _, r := range []string{writes.Foos, writes.Deployments} {
+				skips[r] = testutil.ToFloat64(staleSkipsTotal.WithLabelValues(r))
+			}
+
+			_, ctx := ktesting.NewTestContext(t)
+			foos, deployments, err := expectThePresent(ctx, f.controller, client, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			behind := map[string]int{writes.Foos: foos, writes.Deployments: deployments}
+			err = f.sync(foo)
+			if tc.wantWait == "" {
+				if err != nil || foos+deployments != 0 {
+					t.Errorf("sync on caches as the server has them: err = %v, %d Foos and %d Deployments behind; want no error, none behind", err, foos, deployments)
+				}
+				return
+			}
+			if !errors.Is(err, errStaleCache) {
+				t.Errorf("sync on caches behind the server: err = %v, want errStaleCache", err)
+			}
+			f.checkActions(nil)
+			if behind[tc.wantWait] != 1 {
+				t.Errorf("behind = %v, want 1 of %s", behind, tc.wantWait)
+			}
+			if got := testutil.ToFloat64(staleSkipsTotal.WithLabelValues(tc.wantWait)) - skips[tc.wantWait]; got != 1 {
+				t.Errorf("stale skips of %s = %v, want 1", tc.wantWait, got)
+			}
+		})
+	}
+}
+
+// listMetadata has client list the metadata of objects, Foos and Deployments, each
+// list at resourceVersion rv, as a metadata client's lists of an API server.
+func listMetadata(client *metadatafake.FakeMetadataClient, rv string, objects []metav1.Object) {
+	lists := map[string]*metav1.List{
+		"foos":        {ListMeta: metav1.ListMeta{ResourceVersion: rv}},
+		"deployments": {ListMeta: metav1.ListMeta{ResourceVersion: rv}},
+	}
+	for _, obj := range objects {
+		m, resource := &metav1.PartialObjectMetadata{}, "foos"
+		switch obj := obj.(type) {
+		case *samplev1alpha1.Foo:
+			m.ObjectMeta = *obj.ObjectMeta.DeepCopy()
+		case *appsv1.Deployment:
+			m.ObjectMeta, resource = *obj.ObjectMeta.DeepCopy(), "deployments"
+		}
+		lists[resource].Items = append(lists[resource].Items, runtime.RawExtension{Object: m})
+	}
+	client.PrependReactor("list", "*", func(a core.Action) (bool, runtime.Object, error) {
+		return true, lists[a.GetResource().Resource].DeepCopy(), nil
+	})
 }

@@ -116,15 +116,19 @@ func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string
 	r.deploymentEcho = rv
 }
 
-// Expect records that the API server holds the Foo named key with UID uid at
-// resourceVersion rv, which a sync found newer than the cache: until the cache holds
-// rv, syncs of it are skipped as for the controller's own writes, and the event that
-// brings rv in wakes the Foo.
-func (w *Tracker) Expect(key cache.ObjectName, uid types.UID, rv string) {
+// Expect records that the API server holds the Foo named key with UID uid, or (for
+// resource Deployments) a Deployment it controls, at resourceVersion rv, newer than
+// the cache: until the cache of resource holds rv, syncs of the Foo are skipped as for
+// the controller's own writes, and the event that brings rv in wakes the Foo.
+func (w *Tracker) Expect(resource string, key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
-	r.foo = newer(r.foo, rv)
+	if resource == Deployments {
+		r.deployment = newer(r.deployment, rv)
+	} else {
+		r.foo = newer(r.foo, rv)
+	}
 	r.waiting = true
 }
 
