@@ -470,12 +470,15 @@ func (b *stallableBody) Read(data []byte) (int, error) {
 	if err := b.p.waitReleased(b.ctx); err != nil {
 		return 0, err
 	}
+	n, err := b.ReadCloser.Read(data)
 	if b.watched != "" {
+		// The proxy waits in Read for a watch's next event, so the hold is checked
+		// once it has come: an event that arrives after HoldWatches is held.
 		if err := b.p.watchReleased(b.ctx, b.watched); err != nil {
 			return 0, err
 		}
 	}
-	return b.ReadCloser.Read(data)
+	return n, err
 }
 
 // parseResourcePath reads an API path, /api/v1/... or /apis/<group>/<version>/...,

@@ -234,12 +234,14 @@ func TestAPIProxyStreamsAndCutsWatches(t *testing.T) {
 }
 
 // TestAPIProxyHoldWatchesDelaysOneResource checks that HoldWatches holds the events of
-// the watches of one resource, and nothing else: another request for the same resource
-// is answered meanwhile, and the held event comes once the watches are released.
+// the watches of one resource, open before it, and nothing else: another request for
+// the same resource is answered meanwhile, and the held event comes once the watches
+// are released.
 func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 	upstream := newFakeAPIServer(t)
 	p, client := startTestProxy(t, upstream.Server)
-	p.HoldWatches("deployments")
+	// Ends the watch, on failure too, so that the fake API server can close.
+	defer close(upstream.nextEvent)
 
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL()+"/apis/apps/v1/deployments?watch=true", nil)
 	if err != nil {
@@ -250,11 +252,24 @@ func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	lines := make(chan string, 1)
+	lines := make(chan string, 2)
 	go func() {
-		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
-		lines <- strings.TrimSpace(line)
+		r := bufio.NewReader(resp.Body)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSpace(line)
+		}
 	}()
+	// Before the hold, an event goes through; the proxy then waits for the next.
+	upstream.nextEvent <- `{"type":"ADDED"}`
+	if line := <-lines; line != `{"type":"ADDED"}` {
+		t.Fatalf("before the hold the watch delivered %q", line)
+	}
+
+	p.HoldWatches("deployments")
 	upstream.nextEvent <- `{"type":"MODIFIED"}`
 	if code, _, err := do(t.Context(), client, p, http.MethodGet, "/apis/apps/v1/namespaces/ns/deployments/web", ""); err != nil || code != http.StatusOK {
 		t.Fatalf("a read of the held resource: %d, %v; want it answered", code, err)
@@ -275,7 +290,6 @@ func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch delivered nothing after ReleaseWatches")
 	}
-	close(upstream.nextEvent)
 }
 
 func TestAPIProxyStallHoldsTraffic(t *testing.T) {
