@@ -64,8 +64,10 @@ type Proxy struct {
 	// and laggingReleased closes when it does.
 	lagging         string
 	laggingReleased chan struct{}
-	closed          chan struct{}
-	once            sync.Once
+	// heldWatches counts the watches that have an event held now.
+	heldWatches int
+	closed      chan struct{}
+	once        sync.Once
 }
 
 // Write is one write (a request other than GET and HEAD) that went through the
@@ -275,15 +277,30 @@ func (p *Proxy) ReleaseWatches() {
 	}
 }
 
+// HeldWatches is the number of watches whose next event HoldWatches holds now.
+func (p *Proxy) HeldWatches() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.heldWatches
+}
+
 // watchReleased returns once the watches of resource are not held, or with an error
 // when ctx ends or the proxy closes first.
 func (p *Proxy) watchReleased(ctx context.Context, resource string) error {
 	p.mu.Lock()
 	lagging, released := p.lagging, p.laggingReleased
+	if lagging == resource {
+		p.heldWatches++
+	}
 	p.mu.Unlock()
 	if lagging != resource {
 		return nil
 	}
+	defer func() {
+		p.mu.Lock()
+		p.heldWatches--
+		p.mu.Unlock()
+	}()
 	select {
 	case <-released:
 		return nil

@@ -274,6 +274,12 @@ func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 	if code, _, err := do(t.Context(), client, p, http.MethodGet, "/apis/apps/v1/namespaces/ns/deployments/web", ""); err != nil || code != http.StatusOK {
 		t.Fatalf("a read of the held resource: %d, %v; want it answered", code, err)
 	}
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return p.HeldWatches() == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("no watch held its event: %d held", p.HeldWatches())
+	}
 	// The read was answered after the event reached the proxy: had the watch not been
 	// held, the event would be with the client by now, give or take a scheduling delay.
 	select {

@@ -15,97 +15,143 @@ import (
 
 	"github.com/seed-e6610ed6/sample-controller/test/apiproxy"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
-// TestNewLeaderOnALaggingFooWatch runs two replicas with leader election and holds
-// the standby's Foo watch (its Deployment watch stays current) while the leader acts on
-// three changes: a Foo renamed to another Deployment, a Foo scaled, a Foo deleted and
-// created again under its name. Then the leader is killed. The standby takes over with
-// a Foo cache from before the changes and Deployments from after them; its watch is
-// held until it has tried every Foo.
+// TestNewHolderOnALaggingFooWatch runs two replicas, with leader election or sharded
+// in one slot, and holds the standby's Foo watch (its Deployment watch stays current)
+// while the active replica acts on three changes: a Foo renamed to another Deployment,
+// a Foo scaled, a Foo deleted and created again under its name. Then the active replica
+// is killed, and the standby takes over with Foos from before the changes: a leader's
+// warm cache, or the first list of the slot's informers, held. Its watch is held until
+// it has tried every Foo, or, sharded, until its slot's Foo watch has started.
 //
-// From its proxy's log, the new leader must write no Deployment while its cache lags:
-// the old leader had converged every Foo, so any write is one a current Foo would not
-// make (a Deployment under a name given up, a replica count from the past, the delete
-// of the Deployment in use). Once the watch delivers, every Foo converges, and the
-// Deployments the changes made are the ones that stay, by UID.
-func TestNewLeaderOnALaggingFooWatch(t *testing.T) {
+// From its proxy's log, the new holder must write no Deployment while its cache lags:
+// the replica before had converged every Foo, so any write is one a current Foo would
+// not make (a Deployment under a name given up, a replica count from the past, the
+// delete of the Deployment in use). Once the watch delivers, every Foo converges, and
+// the Deployments the changes made are the ones that stay, by UID.
+func TestNewHolderOnALaggingFooWatch(t *testing.T) {
 	t.Parallel()
-	ns := env.NewNamespace(t)
-	env.GrantShardedLeases(t, ns)
 	const lease = "lagging"
-	args := []string{
-		"--leader-elect", "--leader-elect-resource-namespace=" + ns, "--leader-elect-resource-name=" + lease,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-	}
-	replicas := []*proxiedController{startProxied(t, ns, args...), startProxied(t, ns, args...)}
-	leader, holder := waitLeaderOf(t, ns, lease, replicas, "")
-	standby := replicas[0]
-	if standby == leader {
-		standby = replicas[1]
-	}
-	names := []string{"ren", "sca", "rec"}
-	createFoo(t, ns, "ren", "ren-a", 1)
-	createFoo(t, ns, "sca", "sca", 3)
-	createFoo(t, ns, "rec", "rec", 1)
-	checkInvariants(t, ns, names)
-	recUID := fooUID(t, ns, "rec")
+	timings := []string{"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"}
+	for _, mode := range []struct {
+		name string
+		args []string
+		// acts tells whether c is the replica that acts on the Foos, from its metrics.
+		acts func(m localcluster.Metrics) bool
+		// tookOver tells whether c, which took over, has done what it does on a
+		// lagging cache.
+		tookOver func(c *proxiedController, m localcluster.Metrics) (bool, string)
+	}{{
+		name: "leader",
+		args: append([]string{"--leader-elect", "--leader-elect-resource-name=" + lease}, timings...),
+		acts: func(m localcluster.Metrics) bool {
+			return m.Sum("leader_election_master_status", map[string]string{"name": lease}) == 1
+		},
+		// Each sync ends in a stale skip or in something written, so the syncs' count
+		// covers the three Foos.
+		tookOver: func(_ *proxiedController, m localcluster.Metrics) (bool, string) {
+			n := m.Sum("sample_controller_syncs_total", nil)
+			return n >= 3, fmt.Sprintf("%v syncs", n)
+		},
+	}, {
+		name: "sharded",
+		args: append([]string{"--shard-slots=1"}, timings...),
+		acts: func(m localcluster.Metrics) bool { return m.Sum("sample_controller_slots_held", nil) == 1 },
+		// The slot's informers list and watch afresh, through the held Foo watch.
+		tookOver: func(c *proxiedController, m localcluster.Metrics) (bool, string) {
+			taken, held := m.Sum("sample_controller_slot_acquisitions_total", nil), c.proxy.HeldWatches()
+			return taken >= 1 && held >= 1, fmt.Sprintf("%v slots taken, %d Foo watches held", taken, held)
+		},
+	}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			ns := env.NewNamespace(t)
+			env.GrantShardedLeases(t, ns)
+			args := append([]string{"--leader-elect-resource-namespace=" + ns}, mode.args...)
+			replicas := []*proxiedController{startProxied(t, ns, args...), startProxied(t, ns, args...)}
+			active := waitActing(t, replicas, mode.acts)
+			standby := replicas[0]
+			if standby == active {
+				standby = replicas[1]
+			}
+			names := []string{"ren", "sca", "rec"}
+			createFoo(t, ns, "ren", "ren-a", 1)
+			createFoo(t, ns, "sca", "sca", 3)
+			createFoo(t, ns, "rec", "rec", 1)
+			checkInvariants(t, ns, names)
+			recUID := fooUID(t, ns, "rec")
 
-	standby.proxy.HoldWatches("foos")
-	held := time.Now()
-	patchFooSpec(t, ns, "ren", `{"deploymentName":"ren-b"}`)
-	patchFooSpec(t, ns, "sca", `{"replicas":5}`)
-	recreateFoo(t, ns, "rec", recUID)
-	checkInvariants(t, ns, names)
-	made := deploymentUIDs(t, ns)
+			standby.proxy.HoldWatches("foos")
+			held := time.Now()
+			patchFooSpec(t, ns, "ren", `{"deploymentName":"ren-b"}`)
+			patchFooSpec(t, ns, "sca", `{"replicas":5}`)
+			recreateFoo(t, ns, "rec", recUID)
+			checkInvariants(t, ns, names)
+			made := deploymentUIDs(t, ns)
 
-	_ = leader.process().Kill()
-	killed := time.Now()
-	next, _ := waitLeaderOf(t, ns, lease, []*proxiedController{standby}, holder)
-	led := time.Since(killed)
-	// Every Foo has been tried: each sync ends in a stale skip or in something
-	// written, so the syncs' count covers the three.
-	framework.Eventually(t, timeout, "the new leader to try every Foo", func(ctx context.Context) (bool, string) {
-		m, err := next.process().Metrics(ctx)
-		if err != nil {
-			return false, err.Error()
+			_ = active.process().Kill()
+			killed := time.Now()
+			framework.Eventually(t, timeout, "the standby to take over on its lagging Foo watch", func(ctx context.Context) (bool, string) {
+				m, err := standby.process().Metrics(ctx)
+				if err != nil {
+					return false, err.Error()
+				}
+				return mode.tookOver(standby, m)
+			})
+			tookOver, lagged := time.Since(killed), time.Since(held)
+			m, err := standby.process().Metrics(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			skips := m.Sum("sample_controller_stale_cache_skips_total", map[string]string{"resource": "foos"})
+			whileLagging := deploymentWrites(standby.proxy.Writes())
+			for _, w := range whileLagging {
+				t.Errorf("the new holder wrote a Deployment from a Foo cache behind the API server: %v", w)
+			}
+
+			standby.proxy.ReleaseWatches()
+			// Caught up, the new holder syncs each Foo, and finds nothing to write.
+			framework.Eventually(t, timeout, "the new holder's syncs on caches that caught up", func(ctx context.Context) (bool, string) {
+				m, err := standby.process().Metrics(ctx)
+				if err != nil {
+					return false, err.Error()
+				}
+				n := m.Sum("sample_controller_syncs_total", map[string]string{"result": "success"})
+				return n >= float64(len(names)), fmt.Sprintf("%v successful syncs", n)
+			})
+			settled := checkInvariants(t, ns, names)
+			after := deploymentUIDs(t, ns)
+			for name, uid := range made {
+				if after[name] != uid {
+					t.Errorf("Deployment %s is %q, want %q, which the replica before made for the changed Foos", name, after[name], uid)
+				}
+			}
+			if extra := deploymentWrites(standby.proxy.Writes()); len(extra) > len(whileLagging) {
+				t.Errorf("the new holder wrote Deployments once its watch caught up, where every Foo had converged: %v", extra[len(whileLagging):])
+			}
+			fmt.Printf("faults: new holder (%s) on a Foo watch %.1fs behind: took over %.1fs after the kill, %d Deployment writes while it lagged, %v stale skips of Foos; the invariants held %.1fs after its syncs on caches caught up\n",
+				mode.name, lagged.Seconds(), tookOver.Seconds(), len(whileLagging), skips, settled.Seconds())
+		})
+	}
+}
+
+// waitActing waits until one of replicas acts on the Foos, as acts tells from its
+// metrics, and returns it.
+func waitActing(t *testing.T, replicas []*proxiedController, acts func(localcluster.Metrics) bool) *proxiedController {
+	t.Helper()
+	var active *proxiedController
+	framework.Eventually(t, timeout, "a replica to act", func(ctx context.Context) (bool, string) {
+		for _, c := range replicas {
+			if m, err := c.process().Metrics(ctx); err == nil && acts(m) {
+				active = c
+				return true, ""
+			}
 		}
-		n := m.Sum("sample_controller_syncs_total", nil)
-		return n >= float64(len(names)), fmt.Sprintf("%v syncs", n)
+		return false, "none acts"
 	})
-	lagged := time.Since(held)
-	m, err := next.process().Metrics(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	skips := m.Sum("sample_controller_stale_cache_skips_total", map[string]string{"resource": "foos"})
-	whileLagging := deploymentWrites(next.proxy.Writes())
-	for _, w := range whileLagging {
-		t.Errorf("the new leader wrote a Deployment from a Foo cache behind the API server: %v", w)
-	}
-
-	standby.proxy.ReleaseWatches()
-	// Caught up, the new leader syncs each Foo, and finds nothing to write.
-	framework.Eventually(t, timeout, "the new leader's syncs on caches that caught up", func(ctx context.Context) (bool, string) {
-		m, err := next.process().Metrics(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		n := m.Sum("sample_controller_syncs_total", map[string]string{"result": "success"})
-		return n >= float64(len(names)), fmt.Sprintf("%v successful syncs", n)
-	})
-	settled := checkInvariants(t, ns, names)
-	after := deploymentUIDs(t, ns)
-	for name, uid := range made {
-		if after[name] != uid {
-			t.Errorf("Deployment %s is %q, want %q, which the leader before made for the changed Foos", name, after[name], uid)
-		}
-	}
-	if extra := deploymentWrites(next.proxy.Writes()); len(extra) > len(whileLagging) {
-		t.Errorf("the new leader wrote Deployments once its watch caught up, where every Foo had converged: %v", extra[len(whileLagging):])
-	}
-	fmt.Printf("faults: new leader on a Foo watch %.1fs behind: led %.1fs after the kill, %d Deployment writes while it lagged, %v stale skips of Foos; the invariants held %.1fs after its syncs on caches caught up\n",
-		lagged.Seconds(), led.Seconds(), len(whileLagging), skips, settled.Seconds())
+	return active
 }
 
 // deploymentWrites keeps the writes of Deployments.
