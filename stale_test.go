@@ -636,6 +636,19 @@ func TestANewLeaderWaitsForThePresent(t *testing.T) {
 		},
 		wantWait: writes.Foos,
 	}, {
+		// The new Foo's Deployment, which the cache has not seen, must not stand for
+		// the cached Foo of its name.
+		name: "Foo recreated on the server with its Deployment",
+		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object {
+			foo = modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+				f.UID, f.ResourceVersion, f.Spec.DeploymentName = "web-uid-2", "3", "web-v2"
+			})
+			made := availableDeployment(foo)
+			made.ResourceVersion = "4"
+			return []metav1.Object{foo, made}
+		},
+		wantWait: writes.Foos,
+	}, {
 		name: "Deployment newer on the server",
 		server: func(foo *samplev1alpha1.Foo, d *appsv1.Deployment) []metav1.Object {
 			return []metav1.Object{foo, modified(d, func(d *appsv1.Deployment) { d.ResourceVersion = "3" })}

@@ -252,9 +252,9 @@ func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
 	lines := make(chan string, 2)
 	go func() {
-		r := bufio.NewReader(resp.Body)
 		for {
 			line, err := r.ReadString('\n')
 			if err != nil {

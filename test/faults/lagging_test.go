@@ -24,7 +24,9 @@ import (
 // a Foo scaled, a Foo deleted and created again under its name. Then the active replica
 // is killed, and the standby takes over with Foos from before the changes: a leader's
 // warm cache, or the first list of the slot's informers, held. Its watch is held until
-// it has tried every Foo, or, sharded, until its slot's Foo watch has started.
+// it has tried every Foo, or, sharded, until its slot's Foo watch has started. The
+// sharded case keeps a slot's hand-over as safe as it was before leaders checked their
+// caches: its informers start afresh, and it acts only once they have synced.
 //
 // From its proxy's log, the new holder must write no Deployment while its cache lags:
 // the replica before had converged every Foo, so any write is one a current Foo would
