@@ -640,9 +640,15 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 		return deployment, nil
 	}
 	// A cached Foo older than the Deployment would scale it back, or take back what
-	// its author, or the leader before this one, asked for.
-	if err := confirm(ctx); err != nil {
-		return deployment, err
+	// its author, or the leader before this one, asked for: a patch back to a spec the
+	// status says was applied (drift, or an old Foo) waits for the API server to
+	// confirm the Foo. A spec not applied yet, the change a user waits for, goes at
+	// once: a cache behind this process's own writes waits for them (CaughtUp), and a
+	// new leader's behind its predecessor's waited at the start (catchUp).
+	if foo.Status.ObservedGeneration == foo.Generation {
+		if err := confirm(ctx); err != nil {
+			return deployment, err
+		}
 	}
 	// The cached copy is trimmed (reconcile.CachedDeployment): an update from it would wipe what
 	// it lacks, so the changed fields go as a patch, conditional on the cached version.
