@@ -288,17 +288,25 @@ func (p *Proxy) HeldWatches() int {
 // when ctx ends or the proxy closes first.
 func (p *Proxy) watchReleased(ctx context.Context, resource string) error {
 	p.mu.Lock()
-	lagging, released := p.lagging, p.laggingReleased
-	if lagging == resource {
+	var released chan struct{}
+	if p.lagging == resource {
+		released = p.laggingReleased
 		p.heldWatches++
 	}
 	p.mu.Unlock()
-	if lagging != resource {
+	return p.await(ctx, released, &p.heldWatches)
+}
+
+// await returns once released closes, at once for a nil one, or with an error when ctx
+// ends or the proxy closes first; meanwhile the wait counts in *held, which the caller
+// counted it in when it read released.
+func (p *Proxy) await(ctx context.Context, released <-chan struct{}, held *int) error {
+	if released == nil {
 		return nil
 	}
 	defer func() {
 		p.mu.Lock()
-		p.heldWatches--
+		*held--
 		p.mu.Unlock()
 	}()
 	select {
@@ -355,22 +363,7 @@ func (p *Proxy) waitReleased(ctx context.Context) error {
 		p.held++
 	}
 	p.mu.Unlock()
-	if stalled == nil {
-		return nil
-	}
-	defer func() {
-		p.mu.Lock()
-		p.held--
-		p.mu.Unlock()
-	}()
-	select {
-	case <-stalled:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.closed:
-		return http.ErrServerClosed
-	}
+	return p.await(ctx, stalled, &p.held)
 }
 
 // writeKey carries a write's record through the reverse proxy, from ServeHTTP to

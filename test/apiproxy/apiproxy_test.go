@@ -198,10 +198,9 @@ func TestAPIProxyHookRunsBetweenCommitAndAnswer(t *testing.T) {
 	}
 }
 
-func TestAPIProxyStreamsAndCutsWatches(t *testing.T) {
-	upstream := newFakeAPIServer(t)
-	p, client := startTestProxy(t, upstream.Server)
-
+// watchDeployments opens a watch of Deployments through the proxy.
+func watchDeployments(t *testing.T, client *http.Client, p *Proxy) *http.Response {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL()+"/apis/apps/v1/deployments?watch=true", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +209,14 @@ func TestAPIProxyStreamsAndCutsWatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+func TestAPIProxyStreamsAndCutsWatches(t *testing.T) {
+	upstream := newFakeAPIServer(t)
+	p, client := startTestProxy(t, upstream.Server)
+
+	resp := watchDeployments(t, client, p)
 	defer resp.Body.Close()
 	lines := bufio.NewReader(resp.Body)
 	// Each event must reach the client while the apiserver still holds the stream.
@@ -243,14 +250,7 @@ func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 	// Ends the watch, on failure too, so that the fake API server can close.
 	defer close(upstream.nextEvent)
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL()+"/apis/apps/v1/deployments?watch=true", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := watchDeployments(t, client, p)
 	defer resp.Body.Close()
 	r := bufio.NewReader(resp.Body)
 	lines := make(chan string, 2)
@@ -274,7 +274,7 @@ func TestAPIProxyHoldWatchesDelaysOneResource(t *testing.T) {
 	if code, _, err := do(t.Context(), client, p, http.MethodGet, "/apis/apps/v1/namespaces/ns/deployments/web", ""); err != nil || code != http.StatusOK {
 		t.Fatalf("a read of the held resource: %d, %v; want it answered", code, err)
 	}
-	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return p.HeldWatches() == 1, nil
 	})
 	if err != nil {
