@@ -570,8 +570,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		}
 	}()
 
-	// Every Deployment write for a Foo that has had a Deployment is made only once the
-	// API server confirms the cached Foo is current (confirmFoo), at most once a sync.
+	// A Deployment write that a cached Foo older than the API server's would get wrong
+	// is made only once the API server confirms the Foo (confirmFoo), at most once a
+	// sync.
 	confirmed := false
 	confirm := func(ctx context.Context) error {
 		if confirmed {
@@ -732,9 +733,10 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 // the cached Foo would belong to no Foo.
 //
 // When the cache is behind, the sync is skipped (errStaleCache) and the Foo waits for
-// the cache to hold the version read here, whose event wakes it. Only writes for a
-// Foo that had a Deployment pay for the read: a new Foo's first create, the bulk of a
-// cold start, and a sync that writes nothing do not.
+// the cache to hold the version read here, whose event wakes it. Only a create or a
+// delete for a Foo that had a Deployment, and a patch back to a spec already applied,
+// pay for the read: a new Foo's first create, the bulk of a cold start, a patch that
+// applies a new spec and a sync that writes nothing do not.
 func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
 	key := cache.MetaObjectToName(foo)
 	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
