@@ -47,8 +47,8 @@ const controllerAgentName = "sample-controller"
 const fieldManager = controllerAgentName
 
 // notOwnedRecheckInterval is how often a Foo whose Deployment name is taken looks
-// again. A Deployment the controller never labelled, or another slot's, is not in the
-// filtered cache; a watch of its name (maxNameWatches) wakes the Foo when it goes, and
+// again. A Deployment the controller never labelled, or without its DeploymentLabels,
+// is not in the filtered cache; a watch of its name (maxNameWatches) wakes the Foo when it goes, and
 // this recheck is the fallback.
 const notOwnedRecheckInterval = time.Minute
 
@@ -115,9 +115,8 @@ type Controller struct {
 	// context is cancelled.
 	shutdownTimeout time.Duration
 
-	// scope is the Foos this controller acts on: every one it sees (nil), or in
-	// sharded mode one slot's.
-	scope *scope
+	// deploymentLabels are put on every Deployment it writes (Config.DeploymentLabels).
+	deploymentLabels map[string]string
 }
 
 // Config is what a Controller is made of.
@@ -138,8 +137,12 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run lets in-flight syncs finish once its
 	// context is cancelled; 30 s when zero.
 	ShutdownTimeout time.Duration
-	// Scope is the Foos it acts on; every Foo it sees when nil.
-	Scope *scope
+	// DeploymentLabels, beyond the controller's own, are put on every Deployment it
+	// writes, and its Deployment informer watches only the Deployments that carry them.
+	DeploymentLabels map[string]string
+	// FooListWatch, unless nil, lists and watches the Foos in place of SampleClient
+	// over Namespace, for a controller that acts on some of them.
+	FooListWatch *cache.ListWatch
 }
 
 // NewController builds the controller and its informers, and wires them together.
@@ -152,7 +155,7 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = defaultShutdownTimeout
 	}
-	informers := newInformers(cfg.KubeClient, cfg.SampleClient, cfg.Namespace, cfg.ResyncPeriod, cfg.Scope, cfg.InformerName)
+	informers := newInformers(cfg)
 	deploymentInformer, fooInformer := informers.deployments, informers.foos
 	rateLimiter := newRateLimiter()
 	c := &Controller{
@@ -166,19 +169,19 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 			rateLimiter,
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: cfg.QueueName},
 		),
-		rateLimiter:     rateLimiter,
-		recorder:        cfg.Recorder,
-		clock:           clock.RealClock{},
-		shutdownTimeout: cfg.ShutdownTimeout,
-		writes:          writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.GetStore()),
-		scope:           cfg.Scope,
+		rateLimiter:      rateLimiter,
+		recorder:         cfg.Recorder,
+		clock:            clock.RealClock{},
+		shutdownTimeout:  cfg.ShutdownTimeout,
+		writes:           writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.GetStore()),
+		deploymentLabels: cfg.DeploymentLabels,
 	}
 
 	c.sync = c.syncHandler
 	c.nameWatches = namewatch.New(ctx, cfg.KubeClient, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
 
 	if err := c.addEventHandlers(ctx); err != nil {
-		// The informers never ran: a slot that comes back may take their names.
+		// The informers never ran: informers built later may take their names.
 		informers.release()
 		return nil, err
 	}
@@ -398,9 +401,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 
 	logger.Info("Starting Foo controller")
 	logger.Info("Waiting for informer caches to sync")
-	// It only gives up when ctx is cancelled: a shutdown during start-up, or in sharded
-	// mode a slot assigned away at once. Neither is an error, which client-go's named
-	// wait would report.
+	// It only gives up when ctx is cancelled, by a shutdown during start-up, which is
+	// not an error, as client-go's named wait would report it.
 	if !c.waitForCaches(ctx) {
 		logger.Info("Stopped before the caches synced")
 		return nil
@@ -556,11 +558,6 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
 		return fmt.Errorf("%w: the API server said the Foo is gone", errStaleCache)
 	}
-	if !c.scope.owns(klog.FromContext(ctx), foo) {
-		// Another slot's: an apiserver that ignores shard selectors sent it.
-		return nil
-	}
-
 	// The echo of a write this sync makes can reach the handlers before the sync has
 	// read the answer and recorded the write: the Foo's events wait until it ends.
 	c.writes.Syncing(key, foo.UID)
@@ -634,7 +631,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	}
 
 	updated, changed := reconcile.UpdateDeployment(foo, deployment)
-	if c.scope.label(updated) {
+	if setLabels(updated, c.deploymentLabels) {
 		changed = true
 	}
 	if !changed {
@@ -699,7 +696,7 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 		}
 	}
 	desired := reconcile.NewDeployment(foo)
-	c.scope.label(desired)
+	setLabels(desired, c.deploymentLabels)
 	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
 		c.writes.WroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
@@ -857,8 +854,8 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 
 // reportNotOwned tells the Foo's author, once per holder, that its Deployment name is taken by
 // other, and has the Foo woken when other goes away: by the cache's events when other
-// is in it, by a watch of its name when not (another slot's, or one the controller
-// never labelled), and by a recheck after notOwnedRecheckInterval in any case. A name
+// is in it, by a watch of its name when not (one the controller never labelled, or
+// without its DeploymentLabels), and by a recheck after notOwnedRecheckInterval in any case. A name
 // held only by the Deployment of a Foo deleted before this one was created under the
 // same name, or by one being deleted, is waiting for the garbage collector: no Warning.
 func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment) {

@@ -12,28 +12,31 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 )
 
 // TestInformersListWhatTheControllerManages: both informers list in the namespace
-// asked for, the Deployments by the scope's label selector, and keep only the index
+// asked for, the Deployments by the controller's labels, and keep only the index
 // the controller reads, in either mode.
 func TestInformersListWhatTheControllerManages(t *testing.T) {
 	space, err := slots.NewSpace(4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot, err := newSlotScope(space, 1)
+	slot, err := newSlotWatch(space, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name  string
-		scope *scope
+		name     string
+		labels   map[string]string
+		slot     *slotWatch
+		selector string
 	}{
-		{"unsharded", nil},
-		{"a slot", slot},
+		{"unsharded", nil, nil, reconcile.FooUIDLabel},
+		{"a slot", map[string]string{SlotLabel: "1"}, slot, reconcile.FooUIDLabel + "," + SlotLabel + "=1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -47,7 +50,11 @@ func TestInformersListWhatTheControllerManages(t *testing.T) {
 			kubeClient.PrependReactor("list", "deployments", record)
 			sampleClient.PrependReactor("list", "foos", record)
 
-			informers := newInformers(kubeClient, sampleClient, "ns", 0, tc.scope, "")
+			cfg := Config{KubeClient: kubeClient, SampleClient: sampleClient, Namespace: "ns", DeploymentLabels: tc.labels}
+			if tc.slot != nil {
+				cfg.FooListWatch = tc.slot.fooListWatch(sampleClient, "ns")
+			}
+			informers := newInformers(cfg)
 			if got, want := indexNames(informers.deployments), []string{byControllerUID}; !slices.Equal(got, want) {
 				t.Errorf("the Deployment informer's indexes are %v, want %v", got, want)
 			}
@@ -70,7 +77,7 @@ func TestInformersListWhatTheControllerManages(t *testing.T) {
 					t.Fatalf("listed only %v", seen)
 				}
 			}
-			if got, want := seen["deployments"], tc.scope.deploymentSelector(); got != want {
+			if got, want := seen["deployments"], tc.selector; got != want {
 				t.Errorf("Deployments listed by the selector %q, want %q", got, want)
 			}
 			if got := seen["foos"]; got != "" {

@@ -7,8 +7,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -18,7 +25,9 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/serving"
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
+	"github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 )
 
 // runSharded runs the controller in sharded mode until ctx ends: the replica announces
@@ -83,7 +92,7 @@ func runSharded(ctx context.Context, clients *clients, endpoints serving.Endpoin
 // Events of their last syncs. Every write is held to the slot's tenure, which ctx
 // carries.
 func runSlot(ctx context.Context, clients *clients, opts controllerOptions, space slots.Space, slot int, controllers *sync.Map) error {
-	scope, err := newSlotScope(space, slot)
+	watch, err := newSlotWatch(space, slot)
 	if err != nil {
 		return err
 	}
@@ -102,7 +111,9 @@ func runSlot(ctx context.Context, clients *clients, opts controllerOptions, spac
 	cfg := opts.config(clients)
 	cfg.QueueName = fmt.Sprintf("foos-slot-%d", slot)
 	cfg.InformerName = fmt.Sprintf("slot-%d", slot)
-	cfg.Recorder, cfg.Scope = recording.Recorder(), scope
+	cfg.Recorder = recording.Recorder()
+	cfg.DeploymentLabels = map[string]string{SlotLabel: watch.value}
+	cfg.FooListWatch = watch.fooListWatch(clients.sample, opts.namespace)
 	defer metrics.ForgetQueue(cfg.QueueName)
 	controller, err := NewController(ctx, cfg)
 	if err != nil {
@@ -145,4 +156,112 @@ func countHeldOnceSynced(ctx context.Context, waitSynced func(context.Context) b
 			slotsHeld.Dec()
 		}
 	}
+}
+
+// SlotLabel marks each Deployment with the slot of its Foo, so that the replica holding
+// the slot can list and watch exactly its Deployments by label.
+const SlotLabel = samplecontroller.GroupName + "/slot"
+
+// slotWatch is what the controller of one slot watches: the Foos whose UIDs the space
+// puts in the slot, which the API server filters for by a shard selector, and the
+// Deployments labelled with the slot (SlotLabel).
+type slotWatch struct {
+	space    slots.Space
+	slot     int
+	value    string // slot as the value of SlotLabel
+	selector string // the shard selector of the slot
+	// outside is set once the controller was sent a Foo of another slot, so that it
+	// says so once.
+	outside atomic.Bool
+}
+
+// newSlotWatch is the watch of one slot of space.
+func newSlotWatch(space slots.Space, slot int) (*slotWatch, error) {
+	selector, _, err := space.Selector([]int{slot})
+	if err != nil {
+		return nil, err
+	}
+	return &slotWatch{space: space, slot: slot, value: strconv.Itoa(slot), selector: selector}, nil
+}
+
+// owns tells whether foo is in the slot. The API server sends a Foo of another slot
+// only when it ignores the shard selector (ShardedListAndWatch off, or older than
+// 1.36); the slot's lists and watches then drop it before the cache, and say so once.
+func (s *slotWatch) owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool {
+	if s.space.Of(foo.UID) == s.slot {
+		return true
+	}
+	if !s.outside.Swap(true) {
+		logger.Info("The API server sent Foos outside this slot: it ignores shard selectors (feature ShardedListAndWatch off, or older than 1.36); dropping them here instead, at the cost of receiving every Foo",
+			"slot", s.slot, "example", klog.KObj(foo))
+	}
+	return false
+}
+
+// fooListWatch lists and watches the slot's Foos in namespace (all when empty) with
+// the slot's shard selector, and drops the Foos of other slots, which an API server
+// that ignores the selector sends.
+func (s *slotWatch) fooListWatch(client clientset.Interface, namespace string) *cache.ListWatch {
+	foos := client.SamplecontrollerV1alpha1().Foos(namespace)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			options.ShardSelector = s.selector
+			list, err := foos.List(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			list.Items = slices.DeleteFunc(list.Items, func(foo samplev1alpha1.Foo) bool { return !s.owns(klog.FromContext(ctx), &foo) })
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.ShardSelector = s.selector
+			w, err := foos.Watch(ctx, options)
+			if err != nil {
+				return nil, err
+			}
+			logger := klog.FromContext(ctx)
+			return newFilteredWatch(w, func(e watch.Event) bool {
+				foo, ok := e.Object.(*samplev1alpha1.Foo)
+				// Bookmarks carry only a resourceVersion, and errors no Foo.
+				return !ok || e.Type == watch.Bookmark || e.Type == watch.Error || s.owns(logger, foo)
+			}), nil
+		},
+	}
+}
+
+// filteredWatch passes on the events of a watch that keep accepts. Unlike
+// apimachinery's watch.Filter, whose goroutine blocks for good on an event nobody reads
+// once the reader has stopped, it ends when stopped.
+type filteredWatch struct {
+	upstream watch.Interface
+	result   chan watch.Event
+	done     chan struct{}
+	stop     sync.Once
+}
+
+func newFilteredWatch(upstream watch.Interface, keep func(watch.Event) bool) watch.Interface {
+	w := &filteredWatch{upstream: upstream, result: make(chan watch.Event), done: make(chan struct{})}
+	go func() {
+		defer close(w.result)
+		for e := range upstream.ResultChan() {
+			if !keep(e) {
+				continue
+			}
+			select {
+			case w.result <- e:
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *filteredWatch) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *filteredWatch) Stop() {
+	w.stop.Do(func() {
+		close(w.done)
+		w.upstream.Stop()
+	})
 }

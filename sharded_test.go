@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -28,16 +29,16 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
 )
 
-// TestSlotScope: a slot's controller acts only on its own Foos, whatever the apiserver
+// TestSlotWatch: a slot's controller keeps only its own Foos, whatever the apiserver
 // sends (it ignores shard selectors without ShardedListAndWatch), and labels the
 // Deployments it writes with the slot.
-func TestSlotScope(t *testing.T) {
+func TestSlotWatch(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	space, err := slots.NewSpace(4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope, err := newSlotScope(space, 2)
+	scope, err := newSlotWatch(space, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,15 +57,16 @@ func TestSlotScope(t *testing.T) {
 		t.Errorf("%d Foos of the slot, %d of others, said so: %v", mine, others, scope.outside.Load())
 	}
 
+	labels := map[string]string{SlotLabel: scope.value}
 	d := &appsv1.Deployment{}
-	if !scope.label(d) || d.Labels[SlotLabel] != "2" {
+	if !setLabels(d, labels) || d.Labels[SlotLabel] != "2" {
 		t.Errorf("labels %v after labelling, want %s=2", d.Labels, SlotLabel)
 	}
-	if scope.label(d) {
+	if setLabels(d, labels) {
 		t.Error("labelling a labelled Deployment changed it")
 	}
 	d.Labels[SlotLabel] = "3"
-	if !scope.label(d) || d.Labels[SlotLabel] != "2" {
+	if !setLabels(d, labels) || d.Labels[SlotLabel] != "2" {
 		t.Errorf("a Deployment labelled for another slot kept %v", d.Labels)
 	}
 }
@@ -81,7 +83,7 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope, err := newSlotScope(space, 1)
+	scope, err := newSlotWatch(space, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestSlotInformerDropsOtherSlotsFoos(t *testing.T) {
 	}
 	sampleClient := fake.NewClientset(objects...)
 	opened := fakeapiserver.WatchesOpened(sampleClient, "foos")
-	informers := newInformers(k8sfake.NewClientset(), sampleClient, "", 0, scope, "")
+	informers := newInformers(Config{KubeClient: k8sfake.NewClientset(), SampleClient: sampleClient, FooListWatch: scope.fooListWatch(sampleClient, "")})
 	informer := informers.foos.Informer()
 	informers.start(ctx)
 	defer informers.shutdown()
@@ -205,10 +207,13 @@ func TestSlotsHeldCountsSyncedSlots(t *testing.T) {
 }
 
 // TestSyncHandlerInSlot checks that syncHandler reaches sharded mode through the
-// controller's scope alone: a Foo of the slot gets a Deployment with the slot's label,
-// and a Foo of another slot, which an apiserver that ignores shard selectors sent, is
+// controller's Config alone: a Foo of the slot gets a Deployment with the slot's label,
+// and a Foo of another slot, which an apiserver that ignores shard selectors sends, is
 // left alone.
 func TestSyncHandlerInSlot(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	space, err := slots.NewSpace(4)
 	if err != nil {
 		t.Fatal(err)
@@ -219,15 +224,27 @@ func TestSyncHandlerInSlot(t *testing.T) {
 		other.UID += "x"
 	}
 	slot := space.Of(mine.UID)
-	f := newFixture(t, []*samplev1alpha1.Foo{mine, other}, nil, nil)
-	if f.controller.scope, err = newSlotScope(space, slot); err != nil {
+	watch, err := newSlotWatch(space, slot)
+	if err != nil {
 		t.Fatal(err)
+	}
+	kubeClient, sampleClient := k8sfake.NewClientset(), fake.NewClientset(mine, other)
+	controller, err := NewController(ctx, Config{KubeClient: kubeClient, SampleClient: sampleClient, Recorder: events.NewFakeRecorder(10),
+		DeploymentLabels: map[string]string{SlotLabel: watch.value}, FooListWatch: watch.fooListWatch(sampleClient, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer controller.ShutdownInformers()
+	defer cancel() // before ShutdownInformers, which waits for the informers to stop
+	controller.StartInformers(ctx)
+	if !controller.waitForCaches(ctx) {
+		t.Fatal("the caches did not sync")
 	}
 
-	if err := f.sync(mine); err != nil {
+	if err := controller.syncHandler(ctx, cache.MetaObjectToName(mine)); err != nil {
 		t.Fatal(err)
 	}
-	d, err := f.kubeclient.AppsV1().Deployments(mine.Namespace).Get(t.Context(), mine.Spec.DeploymentName, metav1.GetOptions{})
+	d, err := kubeClient.AppsV1().Deployments(mine.Namespace).Get(ctx, mine.Spec.DeploymentName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the slot's Foo got no Deployment: %v", err)
 	}
@@ -235,12 +252,14 @@ func TestSyncHandlerInSlot(t *testing.T) {
 		t.Errorf("Deployment labelled %s=%q, want %q", SlotLabel, got, strconv.Itoa(slot))
 	}
 
-	f.kubeclient.ClearActions()
-	f.client.ClearActions()
-	if err := f.sync(other); err != nil {
+	kubeClient.ClearActions()
+	sampleClient.ClearActions()
+	if err := controller.syncHandler(ctx, cache.MetaObjectToName(other)); err != nil {
 		t.Fatal(err)
 	}
-	if actions := append(f.kubeclient.Actions(), f.client.Actions()...); len(actions) > 0 {
-		t.Errorf("another slot's Foo was acted on: %v", actions)
+	for _, action := range append(kubeClient.Actions(), sampleClient.Actions()...) {
+		if action.GetVerb() != "list" && action.GetVerb() != "watch" {
+			t.Errorf("another slot's Foo was acted on: %v", action)
+		}
 	}
 }
