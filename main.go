@@ -2,8 +2,8 @@
 // (samplecontroller.k8s.io/v1alpha1) and reports its progress in the Foo's status.
 //
 // This file is the wiring: the flags (options.go), the clients, the servers, and then
-// one of the modes: one replica, the leader of several (this file), or slots shared by
-// several (sharded.go). The controller itself is in controller.go.
+// one of the modes: one replica or the leader of several (leader.go), or slots shared
+// by several (sharded.go). The controller itself is in controller.go.
 package main
 
 import (

@@ -189,8 +189,7 @@ func (c clientOptions) restConfig() (*rest.Config, string, error) {
 		cfg.QPS = float32(c.kubeAPIQPS)
 		cfg.Burst = c.kubeAPIBurst
 		if cfg.Burst <= 0 {
-			// At least 1: client-go refuses a limiter with no burst, which twice a
-			// QPS below 0.5 would round down to.
+			// At least 1: client-go refuses a limiter with no burst.
 			cfg.Burst = max(1, int(math.Ceil(2*c.kubeAPIQPS)))
 		}
 	} else {

@@ -50,8 +50,9 @@ const unseenHolder = "(a holder this replica has not seen)"
 //     having written it, is shown held by its last holder (or unseenHolder) until its
 //     record has been seen unchanged for that longest duration; then it is shown free,
 //     and the elector takes it with an update conditional on that resourceVersion.
-//     A release by the holder last seen (ReleasedByAnnotation) is free at once, and
-//     so is one by a holder this process never saw.
+//     A release by the holder last seen (ReleasedByAnnotation) is free once it has
+//     stood for a write's flight (a second at most), and so is one by a holder this
+//     process never saw.
 //   - A Lease this process has to create begins a tenure usable only after the longest
 //     duration: it may have been deleted under a holder that has not noticed yet.
 //

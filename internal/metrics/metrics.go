@@ -32,9 +32,9 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/version"
 )
 
-// Registry holds the metrics the process serves but the informers': the Go runtime's
-// and the process's, client-go's once RegisterClientGo has run, and any the controller
-// adds.
+// Registry holds the metrics the process serves but the informers' and the REST
+// clients' (see Gatherer): the Go runtime's and the process's, client-go's once
+// RegisterClientGo has run, and any the controller adds.
 var Registry = prometheus.NewRegistry()
 
 // Gatherer is what the process serves on /metrics: Registry, and from component-base's

@@ -1,3 +1,6 @@
+// The trimmed forms in which the controller's informers cache Deployments and Foos,
+// and the string table they share.
+
 package reconcile
 
 import (

@@ -1,6 +1,7 @@
-// Package reconcile holds the pure decisions of the Foo controller: the Deployment a Foo
-// asks for, and the status that reports how far it got. It has no clients and no
-// caches, so the controller, its tests and the benchmark share one definition.
+// Package reconcile holds the decisions of the Foo controller: the Deployment a Foo
+// asks for, and the status that reports how far it got; and the trimmed forms in which
+// its informers cache both (cached.go). It has no clients, so the controller, its
+// tests and the benchmark share one definition.
 package reconcile
 
 import (

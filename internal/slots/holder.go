@@ -334,7 +334,7 @@ func (h *Holder) slotOf(name string) (int, bool) {
 // again. So before it acts, the member fences each such Lease, with an update
 // conditioned on the version it listed that names FenceHolder as the holder for the
 // Lease's duration: the old holder's renewal then fails, its next read shows another
-// holder, and its slot's work ends (tenure.Lock). A renewal that came first makes the
+// holder, and its slot's work ends (election.LeaseLock ends its tenure on the read). A renewal that came first makes the
 // fence fail, and the member looks again.
 func (h *Holder) admit(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)

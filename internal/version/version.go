@@ -8,7 +8,8 @@ import (
 	"runtime/debug"
 )
 
-// version is set at build time by hack/build-image.sh, with
+// version is set at build time by hack/build.sh (which make build, the Dockerfile and
+// hack/build-image.sh call), with
 // -ldflags "-X github.com/seed-e6610ed6/sample-controller/internal/version.version=v0.1.0".
 // Without it, the module version Go recorded is used: a tag for `go install ...@v0.1.0`,
 // "(devel)" for a build from a checkout.
