@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
@@ -90,24 +89,18 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 // that a standby never starts while this process still works. work's writes are held
 // to the tenure held, which the election keeps from its Lease writes and reads.
 //
-// The leader is one slot of sharded mode's scheme (slots.Single): it acts only once no
-// sharded replica of the same group may act, and stops when they take over, so that a
-// rolling update that turns sharded mode on or off never has both modes write.
+// The leader is one slot of sharded mode's scheme (slots.Single.Lead): it acts only once
+// no sharded replica of the same group may act, and stops when they take over, so that
+// a rolling update that turns sharded mode on or off never has both modes write.
 func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, held *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
-	single := slots.NewSingle(clients.lease, lease)
-	observing, stopObserving := context.WithCancel(ctx)
-	var observed sync.WaitGroup
-	observed.Go(func() { single.Run(observing) })
-	defer observed.Wait()
-	defer stopObserving()
 	lock := lease.NewLock(clients.lease, held, election.LockOptions{Labels: slots.SingleLeaseLabels(lease.Name)})
 	logger.Info("Waiting to become the leader", "lease", klog.KRef(lease.Namespace, lease.Name), "identity", lease.Identity)
-	for {
-		if !single.WaitAdmissible(ctx) {
-			return nil
-		}
-		admitted := false
+	lead := func(ctx context.Context) error {
+		logger.Info("Became the leader", "identity", lease.Identity)
+		return work(ctx)
+	}
+	return slots.NewSingle(clients.lease, lease).Lead(ctx, lead, func(ctx context.Context, work func(context.Context) error) (bool, error) {
 		result := election.Run(ctx, election.Config{
 			Lock:     lock,
 			WatchDog: watchdog,
@@ -120,26 +113,9 @@ func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, he
 					logger.Info("Another replica leads", "leader", current)
 				}
 			},
-		}, func(ctx context.Context) error {
-			if !single.Admit(ctx) {
-				logger.Info("Sharded replicas of this group act, or may: releasing the Lease until they are gone", "group", lease.Name)
-				return nil
-			}
-			admitted = true
-			logger.Info("Became the leader", "identity", lease.Identity)
-			ctx, stop := context.WithCancel(ctx)
-			defer stop()
-			go func() {
-				single.WaitCountChanged(ctx)
-				if ctx.Err() == nil {
-					logger.Info("Sharded replicas of this group are to act: stopping", "group", lease.Name)
-				}
-				stop()
-			}()
-			return work(ctx)
-		})
+		}, work)
 		if !result.Worked {
-			return result.Err
+			return false, result.Err
 		}
 		if result.ReleaseErr != nil {
 			logger.Error(result.ReleaseErr, "Releasing the lease; another replica takes over once it expires", "identity", lease.Identity)
@@ -147,9 +123,6 @@ func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, he
 			logger.Info("Released the lease", "identity", lease.Identity)
 		}
 		metrics.LeaderElectionEnded(lease.Name)
-		if admitted || ctx.Err() != nil {
-			return result.Err
-		}
-		// Not admitted: the Lease is released; wait for the sharded replicas to go.
-	}
+		return true, result.Err
+	})
 }

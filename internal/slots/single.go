@@ -5,8 +5,10 @@ package slots
 
 import (
 	"context"
+	"sync"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/election"
@@ -38,27 +40,47 @@ func NewSingle(client kubernetes.Interface, lease election.Lease) *Single {
 	return &Single{holder: h}
 }
 
-// Run follows the group's Leases until ctx ends.
-func (s *Single) Run(ctx context.Context) {
-	s.holder.observer.run(ctx)
-}
-
-// WaitAdmissible waits until Admit may admit the leader, by what has been seen of the
-// group's Leases: the count names one slot, or no slot Lease of another number is held.
-// It returns false when ctx ends.
-func (s *Single) WaitAdmissible(ctx context.Context) bool {
-	return s.holder.waitAdmissible(ctx)
-}
-
-// Admit tells whether the leader, holding its Lease, may act. It returns false when
-// sharded replicas of another number of slots act, or may (their Leases held): the
-// leader then releases its Lease, so that they are not kept waiting for it.
-func (s *Single) Admit(ctx context.Context) bool {
-	return s.holder.admit(ctx)
-}
-
-// WaitCountChanged returns once the count Lease names another number of slots than
-// one, or ctx ends: the leader's work must stop.
-func (s *Single) WaitCountChanged(ctx context.Context) {
-	s.holder.waitCountChanged(ctx)
+// Lead runs the leader's elections one after another, until ctx ends or the leader
+// has acted in one: elect runs an election whose work, once the Lease is held, is the
+// function it is given. Each election starts only once the leader may be admitted, by
+// what has been seen of the group's Leases (the count names one slot, or no slot Lease
+// of another number is held). Its work runs work only if the leader, holding the
+// Lease, is admitted, and stops it when the count Lease names another number of
+// slots; a leader not admitted returns at once, so that its Lease is released and the
+// sharded replicas are not kept waiting, and waits again. elect returns whether its
+// work ran, and the election's error, which Lead returns.
+func (s *Single) Lead(ctx context.Context, work func(context.Context) error, elect func(context.Context, func(context.Context) error) (bool, error)) error {
+	logger := klog.FromContext(ctx)
+	group := s.holder.Lease.Name
+	observing, stopObserving := context.WithCancel(ctx)
+	var observed sync.WaitGroup
+	observed.Go(func() { s.holder.observer.run(observing) })
+	defer observed.Wait()
+	defer stopObserving()
+	for {
+		if !s.holder.waitAdmissible(ctx) {
+			return nil
+		}
+		admitted := false
+		worked, err := elect(ctx, func(ctx context.Context) error {
+			if !s.holder.admit(ctx) {
+				logger.Info("Sharded replicas of this group act, or may: releasing the Lease until they are gone", "group", group)
+				return nil
+			}
+			admitted = true
+			ctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() {
+				s.holder.waitCountChanged(ctx)
+				if ctx.Err() == nil {
+					logger.Info("Sharded replicas of this group are to act: stopping", "group", group)
+				}
+				stop()
+			}()
+			return work(ctx)
+		})
+		if !worked || admitted || ctx.Err() != nil {
+			return err
+		}
+	}
 }

@@ -62,26 +62,19 @@ func TestSingleLeaderAndShardedReplicasTakeTurns(t *testing.T) {
 	leaderCtx, stopLeader := context.WithCancel(ctx)
 	var leaderDone sync.WaitGroup
 	leaderDone.Go(func() {
-		single := NewSingle(client, lease)
-		go single.Run(leaderCtx)
 		lock := lease.NewLock(client, nil, election.LockOptions{Labels: SingleLeaseLabels(testGroup)})
 		work := log.work("l", 0, nil)
-		for leaderCtx.Err() == nil {
-			if !single.WaitAdmissible(leaderCtx) {
-				return
+		_ = NewSingle(client, lease).Lead(leaderCtx, func(ctx context.Context) error {
+			var slotsDone sync.WaitGroup
+			for slot := range space.Len() {
+				slotsDone.Go(func() { _ = work(ctx, slot) })
 			}
-			election.Run(leaderCtx, election.Config{Lock: lock, OnLost: func() { t.Error("the leader lost its Lease") }}, func(ctx context.Context) error {
-				if !single.Admit(ctx) {
-					return nil
-				}
-				var slotsDone sync.WaitGroup
-				for slot := range space.Len() {
-					slotsDone.Go(func() { _ = work(ctx, slot) })
-				}
-				slotsDone.Wait()
-				return nil
-			})
-		}
+			slotsDone.Wait()
+			return nil
+		}, func(ctx context.Context, work func(context.Context) error) (bool, error) {
+			result := election.Run(ctx, election.Config{Lock: lock, OnLost: func() { t.Error("the leader lost its Lease") }}, work)
+			return result.Worked, result.Err
+		})
 	})
 	t.Cleanup(func() {
 		stopLeader()
