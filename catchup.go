@@ -73,7 +73,7 @@ func expectThePresent(ctx context.Context, c *Controller, client metadata.Interf
 		case err != nil:
 			// Not cached yet: the event that brings it in enqueues it.
 		case cached.UID != m.UID && olderRV(cached.ResourceVersion, m.ResourceVersion):
-			c.writes.Gone(key, cached.UID)
+			c.writes.ExpectDeletion(key, cached.UID)
 			foos++
 		case cached.UID == m.UID && olderRV(cached.ResourceVersion, m.ResourceVersion):
 			c.writes.Expect(writes.Foos, key, m.UID, m.ResourceVersion)
@@ -90,7 +90,7 @@ func expectThePresent(ctx context.Context, c *Controller, client metadata.Interf
 	for _, foo := range cached {
 		// Not listed, and older than the list: deleted before it was read.
 		if key := cache.MetaObjectToName(foo); !listed[key] && olderRV(foo.ResourceVersion, fooListRV) {
-			c.writes.Gone(key, foo.UID)
+			c.writes.ExpectDeletion(key, foo.UID)
 			foos++
 		}
 	}

@@ -70,8 +70,9 @@ const defaultShutdownTimeout = 30 * time.Second
 // refusal was reported on the Foo.
 var errRejected = errors.New("deployment write refused")
 
-// errStaleCache marks a sync skipped because the informer caches do not yet hold the
-// controller's own last writes for the Foo, or hold a Foo the API server no longer
+// errStaleCache marks a sync skipped because the informer caches do not yet hold what
+// the controller expects of them for the Foo (c.writes): its own last writes, a newer
+// version the API server showed it, or the deletion of a Foo the API server no longer
 // has. The event that brings them in requeues it.
 var errStaleCache = errors.New("the cache is stale")
 
@@ -100,9 +101,10 @@ type Controller struct {
 	recorder    events.EventRecorder
 	clock       clock.PassiveClock
 
-	// writes is what the controller remembers of each Foo that its caches do not show
-	// yet: its own last writes, so that it neither acts on a cache older than them nor
-	// requeues a Foo on their echo; the refusal it last reported; the Foo being gone.
+	// writes holds the controller's expectations of its caches for each Foo: its own
+	// last writes, so that it neither acts on a cache older than them nor requeues a
+	// Foo on their echo; newer versions it read; the Foo's deletion; and the refusal it
+	// last reported.
 	writes *writes.Tracker
 	// nameWatches wakes the Foos whose Deployment name is taken by a Deployment
 	// outside the cache when it goes away.
@@ -173,10 +175,10 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		recorder:         cfg.Recorder,
 		clock:            clock.RealClock{},
 		shutdownTimeout:  cfg.ShutdownTimeout,
-		writes:           writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.GetStore()),
 		deploymentLabels: cfg.DeploymentLabels,
 	}
 
+	c.writes = writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.GetStore(), func(key cache.ObjectName) { c.workqueue.Add(key) })
 	c.sync = c.syncHandler
 	c.nameWatches = namewatch.New(ctx, cfg.KubeClient, maxNameWatches, func(foo cache.ObjectName) { c.workqueue.Add(foo) })
 
@@ -251,10 +253,7 @@ func (c *Controller) enqueueFoo(obj any) {
 		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
 		return
 	}
-	key := cache.MetaObjectToName(foo)
-	// The sync this causes checks the caches again: a skipped one waits no more.
-	c.writes.Wake(key)
-	c.workqueue.Add(key)
+	c.workqueue.Add(cache.MetaObjectToName(foo))
 }
 
 // updateFoo handles the informer's update of a Foo from old to new.
@@ -272,20 +271,18 @@ func (c *Controller) updateFoo(old, new any) {
 	c.onFooUpdate(new)
 }
 
-// onFooUpdate enqueues a Foo that changed, unless the change is the controller's own
-// status write: the sync that wrote it had nothing more to do, and requeuing it would
-// undo its backoff. That echo still wakes a sync that was skipped for waiting on it.
-// handleObject does the same for the echo of a Deployment write. An event that comes
-// while a sync of the Foo runs is held until it ends (see syncHandler).
+// onFooUpdate has the expectations enqueue a Foo that changed, unless the change is
+// the echo of the controller's own status write: the sync that wrote it had nothing
+// more to do, and requeuing it would undo its backoff. That echo still enqueues a Foo
+// whose sync waits for it. handleObject does the same for the echo of a Deployment
+// write. An event that comes while a sync of the Foo runs is held until it ends.
 func (c *Controller) onFooUpdate(obj any) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
 		utilruntime.HandleError(fmt.Errorf("expected a Foo, got %T", obj))
 		return
 	}
-	if c.writes.Observed(writes.Foos, cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion) {
-		c.enqueueFoo(foo)
-	}
+	c.writes.Observe(writes.Foos, cache.MetaObjectToName(foo), foo.UID, foo.ResourceVersion)
 }
 
 // forgetFoo drops what the controller remembers of a deleted Foo, whose echoes the
@@ -301,7 +298,7 @@ func (c *Controller) forgetFoo(obj any) {
 
 // forget drops the controller's record of the Foo named key with UID uid (any UID
 // when empty) and its name watch. A sync that runs meanwhile drops whatever it records
-// after this when it ends (writes.Tracker.Synced), so that nothing outlives the Foo.
+// after this when it ends (writes.Tracker.End), so that nothing outlives the Foo.
 func (c *Controller) forget(key cache.ObjectName, uid types.UID) {
 	c.writes.Forget(key, uid)
 	c.nameWatches.Done(key)
@@ -312,15 +309,15 @@ func (c *Controller) forget(key cache.ObjectName, uid types.UID) {
 // same name, or one waiting for a name another Foo gives up, learns at once that the
 // name is free or taken.
 //
-// When obj is a Deployment as the informer now holds it (added or updated, not deleted
-// nor replaced) and it is the echo of the controller's own last write of it, the Foo
-// that controls it is not enqueued: the sync that wrote it acted on what the write
-// returned. A sync on the echo would find nothing to do (without a Deployment
-// controller, as in the bench, it was the second of two syncs of every Foo at a cold
-// start), and, after a sync that failed once it had written, would retry it before its
-// backoff allows. The echo still wakes a sync skipped for waiting on it. While a sync
-// of that Foo runs, its Deployment's events are held, and the sync's end decides on
-// them (see syncHandler); a deletion enqueues it at once as well.
+// The Foo that controls the Deployment is enqueued by its expectations (Observe),
+// unless the event is the echo of the controller's own last write of it: the sync that
+// wrote it acted on what the write returned. A sync on the echo would find nothing to
+// do (without a Deployment controller, as in the bench, it was the second of two syncs
+// of every Foo at a cold start), and, after a sync that failed once it had written,
+// would retry it before its backoff allows. The echo still enqueues a Foo whose sync
+// waits for it. While a sync of that Foo runs, its Deployment's events are held, and
+// the sync's end decides on them; a deletion, or a Deployment the informer replaced
+// (current false), enqueues it at once as well.
 func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 	logger := klog.FromContext(ctx)
 	object, ok := obj.(metav1.Object)
@@ -339,18 +336,19 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 		}
 		current = false
 	}
-	var echoed types.UID // the Foo whose own write this is, and who need not sync
+	var controller types.UID // the Foo that controls it, which its expectations enqueue
 	if ref := metav1.GetControllerOf(object); isFooRef(ref) {
 		foo, err := c.foosLister.Foos(object.GetNamespace()).Get(ref.Name)
-		switch {
-		case err != nil || foo.UID != ref.UID:
+		if err != nil || foo.UID != ref.UID {
 			logger.V(4).Info("Deployment of a Foo that no longer exists", "deployment", klog.KObj(object), "foo", ref.Name)
-		case !c.writes.Observed(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, object.GetResourceVersion()) && current:
-			// Observed first: every event of the Deployment passes the tracker, a
-			// deletion too, whose later version passes the echo.
-			echoed = foo.UID
-		default:
-			c.enqueueFoo(foo)
+		} else {
+			// Every event of the Deployment passes the expectations, a deletion too,
+			// whose later version passes the echo.
+			controller = foo.UID
+			c.writes.Observe(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, object.GetResourceVersion())
+			if !current {
+				c.enqueueFoo(foo)
+			}
 		}
 	}
 	waiting, err := c.foosIndexer.ByIndex(byDeploymentName, object.GetNamespace()+"/"+object.GetName())
@@ -359,7 +357,7 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 		return
 	}
 	for _, obj := range waiting {
-		if foo, ok := obj.(*samplev1alpha1.Foo); ok && echoed != "" && foo.UID == echoed {
+		if foo, ok := obj.(*samplev1alpha1.Foo); ok && controller != "" && foo.UID == controller {
 			continue
 		}
 		c.enqueueFoo(obj)
@@ -543,29 +541,20 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return err
 	}
 	// Deciding on a Foo or a Deployment older than what this controller last wrote
-	// for this Foo would redo or undo that write.
-	if behind, ok := c.writes.CaughtUp(key, foo.UID); !ok {
+	// for this Foo, or than the API server showed it, would redo or undo that write.
+	// The echo of a write this sync makes can reach the handlers before the sync has
+	// read the answer and recorded the write: the Foo's events wait until it ends.
+	behind, ok := c.writes.Begin(key, foo.UID)
+	if !ok {
 		staleSkipsTotal.WithLabelValues(behind).Inc()
-		return fmt.Errorf("%w: older than the controller's own last write: %s", errStaleCache, behind)
+		return fmt.Errorf("%w: the %s cache is behind what the controller wrote or read", errStaleCache, behind)
 	}
+	defer c.writes.End(key, foo.UID)
 	if foo.DeletionTimestamp != nil {
 		// Being deleted, perhaps in the foreground: recreating its Deployment would
 		// fight the garbage collector.
 		return nil
 	}
-	if c.writes.IsGone(key, foo.UID) {
-		// Its deletion event, which is on its way, ends the wait.
-		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
-		return fmt.Errorf("%w: the API server said the Foo is gone", errStaleCache)
-	}
-	// The echo of a write this sync makes can reach the handlers before the sync has
-	// read the answer and recorded the write: the Foo's events wait until it ends.
-	c.writes.Syncing(key, foo.UID)
-	defer func() {
-		if c.writes.Synced(key, foo.UID) {
-			c.workqueue.Add(key)
-		}
-	}()
 
 	// A Deployment write that a cached Foo older than the API server's would get wrong
 	// is made only once the API server confirms the Foo (confirmFoo), at most once a
@@ -583,7 +572,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	var retryErr error
 	switch {
 	case syncErr == nil:
-		c.writes.Accepted(key, foo.UID)
+		c.writes.Report(key, foo.UID, "")
 		c.nameWatches.Done(key)
 		if err := c.deleteStaleDeployments(ctx, foo, confirm); err != nil {
 			return err
@@ -641,7 +630,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	// its author, or the leader before this one, asked for: a patch back to a spec the
 	// status says was applied (drift, or an old Foo) waits for the API server to
 	// confirm the Foo. A spec not applied yet, the change a user waits for, goes at
-	// once: a cache behind this process's own writes waits for them (CaughtUp), and a
+	// once: a cache behind this process's own writes waits for them (c.writes), and a
 	// new leader's behind its predecessor's waited at the start (catchUp).
 	if foo.Status.ObservedGeneration == foo.Generation {
 		if err := confirm(ctx); err != nil {
@@ -658,7 +647,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if err != nil {
 		return deployment, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
-	c.writes.WroteDeployment(cache.MetaObjectToName(foo), foo.UID, updated.ResourceVersion)
+	c.writes.ExpectWrite(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, updated.ResourceVersion)
 	// An update that carries a new spec of the Foo is what its author asked for, and
 	// status.observedGeneration tells them it was acted on. An event, which costs a
 	// write per change, is kept for the surprise: a Deployment changed by someone else
@@ -699,7 +688,7 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 	setLabels(desired, c.deploymentLabels)
 	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
-		c.writes.WroteDeployment(cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
+		c.writes.ExpectWrite(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
 			"Created Deployment %q", created.Name)
@@ -741,7 +730,7 @@ func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) er
 	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
 		// Gone, and syncs of it wait until the informer brings the deletion, or the
 		// Foo that took the name.
-		c.writes.Gone(key, foo.UID)
+		c.writes.ExpectDeletion(key, foo.UID)
 		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
 		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
 	case err != nil:
@@ -820,7 +809,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 				return err
 			}
 			if fresh.UID != foo.UID {
-				c.writes.Gone(cache.MetaObjectToName(foo), foo.UID)
+				c.writes.ExpectDeletion(cache.MetaObjectToName(foo), foo.UID)
 			}
 			if fresh.UID != foo.UID || fresh.Generation != generation || fresh.DeletionTimestamp != nil {
 				// Another Foo under the same name, or a new spec: this sync's view of
@@ -837,13 +826,13 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		updated.Status = status
 		written, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 		if err == nil {
-			c.writes.WroteStatus(cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
+			c.writes.ExpectWrite(writes.Foos, cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
 		}
 		return err
 	})
 	if apierrors.IsNotFound(err) {
 		// No Foo of that name, so none of this UID, which is never reused.
-		c.writes.Gone(cache.MetaObjectToName(foo), foo.UID)
+		c.writes.ExpectDeletion(cache.MetaObjectToName(foo), foo.UID)
 		return nil
 	}
 	if err != nil {
@@ -868,7 +857,7 @@ func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo
 	case reconcile.NotOwnedReported(foo):
 	case awaitingCollection(foo, other):
 		logger.V(2).Info("Deployment name is held by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
-	case !c.writes.Refused(key, foo.UID, "not owned: "+string(other.UID)):
+	case !c.writes.Report(key, foo.UID, "not owned: "+string(other.UID)):
 		// Reported while this process runs, and the status write that says so failed.
 	default:
 		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
@@ -905,7 +894,7 @@ func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo
 	cause := reconcile.RejectionCause(err)
 	// Once per cause while this process runs; after a restart, unless the status
 	// already says exactly this.
-	if c.writes.Refused(cache.MetaObjectToName(foo), foo.UID, cause) && !reconcile.RejectedReported(foo, message) {
+	if c.writes.Report(cache.MetaObjectToName(foo), foo.UID, cause) && !reconcile.RejectedReported(foo, message) {
 		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, reconcile.EventDeploymentRejected, "Sync", "%s", message)
 	}
 	return fmt.Errorf("%w: %w", errRejected, err)

@@ -75,7 +75,7 @@ func main() {
 // next one starts. Nearly all of what is live here is the informers' caches, which
 // live as long as the process, so Go's default of 100 lets the process hold about as
 // much garbage as cache. 50 holds half that, for collections twice as frequent
-// (docs/performance.md measures the two against each other at 10000 Foos).
+// (docs/performance.md, "Defaults the bench chose").
 const defaultGOGC = 50
 
 // applyGOGC sets the garbage collector's target to defaultGOGC unless the environment

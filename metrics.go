@@ -27,7 +27,7 @@ var (
 
 	staleSkipsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_stale_cache_skips_total",
-		Help: "Foo syncs skipped because an informer cache (resource: foos or deployments) did not yet hold the controller's own last write for the Foo, or (foos) held a Foo the API server no longer has; the event that brings the change in requeues the Foo.",
+		Help: "Foo syncs skipped because an informer cache (resource: foos or deployments) did not yet hold the controller's own last write for the Foo or a newer version the API server showed it, or (foos) held a Foo the API server no longer has; the event that brings the change in requeues the Foo.",
 	}, []string{"resource"})
 
 	writesHeldBack = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -87,8 +87,8 @@ const (
 	// syncRejected: the API server refused the Deployment write, which the Foo
 	// reports. Usually the Foo's author or a policy has to act, not the operator.
 	syncRejected = "rejected"
-	// syncStale: skipped, the cache was older than the controller's own last write
-	// or than the Foo's deletion.
+	// syncStale: skipped, the cache was older than what the controller expects of it
+	// (writes.Tracker): its own last write, a version it read, the Foo's deletion.
 	syncStale = "stale"
 	// syncHeldBack: a write of the sync was held back, the replica's tenure of the
 	// Lease being over; the Foo is retried with backoff, by whichever replica holds it.

@@ -54,8 +54,8 @@ type controllerOptions struct {
 }
 
 // The default concurrency. With one active replica, 32 syncs keep the API server
-// busy through a cold start (at 1000 Foos, 8 left it idle part of the time: see
-// docs/performance.md); in sharded mode each slot held has its own queue and workers,
+// busy through a cold start (at 1000 Foos, 8 left it idle part of the time:
+// docs/performance.md, "Defaults the bench chose"); in sharded mode each slot held has its own queue and workers,
 // so a replica of 16 slots with 32 each would send up to 512 requests at once.
 const (
 	defaultWorkers     = 32

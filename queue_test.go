@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
+	"github.com/seed-e6610ed6/sample-controller/internal/writes"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
@@ -116,7 +117,7 @@ func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
 	t.Run("the echo", func(t *testing.T) {
 		f := newFixture(t, []*samplev1alpha1.Foo{foo, rival}, nil, nil)
 		c := f.controller
-		c.writes.WroteDeployment(key, foo.UID, "1001")
+		c.writes.ExpectWrite(writes.Deployments, key, foo.UID, "1001")
 		c.handleObject(ctx, echo, true)
 		if diff := cmp.Diff([]cache.ObjectName{{Namespace: "default", Name: "rival"}}, queued(c)); diff != "" {
 			t.Errorf("queued mismatch (-want +got):\n%s", diff)
@@ -131,7 +132,7 @@ func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
 	t.Run("the echo awaited by a skipped sync", func(t *testing.T) {
 		f := newFixture(t, []*samplev1alpha1.Foo{foo}, []*appsv1.Deployment{at("1000")}, nil)
 		c := f.controller
-		c.writes.WroteDeployment(key, foo.UID, "1001")
+		c.writes.ExpectWrite(writes.Deployments, key, foo.UID, "1001")
 		if err := f.sync(foo); !errors.Is(err, errStaleCache) {
 			t.Fatalf("sync: err = %v, want errStaleCache", err)
 		}
@@ -156,7 +157,7 @@ func TestHandleObjectOwnDeploymentWrite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
 			c := f.controller
-			c.writes.WroteDeployment(key, foo.UID, "1001")
+			c.writes.ExpectWrite(writes.Deployments, key, foo.UID, "1001")
 			c.handleObject(ctx, tc.obj, tc.current)
 			if diff := cmp.Diff([]cache.ObjectName{key}, queued(c)); diff != "" {
 				t.Errorf("queued mismatch (-want +got):\n%s", diff)
@@ -211,13 +212,13 @@ func TestFooUpdateOwnStatusWrite(t *testing.T) {
 	c := f.controller
 	echo := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.ResourceVersion = "1001" })
 
-	c.writes.WroteStatus(key, foo.UID, "1001")
+	c.writes.ExpectWrite(writes.Foos, key, foo.UID, "1001")
 	c.onFooUpdate(echo)
 	if got := queued(c); len(got) != 0 {
 		t.Errorf("own status write queued %v, want nothing", got)
 	}
 
-	c.writes.WroteStatus(key, foo.UID, "1002")
+	c.writes.ExpectWrite(writes.Foos, key, foo.UID, "1002")
 	if err := c.foosIndexer.Add(echo); err != nil { // the cache is at 1001
 		t.Fatal(err)
 	}
@@ -251,8 +252,8 @@ func TestFooReplacedWhileTheWatchWasDown(t *testing.T) {
 	f := newFixture(t, []*samplev1alpha1.Foo{first}, []*appsv1.Deployment{other}, nil)
 	c := f.controller
 	key := cache.MetaObjectToName(first)
-	c.writes.WroteDeployment(key, first.UID, "10")
-	c.writes.Refused(key, first.UID, "a quota")
+	c.writes.ExpectWrite(writes.Deployments, key, first.UID, "10")
+	c.writes.Report(key, first.UID, "a quota")
 
 	if err := c.foosIndexer.Update(second); err != nil {
 		t.Fatal(err)

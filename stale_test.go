@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -494,8 +495,9 @@ func TestSyncOnAFooOlderThanItsDeployments(t *testing.T) {
 			if err := f.controller.foosIndexer.Update(current.DeepCopy()); err != nil {
 				t.Fatal(err)
 			}
-			if !f.controller.writes.Observed(writes.Foos, cache.MetaObjectToName(current), current.UID, current.ResourceVersion) {
-				t.Error("the event that brought the newer spec did not wake the Foo")
+			f.controller.onFooUpdate(current.DeepCopy())
+			if diff := cmp.Diff([]cache.ObjectName{cache.MetaObjectToName(current)}, queued(f.controller)); diff != "" {
+				t.Errorf("the event that brought the newer spec did not wake the Foo: queued mismatch (-want +got):\n%s", diff)
 			}
 			f.client.ClearActions()
 			if err := f.sync(current); err != nil {

@@ -1,8 +1,10 @@
-// Package writes remembers, for each Foo, what the controller did or learned that its
-// informer caches do not show yet: its own last writes, so that it neither decides on
-// a cache older than them (KEP-5647, staleness mitigation) nor requeues on their
-// echoes; the refusal it last reported; and that the API server said the Foo is gone.
-// It is one record per Foo, by name and UID, forgotten in one call when the Foo goes.
+// Package writes holds the controller's expectations of its informer caches, one
+// record per Foo, by name and UID, forgotten in one call when the Foo goes: the
+// resourceVersions its caches must reach before the Foo syncs (the controller's own
+// last writes, so that it neither decides on a cache older than them, KEP-5647's
+// staleness mitigation, nor syncs again on their echoes; and versions the API server
+// showed it newer than the cache), the Foo's deletion once the API server said it is
+// gone, and the refusal last reported to the Foo's author.
 package writes
 
 import (
@@ -13,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The resources whose writes a Tracker tracks, as CaughtUp names them.
+// The resources whose versions a Tracker expects, as Begin names them.
 const (
 	Foos        = "foos"
 	Deployments = "deployments"
@@ -27,25 +29,25 @@ type ResourceVersionReader interface {
 	LastStoreSyncResourceVersion() string
 }
 
-// Tracker remembers, for each Foo, the resourceVersions of the controller's own
-// last writes for it: the Foo's status and its Deployment. It answers two questions.
+// Tracker holds, for each Foo, what the controller expects its caches to show before
+// the Foo syncs, in the manner of kube-controller-manager's expectations: a sync
+// begins only once they are met (Begin), and the informer event that meets them
+// enqueues the Foo (Observe).
 //
-// Has the cache caught up with those writes (KEP-5647, staleness mitigation)? A sync
+// The controller's own writes are expected with their echoes (ExpectWrite). A sync
 // that read a Foo or a Deployment older than what the controller itself last wrote
 // would decide on state it knows to be stale: it would write again what it already
-// wrote, or update a Deployment from an old copy and fail on a conflict. Such a sync is
-// skipped, and the informer event that brings the write in wakes the Foo.
-//
-// Is an event the echo of the controller's own write, of the Foo's status or of its
-// Deployment? That echo carries nothing the sync that wrote it did not know; requeuing
-// on it would sync the Foo once more for nothing and undo its backoff. The API server
-// sends the answer to a write and its watch event independently, so the echo can
-// reach the informer's handlers before the sync that wrote has read the answer and
-// recorded the write: the events Observed is given for a Foo are held while a sync of
-// it runs, and sorted when it ends.
+// wrote, or update a Deployment from an old copy and fail on a conflict. And the echo
+// of a write carries nothing the sync that wrote it did not know: enqueuing the Foo on
+// it would sync it once more for nothing and undo its backoff, so it enqueues the Foo
+// only when a sync waits for it. The API server sends the answer to a write and its
+// watch event independently, so the echo can reach the informer's handlers before the
+// sync that wrote has read the answer and recorded the write: the events of a Foo are
+// held while a sync of it runs, and sorted when it ends (End).
 type Tracker struct {
 	foos        ResourceVersionReader
 	deployments ResourceVersionReader
+	enqueue     func(cache.ObjectName)
 
 	mu     sync.Mutex
 	writes map[cache.ObjectName]*fooWrites
@@ -54,14 +56,14 @@ type Tracker struct {
 // fooWrites is what Tracker holds for one Foo.
 type fooWrites struct {
 	uid types.UID
-	// statusEcho and deploymentEcho are the resourceVersions of the last write of the
-	// Foo's status and of its Deployment, until the event of that write, or of a
-	// later change, comes, or a sync finds the cache holding it.
-	statusEcho, deploymentEcho string
-	// foo and deployment are the newest resourceVersions written to each resource,
-	// until the cache has caught up with them.
+	// foo and deployment are the newest resourceVersions expected of each cache, until
+	// the cache holds them.
 	foo, deployment string
-	// waiting is set when a sync was skipped: the next event for the Foo wakes it.
+	// statusEcho and deploymentEcho are the resourceVersions of the controller's last
+	// write of the Foo's status and of its Deployment, until the event of that write,
+	// or of a later change, comes, or a sync finds the cache holding it.
+	statusEcho, deploymentEcho string
+	// waiting is set when a sync did not begin: the next event for the Foo enqueues it.
 	waiting bool
 	// syncing is set while a sync of the Foo runs; held are the events that came
 	// meanwhile, sorted when it ends.
@@ -82,9 +84,9 @@ type fooWrites struct {
 type event struct{ resource, rv string }
 
 // NewTracker returns a Tracker that reads how far the caches have come from foos and
-// deployments.
-func NewTracker(foos, deployments ResourceVersionReader) *Tracker {
-	return &Tracker{foos: foos, deployments: deployments, writes: map[cache.ObjectName]*fooWrites{}}
+// deployments, and enqueues a Foo, by name, with enqueue.
+func NewTracker(foos, deployments ResourceVersionReader, enqueue func(cache.ObjectName)) *Tracker {
+	return &Tracker{foos: foos, deployments: deployments, enqueue: enqueue, writes: map[cache.ObjectName]*fooWrites{}}
 }
 
 // record returns the entry of the Foo named key with UID uid, replacing one left by an
@@ -98,68 +100,73 @@ func (w *Tracker) record(key cache.ObjectName, uid types.UID) *fooWrites {
 	return r
 }
 
-// WroteStatus records the controller's status write of a Foo, at resourceVersion rv.
-func (w *Tracker) WroteStatus(key cache.ObjectName, uid types.UID, rv string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r := w.record(key, uid)
-	r.foo = newer(r.foo, rv)
-	r.statusEcho = rv
+// of returns r's expected version, last write and store for resource.
+func (w *Tracker) of(r *fooWrites, resource string) (expected, echo *string, store ResourceVersionReader) {
+	if resource == Deployments {
+		return &r.deployment, &r.deploymentEcho, w.deployments
+	}
+	return &r.foo, &r.statusEcho, w.foos
 }
 
-// WroteDeployment records a write of the Foo's Deployment, at resourceVersion rv.
-func (w *Tracker) WroteDeployment(key cache.ObjectName, uid types.UID, rv string) {
+// ExpectWrite records the controller's own write of resource for the Foo named key
+// with UID uid (its status, or its Deployment) at resourceVersion rv: the Foo syncs
+// only once the cache of resource holds rv, and the event of rv, the write's echo,
+// enqueues it only if a sync waits for it.
+func (w *Tracker) ExpectWrite(resource string, key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	r := w.record(key, uid)
-	r.deployment = newer(r.deployment, rv)
-	r.deploymentEcho = rv
+	expected, echo, _ := w.of(w.record(key, uid), resource)
+	*expected = newer(*expected, rv)
+	*echo = rv
 }
 
 // Expect records that the API server holds the Foo named key with UID uid, or (for
 // resource Deployments) a Deployment it controls, at resourceVersion rv, newer than
-// the cache: until the cache of resource holds rv, syncs of the Foo are skipped as for
-// the controller's own writes, and the event that brings rv in wakes the Foo.
+// the cache: the Foo syncs only once the cache of resource holds rv, and the event
+// that brings rv in enqueues it.
 func (w *Tracker) Expect(resource string, key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.record(key, uid)
-	if resource == Deployments {
-		r.deployment = newer(r.deployment, rv)
-	} else {
-		r.foo = newer(r.foo, rv)
-	}
+	expected, _, _ := w.of(r, resource)
+	*expected = newer(*expected, rv)
 	r.waiting = true
 }
 
-// CaughtUp tells whether the caches hold the controller's last writes for the Foo
-// named key with UID uid, as the cache has it. When they do not, it returns the
-// resource that is behind and marks the Foo as waiting: the event that brings the
-// write in must enqueue it (see Observed). The writes of an earlier Foo of the same
-// name are forgotten: it is gone, since the cache, which only moves forward, holds
-// another under its name, and the events of its writes would not wake this one.
-func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, ok bool) {
+// ExpectDeletion records that the API server said the Foo named key with UID uid is
+// gone: it does not sync until its deletion reaches the cache, and Forget.
+func (w *Tracker) ExpectDeletion(key cache.ObjectName, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.record(key, uid).gone = true
+}
+
+// Begin begins a sync of the Foo named key with UID uid, as the cache has it, if the
+// caches meet what is expected of them; until End, the Foo's events are held. If they
+// do not, no sync begins: it returns the resource that is behind, and the event that
+// brings it in enqueues the Foo. The expectations of an earlier Foo of the same name
+// are dropped: it is gone, since the cache, which only moves forward, holds another
+// under its name, and the events of its writes would not enqueue this one.
+func (w *Tracker) Begin(key cache.ObjectName, uid types.UID) (behind string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
-	if r != nil && r.uid != uid {
-		delete(w.writes, key)
-		r = nil
-	}
-	if r == nil {
+	if r == nil || r.uid != uid {
+		w.writes[key] = &fooWrites{uid: uid, syncing: true}
 		return "", true
 	}
-	if r.foo != "" && !reached(w.foos, r.foo) {
+	switch {
+	case r.gone:
+		// Its deletion event, which is on its way, forgets the record.
+		return Foos, false
+	case r.foo != "" && !reached(w.foos, r.foo):
 		r.waiting = true
 		return Foos, false
-	}
-	r.foo = ""
-	if r.deployment != "" && !reached(w.deployments, r.deployment) {
+	case r.deployment != "" && !reached(w.deployments, r.deployment):
 		r.waiting = true
 		return Deployments, false
 	}
-	r.deployment = ""
-	r.waiting = false
+	r.foo, r.deployment, r.waiting = "", "", false
 	// An echo the cache holds has been applied: its event was handled, or is on its
 	// way to the handlers. It may never match: a write that changed nothing brings no
 	// event. Awaiting it longer could keep the entry for ever; at worst, the event on
@@ -170,80 +177,71 @@ func (w *Tracker) CaughtUp(key cache.ObjectName, uid types.UID) (behind string, 
 	if r.deploymentEcho != "" && reached(w.deployments, r.deploymentEcho) {
 		r.deploymentEcho = ""
 	}
-	w.dropIfEmpty(key, r)
+	r.syncing = true
 	return "", true
 }
 
-// Syncing marks the start of a sync of the Foo named key with UID uid, once it has
-// passed CaughtUp: until Synced, the Foo's events are held.
-func (w *Tracker) Syncing(key cache.ObjectName, uid types.UID) {
+// End ends the sync that Begin began. It sorts the events held meanwhile, and
+// enqueues the Foo if one of them was not the echo of the controller's own last write.
+func (w *Tracker) End(key cache.ObjectName, uid types.UID) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.record(key, uid).syncing = true
-}
-
-// Synced marks the end of the sync that Syncing started. It sorts the events held
-// meanwhile, and tells whether the Foo must be synced again: one of them was not the
-// echo of the controller's own last write.
-func (w *Tracker) Synced(key cache.ObjectName, uid types.UID) (again bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r := w.writes[key]
-	if r == nil || r.uid != uid {
-		return false
-	}
-	if !r.syncing {
-		// Forgotten meanwhile, for the Foo was deleted, and made again by what the
-		// sync recorded after that (a write, a refusal, the Foo gone): no event of the
-		// Foo will come to clear it.
-		delete(w.writes, key)
-		return false
-	}
-	r.syncing = false
-	for _, e := range r.held {
-		if !w.pass(r, e.resource, e.rv) {
-			again = true
+	again := false
+	if r := w.writes[key]; r != nil && r.uid == uid {
+		if r.syncing {
+			r.syncing = false
+			for _, e := range r.held {
+				if !w.pass(r, e.resource, e.rv) {
+					again = true
+				}
+			}
+			r.held = nil
+			w.dropIfEmpty(key, r)
+		} else {
+			// Forgotten meanwhile, for the Foo was deleted, and made again by what the
+			// sync recorded after that (a write, a refusal, the Foo gone): no event of
+			// the Foo will come to clear it.
+			delete(w.writes, key)
 		}
 	}
-	r.held = nil
-	w.dropIfEmpty(key, r)
-	return again
+	w.mu.Unlock()
+	if again {
+		w.enqueue(key)
+	}
 }
 
-// Observed is called for each event of resource (Foos or Deployments) that concerns
-// the Foo named key with UID uid, the Foo itself or the Deployment it controls, after
-// the informer's cache holds it at resourceVersion rv. It tells whether the event must
-// enqueue the Foo: it is not the echo of the controller's own last write of that
-// resource for the Foo, or a sync skipped for a stale cache waits for it. An event
-// that comes while a sync of the Foo runs is held, and Synced decides on it.
+// Observe is given each informer event of resource (Foos or Deployments) that
+// concerns the Foo named key with UID uid, the Foo itself or the Deployment it
+// controls, once the informer's cache holds it at resourceVersion rv. It enqueues the
+// Foo unless the event is the echo of the controller's own last write of that
+// resource for the Foo and no sync waits for it. An event that comes while a sync of
+// the Foo runs is held, and End decides on it.
 //
 // An event of a later change passes the echo, which may never come: a watch that
 // broke and relisted reports only the newest state.
-func (w *Tracker) Observed(resource string, key cache.ObjectName, uid types.UID, rv string) (enqueue bool) {
+func (w *Tracker) Observe(resource string, key cache.ObjectName, uid types.UID, rv string) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	r := w.writes[key]
-	if r == nil || r.uid != uid {
-		return true
+	enqueue := true
+	if r := w.writes[key]; r != nil && r.uid == uid {
+		if r.syncing {
+			r.held = append(r.held, event{resource: resource, rv: rv})
+			enqueue = false
+		} else {
+			own := w.pass(r, resource, rv)
+			enqueue = !own || r.waiting
+			r.waiting = false
+			w.dropIfEmpty(key, r)
+		}
 	}
-	if r.syncing {
-		r.held = append(r.held, event{resource: resource, rv: rv})
-		return false
+	w.mu.Unlock()
+	if enqueue {
+		w.enqueue(key)
 	}
-	own := w.pass(r, resource, rv)
-	wake := r.waiting
-	r.waiting = false
-	w.dropIfEmpty(key, r)
-	return !own || wake
 }
 
 // pass applies an event of resource at rv, which the cache holds, to r, and tells
 // whether it is the echo of the last write of that resource. The caller holds mu.
 func (w *Tracker) pass(r *fooWrites, resource, rv string) (own bool) {
-	echo, written, store := &r.statusEcho, &r.foo, w.foos
-	if resource == Deployments {
-		echo, written, store = &r.deploymentEcho, &r.deployment, w.deployments
-	}
+	expected, echo, store := w.of(r, resource)
 	switch {
 	case *echo == "":
 	case *echo == rv:
@@ -252,61 +250,33 @@ func (w *Tracker) pass(r *fooWrites, resource, rv string) (own bool) {
 	case later(rv, *echo):
 		*echo = ""
 	}
-	// The cache holds this event: if it holds the write, the next sync need not check.
-	if *written != "" && reached(store, *written) {
-		*written = ""
+	// The cache holds this event: if it holds what was expected, the next sync need
+	// not check.
+	if *expected != "" && reached(store, *expected) {
+		*expected = ""
 	}
 	return own
 }
 
-// Wake is called whenever an informer event enqueues the Foo named key, after the
-// cache holds that event. It clears the Foo's waiting mark: the sync the event causes
-// checks again.
-func (w *Tracker) Wake(key cache.ObjectName) {
+// Report records that the controller reported the refusal of the Foo's Deployment
+// write for cause, or with an empty cause that a write went through, and returns
+// whether the cause differs from the last one reported: a refusal is told once per
+// cause, not once per try, and again after a write went through.
+func (w *Tracker) Report(key cache.ObjectName, uid types.UID, cause string) (changed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if r := w.writes[key]; r != nil {
-		r.waiting = false
-		w.dropIfEmpty(key, r)
+	if cause == "" {
+		if r := w.writes[key]; r != nil && r.uid == uid {
+			changed = r.refusal != ""
+			r.refusal = ""
+			w.dropIfEmpty(key, r)
+		}
+		return changed
 	}
-}
-
-// Refused records that the controller reported the refusal of the Foo's Deployment
-// write for cause, and tells whether the last report, if any, gave another cause.
-func (w *Tracker) Refused(key cache.ObjectName, uid types.UID, cause string) (newCause bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	r := w.record(key, uid)
-	newCause = r.refusal != cause
+	changed = r.refusal != cause
 	r.refusal = cause
-	return newCause
-}
-
-// Accepted records that the Foo's Deployment write went through: the next refusal is
-// reported again.
-func (w *Tracker) Accepted(key cache.ObjectName, uid types.UID) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if r := w.writes[key]; r != nil && r.uid == uid {
-		r.refusal = ""
-		w.dropIfEmpty(key, r)
-	}
-}
-
-// Gone records that the API server said the Foo is gone, until its deletion reaches
-// the cache and Forget.
-func (w *Tracker) Gone(key cache.ObjectName, uid types.UID) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.record(key, uid).gone = true
-}
-
-// IsGone tells whether the API server said the Foo is gone.
-func (w *Tracker) IsGone(key cache.ObjectName, uid types.UID) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r := w.writes[key]
-	return r != nil && r.uid == uid && r.gone
+	return changed
 }
 
 // Forget drops the record of a Foo that is gone; an empty uid matches any.
@@ -318,14 +288,14 @@ func (w *Tracker) Forget(key cache.ObjectName, uid types.UID) {
 	}
 }
 
-// Len is how many Foos have an entry.
+// Len is how many Foos have a record.
 func (w *Tracker) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.writes)
 }
 
-// dropIfEmpty deletes an entry that holds nothing more. The caller holds mu.
+// dropIfEmpty deletes a record that holds nothing more. The caller holds mu.
 func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
 	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting && !r.syncing &&
 		r.refusal == "" && !r.gone {

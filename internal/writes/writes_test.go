@@ -3,6 +3,7 @@ package writes
 import (
 	"testing"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -11,31 +12,67 @@ type storeAt struct{ rv string }
 
 func (s *storeAt) LastStoreSyncResourceVersion() string { return s.rv }
 
+// tracked is a Tracker whose enqueues a test reads back.
+type tracked struct {
+	*Tracker
+	enqueued int
+}
+
+func newTracked(foos, deployments *storeAt) *tracked {
+	tr := &tracked{}
+	tr.Tracker = NewTracker(foos, deployments, func(cache.ObjectName) { tr.enqueued++ })
+	return tr
+}
+
+// observed gives the tracker an event, and tells whether it enqueued the Foo.
+func (tr *tracked) observed(resource string, key cache.ObjectName, uid types.UID, rv string) bool {
+	before := tr.enqueued
+	tr.Observe(resource, key, uid, rv)
+	return tr.enqueued > before
+}
+
+// synced ends a sync, and tells whether it enqueued the Foo.
+func (tr *tracked) synced(key cache.ObjectName, uid types.UID) bool {
+	before := tr.enqueued
+	tr.End(key, uid)
+	return tr.enqueued > before
+}
+
+// caughtUp begins a sync and, if it began, ends it: whether the caches met what was
+// expected of them, and if not which is behind.
+func (tr *tracked) caughtUp(key cache.ObjectName, uid types.UID) (string, bool) {
+	behind, ok := tr.Begin(key, uid)
+	if ok {
+		tr.End(key, uid)
+	}
+	return behind, ok
+}
+
 func TestWriteTracker(t *testing.T) {
 	web := cache.ObjectName{Namespace: "default", Name: "web"}
 
 	t.Run("a Foo the controller never wrote for is caught up", func(t *testing.T) {
-		w := NewTracker(&storeAt{"5"}, &storeAt{"5"})
-		if _, ok := w.CaughtUp(web, "uid-1"); !ok {
+		w := newTracked(&storeAt{"5"}, &storeAt{"5"})
+		if _, ok := w.caughtUp(web, "uid-1"); !ok {
 			t.Error("caughtUp = false, want true")
 		}
 	})
 
 	t.Run("waits for each resource until its store reaches the write", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
-		w := NewTracker(foos, deployments)
-		w.WroteDeployment(web, "uid-1", "11")
-		w.WroteStatus(web, "uid-1", "12")
-		if behind, ok := w.CaughtUp(web, "uid-1"); ok || behind != Foos {
+		w := newTracked(foos, deployments)
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		w.ExpectWrite(Foos, web, "uid-1", "12")
+		if behind, ok := w.caughtUp(web, "uid-1"); ok || behind != Foos {
 			t.Errorf("caughtUp = %q, %v; want foos, false", behind, ok)
 		}
 		foos.rv = "12"
-		if behind, ok := w.CaughtUp(web, "uid-1"); ok || behind != Deployments {
+		if behind, ok := w.caughtUp(web, "uid-1"); ok || behind != Deployments {
 			t.Errorf("caughtUp = %q, %v; want deployments, false", behind, ok)
 		}
 		// A store past the write, as after events for other objects, has it too.
 		deployments.rv = "20"
-		if behind, ok := w.CaughtUp(web, "uid-1"); !ok {
+		if behind, ok := w.caughtUp(web, "uid-1"); !ok {
 			t.Errorf("caughtUp = %q, false; want true", behind)
 		}
 		// A sync that found both writes in the caches awaits their echoes no more.
@@ -46,55 +83,55 @@ func TestWriteTracker(t *testing.T) {
 
 	t.Run("keeps the newest write of a resource", func(t *testing.T) {
 		deployments := &storeAt{"12"}
-		w := NewTracker(&storeAt{"1"}, deployments)
-		w.WroteDeployment(web, "uid-1", "13")
-		w.WroteDeployment(web, "uid-1", "9") // an answer that arrived late
-		if _, ok := w.CaughtUp(web, "uid-1"); ok {
+		w := newTracked(&storeAt{"1"}, deployments)
+		w.ExpectWrite(Deployments, web, "uid-1", "13")
+		w.ExpectWrite(Deployments, web, "uid-1", "9") // an answer that arrived late
+		if _, ok := w.caughtUp(web, "uid-1"); ok {
 			t.Error("caughtUp = true before the store reached 13")
 		}
 	})
 
 	t.Run("the echo of the status write wakes a skipped sync", func(t *testing.T) {
 		foos := &storeAt{"10"}
-		w := NewTracker(foos, &storeAt{"10"})
-		w.WroteStatus(web, "uid-1", "12")
-		if _, ok := w.CaughtUp(web, "uid-1"); ok {
+		w := newTracked(foos, &storeAt{"10"})
+		w.ExpectWrite(Foos, web, "uid-1", "12")
+		if _, ok := w.caughtUp(web, "uid-1"); ok {
 			t.Fatal("caughtUp = true before the echo")
 		}
 		foos.rv = "12"
-		if !w.Observed(Foos, web, "uid-1", "12") {
+		if !w.observed(Foos, web, "uid-1", "12") {
 			t.Error("observed(awaited echo) = false, want true: the skipped sync must run")
 		}
 	})
 
 	t.Run("an echo without a skipped sync wakes nothing", func(t *testing.T) {
 		foos := &storeAt{"11"}
-		w := NewTracker(foos, &storeAt{"11"})
-		w.WroteStatus(web, "uid-1", "12")
+		w := newTracked(foos, &storeAt{"11"})
+		w.ExpectWrite(Foos, web, "uid-1", "12")
 		foos.rv = "12"
-		if w.Observed(Foos, web, "uid-1", "12") {
+		if w.observed(Foos, web, "uid-1", "12") {
 			t.Error("observed(own echo) = true, want false: the controller's own")
 		}
 		// Someone else's change is not the controller's write.
-		if !w.Observed(Foos, web, "uid-1", "13") {
+		if !w.observed(Foos, web, "uid-1", "13") {
 			t.Error("observed(another write) = false, want true: not the controller's own")
 		}
 	})
 
 	t.Run("the echo of the Deployment write wakes a skipped sync", func(t *testing.T) {
 		deployments := &storeAt{"10"}
-		w := NewTracker(&storeAt{"10"}, deployments)
-		w.WroteDeployment(web, "uid-1", "11")
-		if behind, ok := w.CaughtUp(web, "uid-1"); ok || behind != Deployments {
+		w := newTracked(&storeAt{"10"}, deployments)
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		if behind, ok := w.caughtUp(web, "uid-1"); ok || behind != Deployments {
 			t.Fatalf("caughtUp = %q, %v before the echo; want deployments, false", behind, ok)
 		}
 		deployments.rv = "11"
-		if !w.Observed(Deployments, web, "uid-1", "11") {
+		if !w.observed(Deployments, web, "uid-1", "11") {
 			t.Error("observed(awaited echo) = false, want true: the skipped sync must run")
 		}
 		// The Foo's own events are not the Deployment's.
-		w.WroteDeployment(web, "uid-1", "13")
-		if !w.Observed(Foos, web, "uid-1", "13") {
+		w.ExpectWrite(Deployments, web, "uid-1", "13")
+		if !w.observed(Foos, web, "uid-1", "13") {
 			t.Error("observed(a Foo event at the Deployment write's version) = false, want true: not the controller's own")
 		}
 	})
@@ -103,14 +140,14 @@ func TestWriteTracker(t *testing.T) {
 	// start no other event may ever come for the Foo.
 	t.Run("echoes without a sync after them leave no entry", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
-		w := NewTracker(foos, deployments)
-		w.WroteDeployment(web, "uid-1", "11")
-		w.WroteStatus(web, "uid-1", "12")
+		w := newTracked(foos, deployments)
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		w.ExpectWrite(Foos, web, "uid-1", "12")
 		foos.rv, deployments.rv = "12", "11"
-		if w.Observed(Deployments, web, "uid-1", "11") {
+		if w.observed(Deployments, web, "uid-1", "11") {
 			t.Error("observed(Deployment echo) = true, want false: the controller's own")
 		}
-		if w.Observed(Foos, web, "uid-1", "12") {
+		if w.observed(Foos, web, "uid-1", "12") {
 			t.Error("observed(status echo) = true, want false: the controller's own")
 		}
 		if n := w.Len(); n != 0 {
@@ -122,14 +159,14 @@ func TestWriteTracker(t *testing.T) {
 	// write never comes, and the entry must not wait for it for ever.
 	t.Run("an event of a later change passes an echo that never came", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
-		w := NewTracker(foos, deployments)
-		w.WroteDeployment(web, "uid-1", "11")
-		w.WroteStatus(web, "uid-1", "12")
+		w := newTracked(foos, deployments)
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		w.ExpectWrite(Foos, web, "uid-1", "12")
 		foos.rv, deployments.rv = "14", "15"
-		if !w.Observed(Deployments, web, "uid-1", "15") {
+		if !w.observed(Deployments, web, "uid-1", "15") {
 			t.Error("observed(later Deployment change) = false, want true: not the controller's own")
 		}
-		if !w.Observed(Foos, web, "uid-1", "14") {
+		if !w.observed(Foos, web, "uid-1", "14") {
 			t.Error("observed(later Foo change) = false, want true: not the controller's own")
 		}
 		if n := w.Len(); n != 0 {
@@ -138,12 +175,12 @@ func TestWriteTracker(t *testing.T) {
 	})
 
 	t.Run("an event older than the write leaves its echo to come", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.WroteDeployment(web, "uid-1", "13")
-		if !w.Observed(Deployments, web, "uid-1", "11") {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.ExpectWrite(Deployments, web, "uid-1", "13")
+		if !w.observed(Deployments, web, "uid-1", "11") {
 			t.Error("observed(older change) = false, want true: not the controller's own")
 		}
-		if w.Observed(Deployments, web, "uid-1", "13") {
+		if w.observed(Deployments, web, "uid-1", "13") {
 			t.Error("observed(echo after an older change) = true, want false: the controller's own")
 		}
 	})
@@ -152,25 +189,25 @@ func TestWriteTracker(t *testing.T) {
 	// handlers; the writer may record the write before, between or after the two.
 	t.Run("an echo applied before the write was recorded is still the controller's own", func(t *testing.T) {
 		deployments := &storeAt{"10"}
-		w := NewTracker(&storeAt{"10"}, deployments)
+		w := newTracked(&storeAt{"10"}, deployments)
 		deployments.rv = "11"
-		w.WroteDeployment(web, "uid-1", "11")
-		if w.Observed(Deployments, web, "uid-1", "11") {
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		if w.observed(Deployments, web, "uid-1", "11") {
 			t.Error("observed(echo applied before the record) = true, want false: the controller's own")
 		}
 	})
 
 	t.Run("an echo handled before the write was recorded does not outlive the next sync", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
-		w := NewTracker(foos, deployments)
+		w := newTracked(foos, deployments)
 		foos.rv, deployments.rv = "12", "11"
-		if !w.Observed(Deployments, web, "uid-1", "11") {
+		if !w.observed(Deployments, web, "uid-1", "11") {
 			t.Error("observed(event before any record) = false, want true: not the controller's own")
 		}
-		w.WroteDeployment(web, "uid-1", "11")
-		w.WroteStatus(web, "uid-1", "12")
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		w.ExpectWrite(Foos, web, "uid-1", "12")
 		// The handler that saw the event enqueued the Foo: its sync comes next.
-		if _, ok := w.CaughtUp(web, "uid-1"); !ok {
+		if _, ok := w.caughtUp(web, "uid-1"); !ok {
 			t.Error("caughtUp = false, want true")
 		}
 		if n := w.Len(); n != 0 {
@@ -179,12 +216,12 @@ func TestWriteTracker(t *testing.T) {
 	})
 
 	t.Run("versions that do not compare leave the echo to come", func(t *testing.T) {
-		w := NewTracker(&storeAt{""}, &storeAt{""})
-		w.WroteStatus(web, "uid-1", "a")
-		if !w.Observed(Foos, web, "uid-1", "b") {
+		w := newTracked(&storeAt{""}, &storeAt{""})
+		w.ExpectWrite(Foos, web, "uid-1", "a")
+		if !w.observed(Foos, web, "uid-1", "b") {
 			t.Error("observed(another version) = false, want true: not the controller's own")
 		}
-		if w.Observed(Foos, web, "uid-1", "a") {
+		if w.observed(Foos, web, "uid-1", "a") {
 			t.Error("observed(echo) = true, want false: the controller's own")
 		}
 	})
@@ -193,19 +230,19 @@ func TestWriteTracker(t *testing.T) {
 	// the handler can see the echo before the sync has recorded the write.
 	t.Run("echoes that come during the sync that wrote are its own", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
-		w := NewTracker(foos, deployments)
-		w.Syncing(web, "uid-1")
+		w := newTracked(foos, deployments)
+		w.Begin(web, "uid-1")
 		deployments.rv = "11"
-		if w.Observed(Deployments, web, "uid-1", "11") {
+		if w.observed(Deployments, web, "uid-1", "11") {
 			t.Error("observed(Deployment echo before the record) = true, want it held")
 		}
-		w.WroteDeployment(web, "uid-1", "11")
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
 		foos.rv = "12"
-		if w.Observed(Foos, web, "uid-1", "12") {
+		if w.observed(Foos, web, "uid-1", "12") {
 			t.Error("observed(status echo before the record) = true, want it held")
 		}
-		w.WroteStatus(web, "uid-1", "12")
-		if w.Synced(web, "uid-1") {
+		w.ExpectWrite(Foos, web, "uid-1", "12")
+		if w.synced(web, "uid-1") {
 			t.Error("synced = true, want false: every held event was the sync's own echo")
 		}
 		if n := w.Len(); n != 0 {
@@ -215,20 +252,20 @@ func TestWriteTracker(t *testing.T) {
 
 	t.Run("another change held during a sync brings the Foo back", func(t *testing.T) {
 		foos, deployments := &storeAt{"10"}, &storeAt{"10"}
-		w := NewTracker(foos, deployments)
-		w.Syncing(web, "uid-1")
-		w.WroteDeployment(web, "uid-1", "11")
+		w := newTracked(foos, deployments)
+		w.Begin(web, "uid-1")
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
 		foos.rv = "12" // someone changed the Foo's spec
-		if w.Observed(Foos, web, "uid-1", "12") {
+		if w.observed(Foos, web, "uid-1", "12") {
 			t.Error("observed(spec change during a sync) = true, want it held")
 		}
-		w.WroteStatus(web, "uid-1", "13")
-		if !w.Synced(web, "uid-1") {
+		w.ExpectWrite(Foos, web, "uid-1", "13")
+		if !w.synced(web, "uid-1") {
 			t.Error("synced = false, want true: the spec change must be synced")
 		}
 		// Events after the sync are sorted at once.
 		deployments.rv, foos.rv = "11", "13"
-		if w.Observed(Deployments, web, "uid-1", "11") || w.Observed(Foos, web, "uid-1", "13") {
+		if w.observed(Deployments, web, "uid-1", "11") || w.observed(Foos, web, "uid-1", "13") {
 			t.Error("observed(echo after the sync) = true, want false")
 		}
 		if n := w.Len(); n != 0 {
@@ -237,11 +274,11 @@ func TestWriteTracker(t *testing.T) {
 	})
 
 	t.Run("a sync whose Foo was deleted after it wrote leaves no entry", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.Syncing(web, "uid-1")
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Begin(web, "uid-1")
 		w.Forget(web, "uid-1")
-		w.WroteStatus(web, "uid-1", "11") // its echo will find no Foo in the cache
-		if w.Synced(web, "uid-1") {
+		w.ExpectWrite(Foos, web, "uid-1", "11") // its echo will find no Foo in the cache
+		if w.synced(web, "uid-1") {
 			t.Error("synced = true for a Foo that is gone, want false")
 		}
 		if n := w.Len(); n != 0 {
@@ -250,35 +287,35 @@ func TestWriteTracker(t *testing.T) {
 	})
 
 	t.Run("the end of a sync of an earlier Foo of the same name ends no other's", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.Syncing(web, "uid-2")
-		if w.Synced(web, "uid-1") {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Begin(web, "uid-2")
+		if w.synced(web, "uid-1") {
 			t.Error("synced(uid-1) = true, want false")
 		}
-		if w.Observed(Foos, web, "uid-2", "11") {
+		if w.observed(Foos, web, "uid-2", "11") {
 			t.Error("observed(uid-2's event after uid-1's sync ended) = true, want it held for uid-2's sync")
 		}
-		if !w.Synced(web, "uid-2") {
+		if !w.synced(web, "uid-2") {
 			t.Error("synced(uid-2) = false, want true: its held event is someone else's change")
 		}
 	})
 
 	t.Run("a sync whose Foo was deleted meanwhile ends with nothing to do", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.Syncing(web, "uid-1")
-		w.Observed(Foos, web, "uid-1", "11")
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Begin(web, "uid-1")
+		w.observed(Foos, web, "uid-1", "11")
 		w.Forget(web, "uid-1")
-		if w.Synced(web, "uid-1") {
+		if w.synced(web, "uid-1") {
 			t.Error("synced = true for a Foo that is gone, want false")
 		}
-		w.Syncing(web, "uid-2") // created again under the same name
-		if !w.Observed(Foos, web, "uid-1", "12") {
+		w.Begin(web, "uid-2") // created again under the same name
+		if !w.observed(Foos, web, "uid-1", "12") {
 			t.Error("observed(the first Foo's event during the second's sync) = false, want true")
 		}
-		if w.Synced(web, "uid-1") {
+		if w.synced(web, "uid-1") {
 			t.Error("synced(the first Foo) = true, want false")
 		}
-		if w.Synced(web, "uid-2") {
+		if w.synced(web, "uid-2") {
 			t.Error("synced(the second Foo, nothing held) = true, want false")
 		}
 		if n := w.Len(); n != 0 {
@@ -287,17 +324,17 @@ func TestWriteTracker(t *testing.T) {
 	})
 
 	t.Run("a Foo recreated under the same name starts afresh", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.WroteStatus(web, "uid-1", "12")
-		if !w.Observed(Foos, web, "uid-2", "12") {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.ExpectWrite(Foos, web, "uid-1", "12")
+		if !w.observed(Foos, web, "uid-2", "12") {
 			t.Error("observed(other UID) = false, want true: not the controller's own")
 		}
 		w.Forget(web, "uid-2") // the delete of another Foo leaves this one's entry
 		if n := w.Len(); n != 1 {
 			t.Errorf("%d entries after forgetting another UID, want 1", n)
 		}
-		w.WroteDeployment(web, "uid-2", "13")
-		if !w.Observed(Foos, web, "uid-1", "12") {
+		w.ExpectWrite(Deployments, web, "uid-2", "13")
+		if !w.observed(Foos, web, "uid-1", "12") {
 			t.Error("the entry of uid-1 survived a write for uid-2")
 		}
 		w.Forget(web, "")
@@ -310,10 +347,10 @@ func TestWriteTracker(t *testing.T) {
 	// event forgot the first Foo's writes, and the events of those writes enqueue the
 	// first Foo, not this one.
 	t.Run("a sync of a Foo recreated under the same name waits for none of its predecessor's writes", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.WroteDeployment(web, "uid-1", "11")
-		w.WroteStatus(web, "uid-1", "12")
-		if behind, ok := w.CaughtUp(web, "uid-2"); !ok {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.ExpectWrite(Deployments, web, "uid-1", "11")
+		w.ExpectWrite(Foos, web, "uid-1", "12")
+		if behind, ok := w.caughtUp(web, "uid-2"); !ok {
 			t.Errorf("caughtUp(uid-2) = %q, false; want true", behind)
 		}
 		if n := w.Len(); n != 0 {
@@ -325,59 +362,62 @@ func TestWriteTracker(t *testing.T) {
 		// "" is what client-go's stores answer with the AtomicFIFO feature off, and
 		// a version that does not parse is not from a real API server.
 		for _, store := range []string{"", "not-a-number"} {
-			w := NewTracker(&storeAt{store}, &storeAt{store})
-			w.WroteStatus(web, "uid-1", "12")
-			if _, ok := w.CaughtUp(web, "uid-1"); !ok {
+			w := newTracked(&storeAt{store}, &storeAt{store})
+			w.ExpectWrite(Foos, web, "uid-1", "12")
+			if _, ok := w.caughtUp(web, "uid-1"); !ok {
 				t.Errorf("store at %q: caughtUp = false, want true", store)
 			}
 		}
 	})
 }
 
-func TestRefusalsAndGone(t *testing.T) {
+func TestRefusalsAndDeletions(t *testing.T) {
 	web := cache.ObjectName{Namespace: "default", Name: "web"}
 
 	t.Run("a refusal is new once per cause until a write goes through", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
 		for i, c := range []struct {
 			cause string
 			want  bool
 		}{{"a quota", true}, {"a quota", false}, {"a policy", true}, {"a policy", false}} {
-			if got := w.Refused(web, "uid-1", c.cause); got != c.want {
+			if got := w.Report(web, "uid-1", c.cause); got != c.want {
 				t.Errorf("refusal %d (%s): new = %v, want %v", i, c.cause, got, c.want)
 			}
 		}
-		w.Accepted(web, "uid-1")
+		w.Report(web, "uid-1", "")
 		if n := w.Len(); n != 0 {
 			t.Errorf("%d records after the write went through, want 0", n)
 		}
-		if !w.Refused(web, "uid-1", "a policy") {
+		if !w.Report(web, "uid-1", "a policy") {
 			t.Error("the same cause after a write went through is not new")
 		}
 	})
 
-	t.Run("gone lasts until the Foo is forgotten, for its UID only", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.Gone(web, "uid-1")
-		if _, ok := w.CaughtUp(web, "uid-1"); !ok || !w.IsGone(web, "uid-1") {
-			t.Errorf("gone = %v after a caught-up check, want true", w.IsGone(web, "uid-1"))
-		}
-		if w.IsGone(web, "uid-2") {
-			t.Error("another Foo of the name is gone too")
+	t.Run("an expected deletion lasts until the Foo is forgotten, for its UID only", func(t *testing.T) {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.ExpectDeletion(web, "uid-1")
+		for i := range 2 {
+			if behind, ok := w.caughtUp(web, "uid-1"); ok || behind != Foos {
+				t.Errorf("check %d: caughtUp = %q, %v; want foos, false", i, behind, ok)
+			}
 		}
 		w.Forget(web, "uid-1")
-		if w.IsGone(web, "uid-1") || w.Len() != 0 {
-			t.Errorf("gone = %v and %d records after forget, want false and 0", w.IsGone(web, "uid-1"), w.Len())
+		if _, ok := w.caughtUp(web, "uid-1"); !ok || w.Len() != 0 {
+			t.Errorf("caughtUp = %v and %d records after forget, want true and 0", ok, w.Len())
+		}
+		w.ExpectDeletion(web, "uid-1")
+		if _, ok := w.caughtUp(web, "uid-2"); !ok {
+			t.Error("another Foo of the name is expected deleted too")
 		}
 	})
 
 	t.Run("what a sync learns after its Foo was forgotten ends with the sync", func(t *testing.T) {
-		w := NewTracker(&storeAt{"10"}, &storeAt{"10"})
-		w.Syncing(web, "uid-1")
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Begin(web, "uid-1")
 		w.Forget(web, "uid-1") // the delete event, mid-sync
-		w.Refused(web, "uid-1", "a quota")
-		w.Gone(web, "uid-1")
-		w.Synced(web, "uid-1")
+		w.Report(web, "uid-1", "a quota")
+		w.ExpectDeletion(web, "uid-1")
+		w.synced(web, "uid-1")
 		if n := w.Len(); n != 0 {
 			t.Errorf("%d records after the sync of a forgotten Foo, want 0", n)
 		}
