@@ -364,10 +364,6 @@ func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 	}
 }
 
-// queueIdle tells whether no Foo waits in the work queue: every sync asked for is done
-// or under way.
-func (c *Controller) queueIdle() bool { return c.workqueue.Len() == 0 }
-
 // StartInformers starts the controller's informers until ctx ends.
 func (c *Controller) StartInformers(ctx context.Context) { c.informers.start(ctx) }
 

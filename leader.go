@@ -45,7 +45,6 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 	if err != nil {
 		return err
 	}
-	eventRecording.WhileIdle(opts.workers, controller.queueIdle)
 	metrics.Registry.MustRegister(newFooReadyCollector(controller.cachedFoos))
 
 	// Leader election reports a leader that cannot renew its Lease as unhealthy, so

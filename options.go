@@ -156,9 +156,7 @@ func workers(flag, shardSlots int) int {
 // eventsInFlight bounds the Event writes of a queue's workers in flight at once: a
 // quarter of the workers, at least one. An Event reports a sync's work and should not
 // hold it up: at a cold start every sync records one, and unbounded they would
-// compete with the Deployment and status writes of the syncs still running. Once the
-// queue is empty the Events may have as many in flight as the workers
-// (Recording.WhileIdle).
+// compete with the Deployment and status writes of the syncs still running.
 func eventsInFlight(workers int) int {
 	return max(1, workers/4)
 }

@@ -119,7 +119,6 @@ func runSlot(ctx context.Context, clients *clients, opts controllerOptions, spac
 	if err != nil {
 		return err
 	}
-	recording.WhileIdle(opts.workers, controller.queueIdle)
 	defer countHeldOnceSynced(ctx, controller.waitForCaches)()
 
 	controllers.Store(slot, controller)

@@ -184,9 +184,9 @@ func TestBacklogIsBounded(t *testing.T) {
 	}
 	record("first") // its write stuck
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return recording.sink.pendingCount() == 1, nil
+		return recording.pending() == 1, nil
 	}); err != nil {
-		t.Fatalf("%d Events pending, want 1", recording.sink.pendingCount())
+		t.Fatalf("%d Events pending, want 1", recording.pending())
 	}
 	const n = 9 // five waiting in the recording, four dropped
 	for i := range n {
@@ -196,7 +196,7 @@ func TestBacklogIsBounded(t *testing.T) {
 		t.Errorf("dropped %v, want %d for the backlog", got, n-maxWaiting)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if got := recording.sink.pendingCount(); got != 1 {
+	if got := recording.pending(); got != 1 {
 		t.Errorf("%d Events pending with the writes stuck, want 1: the rest wait in the recording", got)
 	}
 	close(release)
@@ -210,8 +210,8 @@ func TestBacklogIsBounded(t *testing.T) {
 }
 
 // TestUnreachableWritesAreRetried checks that a write that does not reach the API
-// server is tried again inside the sink, where it still counts as pending (so that
-// the pump hands over no more meanwhile), and dropped after maxTries, counted as
+// server is tried again by its worker, where it still counts as pending (so that no
+// more writes start meanwhile), and dropped after maxTries, counted as
 // unreachable.
 func TestUnreachableWritesAreRetried(t *testing.T) {
 	defer func(tries int, interval time.Duration) { maxTries, retryInterval = tries, interval }(maxTries, retryInterval)
@@ -234,7 +234,7 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	}
 	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		_, written := recording.sink.state()
+		written := recording.written()
 		return written == 1, nil
 	}); err != nil {
 		t.Fatalf("the Event was not written after its first two tries failed: %d tries, dropped %v", tries.Load(), dropped.get())
@@ -253,7 +253,7 @@ func TestUnreachableWritesAreRetried(t *testing.T) {
 	}
 	most := 0
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		most = max(most, recording.sink.pendingCount())
+		most = max(most, recording.pending())
 		return dropped.get()[DroppedUnreachable] == n, nil
 	}); err != nil {
 		t.Fatalf("dropped %v, want %d unreachable", dropped.get(), n)
@@ -318,7 +318,7 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 	if got := dropped.get(); got[DroppedTenureOver] != n || len(got) != 1 {
 		t.Errorf("dropped %v, want %d %s", got, n, DroppedTenureOver)
 	}
-	if _, written := recording.sink.state(); written != 0 {
+	if written := recording.written(); written != 0 {
 		t.Errorf("%d Events counted as written, want 0", written)
 	}
 }
@@ -440,7 +440,7 @@ func TestAnEarlierTryWrittenCountsAsWritten(t *testing.T) {
 	}
 	recording.Recorder().Eventf(newPod("web"), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
 	recording.Shutdown(ctx, 5*time.Second)
-	if _, written := recording.sink.state(); written != 1 || len(dropped.get()) != 0 || tries.Load() != 2 {
+	if written := recording.written(); written != 1 || len(dropped.get()) != 0 || tries.Load() != 2 {
 		t.Errorf("%d written, dropped %v, in %d tries; want 1 written, none dropped, in 2 tries", written, dropped.get(), tries.Load())
 	}
 }
@@ -464,60 +464,6 @@ func TestEventWritesAreBounded(t *testing.T) {
 	}
 	if got := most.Load(); got > bound || got < 2 {
 		t.Errorf("at most %d Event writes were in flight together, want 2 to %d", got, bound)
-	}
-}
-
-// TestIdleRaisesTheBound records Events against a slow API server while the work they
-// report is under way, and checks that the writes keep to the bound until idle says the
-// work is done, and take the idle bound after.
-func TestIdleRaisesTheBound(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	client, written, most := slowServer(t, 20*time.Millisecond)
-	const bound, idleBound, n = 1, 4, 40
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var idle atomic.Bool
-	recording.WhileIdle(idleBound, idle.Load)
-	recordCreated(recording.Recorder(), n)
-	// Busy: one at a time, while a few are written.
-	for deadline := time.Now().Add(10 * time.Second); written.Load() < 5; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Events written in 10 s", written.Load())
-		}
-	}
-	if got := most.Load(); got != bound {
-		t.Fatalf("%d Event writes were in flight together while busy, want %d", got, bound)
-	}
-	idle.Store(true)
-	recording.Shutdown(ctx, 10*time.Second)
-	if got := written.Load(); got != n {
-		t.Errorf("%d of %d Events written", got, n)
-	}
-	if got := most.Load(); got < 2 || got > idleBound {
-		t.Errorf("at most %d Event writes were in flight together once idle, want 2 to %d", got, idleBound)
-	}
-}
-
-// TestShutdownWritesAtTheIdleBound: once Shutdown is called nothing records any more,
-// so the Events still waiting take the idle bound, busy or not.
-func TestShutdownWritesAtTheIdleBound(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	client, written, most := slowServer(t, 20*time.Millisecond)
-	const bound, idleBound, n = 1, 4, 30
-	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, nil, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recording.WhileIdle(idleBound, func() bool { return false })
-	recordCreated(recording.Recorder(), n)
-	recording.Shutdown(ctx, 10*time.Second)
-	if got := written.Load(); got != n {
-		t.Errorf("%d of %d Events written", got, n)
-	}
-	if got := most.Load(); got < 2 || got > idleBound {
-		t.Errorf("at most %d Event writes were in flight together during Shutdown, want 2 to %d", got, idleBound)
 	}
 }
 
