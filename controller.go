@@ -67,8 +67,8 @@ const syncTimeout = 30 * time.Second
 const defaultShutdownTimeout = 30 * time.Second
 
 // errRejected marks a sync whose Deployment write the API server refused, after the
-// refusal was reported on the Foo.
-var errRejected = errors.New("deployment write refused")
+// rejection was reported on the Foo.
+var errRejected = errors.New("deployment write rejected")
 
 // errStaleCache marks a sync skipped because the informer caches do not yet hold what
 // the controller expects of them for the Foo (c.writes): its own last writes, a newer
@@ -275,7 +275,7 @@ func (c *Controller) updateFoo(old, new any) {
 // the echo of the controller's own status write: the sync that wrote it had nothing
 // more to do, and requeuing it would undo its backoff. That echo still enqueues a Foo
 // whose sync waits for it. handleObject does the same for the echo of a Deployment
-// write. An event that comes while a sync of the Foo runs is held until it ends.
+// write. An event that comes while a sync of the Foo runs is deferred until it ends.
 func (c *Controller) onFooUpdate(obj any) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
@@ -315,7 +315,7 @@ func (c *Controller) forget(key cache.ObjectName, uid types.UID) {
 // do (without a Deployment controller, as in the bench, it was the second of two syncs
 // of every Foo at a cold start), and, after a sync that failed once it had written,
 // would retry it before its backoff allows. The echo still enqueues a Foo whose sync
-// waits for it. While a sync of that Foo runs, its Deployment's events are held, and
+// waits for it. While a sync of that Foo runs, its Deployment's events are deferred, and
 // the sync's end decides on them; a deletion, or a Deployment the informer replaced
 // (current false), enqueues it at once as well.
 func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
@@ -495,7 +495,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		syncsTotal.WithLabelValues(syncFenced).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "A write was refused by the fencing policy, requeuing", "foo", key)
 		c.workqueue.AddRateLimited(key)
-	case errors.Is(err, tenure.ErrNotHeld):
+	case errors.Is(err, tenure.ErrHeldBack):
 		// This replica may no longer write for the Foo; the one that may syncs it.
 		// Kept with backoff in case the tenure is renewed late, not lost.
 		syncsTotal.WithLabelValues(syncHeldBack).Inc()
@@ -570,7 +570,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	case syncErr == nil:
 		c.writes.Report(key, foo.UID, "")
 		c.nameWatches.Done(key)
-		if err := c.deleteStaleDeployments(ctx, foo, confirm); err != nil {
+		if err := c.deletePreviousDeployments(ctx, foo, confirm); err != nil {
 			return err
 		}
 	case errors.Is(syncErr, reconcile.ErrNotOwned):
@@ -747,10 +747,10 @@ func (c *Controller) controlsAny(foo *samplev1alpha1.Foo) bool {
 	return err == nil && len(owned) > 0
 }
 
-// deleteStaleDeployments deletes the Deployments foo controls under a name other than
+// deletePreviousDeployments deletes the Deployments foo controls under a name other than
 // its current deploymentName: those left behind when the name changed. Only for foo
 // confirmed current: from an older Foo, the one left behind is the one it uses now.
-func (c *Controller) deleteStaleDeployments(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) error {
+func (c *Controller) deletePreviousDeployments(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) error {
 	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
 	if err != nil {
 		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
@@ -841,7 +841,7 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 // other, and has the Foo woken when other goes away: by the cache's events when other
 // is in it, by a watch of its name when not (one the controller never labelled, or
 // without its DeploymentLabels), and by a recheck after notOwnedRecheckInterval in any case. A name
-// held only by the Deployment of a Foo deleted before this one was created under the
+// taken only by the Deployment of a Foo deleted before this one was created under the
 // same name, or by one being deleted, is waiting for the garbage collector: no Warning.
 func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment) {
 	logger := klog.FromContext(ctx)
@@ -852,7 +852,7 @@ func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo
 	switch {
 	case reconcile.NotOwnedReported(foo):
 	case awaitingCollection(foo, other):
-		logger.V(2).Info("Deployment name is held by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
+		logger.V(2).Info("Deployment name is taken by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
 	case !c.writes.Report(key, foo.UID, "not owned: "+string(other.UID)):
 		// Reported while this process runs, and the status write that says so failed.
 	default:

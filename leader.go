@@ -1,5 +1,5 @@
 // The mode of one active replica: alone, or, with --leader-elect, the leader of
-// several, whose writes are held to its tenure of the Lease. Sharded mode, where every
+// several, whose writes pass the gate only within its tenure of the Lease. Sharded mode, where every
 // replica acts on its slots, is in sharded.go.
 
 package main
@@ -85,21 +85,22 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 // cancelled (election.Run): on cancellation work stops first and the Lease is
 // released after; a process that loses the Lease while it works, also while its last
 // syncs finish after being asked to stop, exits at once and does not release it, so
-// that a standby never starts while this process still works. work's writes are held
-// to the tenure held, which the election keeps from its Lease writes and reads.
+// that a standby never starts while this process still works. work's writes pass the
+// gate only within the tenure leading, which the election keeps from its Lease's
+// writes and reads.
 //
-// The leader is one slot of sharded mode's scheme (slots.Single.Lead): it acts only once
+// The leader is one slot of sharded mode's scheme (slots.Leader.Lead): it acts only once
 // no sharded replica of the same group may act, and stops when they take over, so that
 // a rolling update that turns sharded mode on or off never has both modes write.
-func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, held *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
+func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, leading *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
-	lock := lease.NewLock(clients.lease, held, election.LockOptions{Labels: slots.SingleLeaseLabels(lease.Name)})
+	lock := lease.NewLock(clients.lease, leading, election.LockOptions{Labels: slots.LeaderLeaseLabels(lease.Name)})
 	logger.Info("Waiting to become the leader", "lease", klog.KRef(lease.Namespace, lease.Name), "identity", lease.Identity)
 	lead := func(ctx context.Context) error {
 		logger.Info("Became the leader", "identity", lease.Identity)
 		return work(ctx)
 	}
-	return slots.NewSingle(clients.lease, lease).Lead(ctx, lead, func(ctx context.Context, work func(context.Context) error) (bool, error) {
+	return slots.NewLeader(clients.lease, lease).Lead(ctx, lead, func(ctx context.Context, work func(context.Context) error) (bool, error) {
 		result := election.Run(ctx, election.Config{
 			Lock:     lock,
 			WatchDog: watchdog,

@@ -143,17 +143,17 @@ type clients struct {
 }
 
 // newClients builds the clients from cfg. Every request waits while the API server
-// cannot be reached (outage.Hold), instead of failing into client-go's reflector
+// cannot be reached (outage.Waiter), instead of failing into client-go's reflector
 // backoff, which grows to a minute and would keep the informers asleep long after the
 // server is back. With elected, every write but the Leases' passes the gate of its
 // tenure (tenure.Gate), which knows this process by identity in the fencing policy's
-// refusals. The hold is outside the gate: a write that waited for the API
+// denials. The outage wait is outside the gate: a write that waited for the API
 // server is checked against its tenure, and given the server-side timeout of what is
 // left of it, when it is sent, not before it waited.
 func newClients(ctx context.Context, cfg *rest.Config, elected bool, identity string) (*clients, error) {
 	logger := klog.FromContext(ctx)
 	var wentDown time.Time
-	hold, err := outage.New(ctx, cfg, outage.DefaultInterval, func(down bool) {
+	waiter, err := outage.New(ctx, cfg, outage.DefaultInterval, func(down bool) {
 		if down {
 			wentDown = time.Now()
 			logger.Info("The API server cannot be reached: requests wait until it answers", "server", cfg.Host)
@@ -169,7 +169,7 @@ func newClients(ctx context.Context, cfg *rest.Config, elected bool, identity st
 		HeldBack: func(reason string) { writesHeldBack.WithLabelValues(reason).Inc() },
 		Identity: identity,
 	}
-	leases, kube, foos := clientConfigs(cfg, gate, hold)
+	leases, kube, foos := clientConfigs(cfg, gate, waiter)
 	c := &clients{config: cfg}
 	if c.lease, err = kubernetes.NewForConfig(leases); err != nil {
 		return nil, fmt.Errorf("building the Lease client: %w", err)
@@ -189,19 +189,19 @@ func newClients(ctx context.Context, cfg *rest.Config, elected bool, identity st
 // clientConfigs derives from cfg the configurations of the Lease client, which waits
 // out outages but passes no gate, and of the clients of everything else, built-in
 // types and Foos, which pass both.
-func clientConfigs(cfg *rest.Config, gate *tenure.Gate, hold *outage.Hold) (leases, kube, foos *rest.Config) {
+func clientConfigs(cfg *rest.Config, gate *tenure.Gate, waiter *outage.Waiter) (leases, kube, foos *rest.Config) {
 	// Built-in types travel as protobuf, which costs the API server and this process
 	// less to encode and decode than JSON. Foos are custom resources: JSON only.
 	kube = rest.CopyConfig(cfg)
 	kube.ContentType = runtime.ContentTypeProtobuf
 	kube.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	leases = rest.CopyConfig(kube)
-	leases.Wrap(hold.Wrap)
+	leases.Wrap(waiter.Wrap)
 	kube.Wrap(gate.Wrap)
-	kube.Wrap(hold.Wrap)
+	kube.Wrap(waiter.Wrap)
 	foos = rest.CopyConfig(cfg)
 	foos.Wrap(gate.Wrap)
-	foos.Wrap(hold.Wrap)
+	foos.Wrap(waiter.Wrap)
 	return leases, kube, foos
 }
 

@@ -89,18 +89,18 @@ func runSharded(ctx context.Context, clients *clients, endpoints serving.Endpoin
 
 // runSlot acts on one slot until ctx ends: a controller whose informers the API
 // server filters to the slot, and its workers, drained before it returns, with the
-// Events of their last syncs. Every write is held to the slot's tenure, which ctx
+// Events of their last syncs. Every write passes the gate only within the slot's tenure, which ctx
 // carries.
 func runSlot(ctx context.Context, clients *clients, opts controllerOptions, space slots.Space, slot int, controllers *sync.Map) error {
 	watch, err := newSlotWatch(space, slot)
 	if err != nil {
 		return err
 	}
-	held := tenure.FromContext(ctx)
-	if held == nil {
+	slotTenure := tenure.FromContext(ctx)
+	if slotTenure == nil {
 		return fmt.Errorf("slot %d runs without a tenure", slot)
 	}
-	recording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, held, dropEvent, eventsInFlight(opts.workers))
+	recording, err := eventrecording.Start(ctx, clients.kube.EventsV1(), controllerAgentName, slotTenure, dropEvent, eventsInFlight(opts.workers))
 	if err != nil {
 		return err
 	}
@@ -183,10 +183,10 @@ func newSlotWatch(space slots.Space, slot int) (*slotWatch, error) {
 	return &slotWatch{space: space, slot: slot, value: strconv.Itoa(slot), selector: selector}, nil
 }
 
-// owns tells whether foo is in the slot. The API server sends a Foo of another slot
+// inSlot tells whether foo is in the slot. The API server sends a Foo of another slot
 // only when it ignores the shard selector (ShardedListAndWatch off, or older than
 // 1.36); the slot's lists and watches then drop it before the cache, and say so once.
-func (s *slotWatch) owns(logger klog.Logger, foo *samplev1alpha1.Foo) bool {
+func (s *slotWatch) inSlot(logger klog.Logger, foo *samplev1alpha1.Foo) bool {
 	if s.space.Of(foo.UID) == s.slot {
 		return true
 	}
@@ -209,7 +209,7 @@ func (s *slotWatch) fooListWatch(client clientset.Interface, namespace string) *
 			if err != nil {
 				return nil, err
 			}
-			list.Items = slices.DeleteFunc(list.Items, func(foo samplev1alpha1.Foo) bool { return !s.owns(klog.FromContext(ctx), &foo) })
+			list.Items = slices.DeleteFunc(list.Items, func(foo samplev1alpha1.Foo) bool { return !s.inSlot(klog.FromContext(ctx), &foo) })
 			return list, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
@@ -222,7 +222,7 @@ func (s *slotWatch) fooListWatch(client clientset.Interface, namespace string) *
 			return newFilteredWatch(w, func(e watch.Event) bool {
 				foo, ok := e.Object.(*samplev1alpha1.Foo)
 				// Bookmarks carry only a resourceVersion, and errors no Foo.
-				return !ok || e.Type == watch.Bookmark || e.Type == watch.Error || s.owns(logger, foo)
+				return !ok || e.Type == watch.Bookmark || e.Type == watch.Error || s.inSlot(logger, foo)
 			}), nil
 		},
 	}

@@ -45,7 +45,7 @@ func TestSlotWatch(t *testing.T) {
 	mine, others := 0, 0
 	for range 200 {
 		foo := &samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: "f", UID: uuid.NewUUID()}}
-		if got, want := scope.owns(logger, foo), space.Of(foo.UID) == 2; got != want {
+		if got, want := scope.inSlot(logger, foo), space.Of(foo.UID) == 2; got != want {
 			t.Fatalf("owns(Foo of slot %d) = %v", space.Of(foo.UID), got)
 		} else if got {
 			mine++

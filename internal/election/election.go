@@ -67,7 +67,7 @@ type Result struct {
 // about one retry period instead of a lease duration. Cancelling ctx before the Lease
 // is held ends the wait.
 func Run(ctx context.Context, cfg Config, work func(context.Context) error) Result {
-	t := &term{ctx: ctx, cfg: cfg, work: work, workDone: make(chan struct{}), reportLost: func() {}}
+	t := &electionRun{ctx: ctx, cfg: cfg, work: work, workDone: make(chan struct{}), reportLost: func() {}}
 	// Once, whichever of the elector and the tenure's lock sees the loss first.
 	if cfg.OnLost != nil {
 		t.reportLost = sync.OnceFunc(cfg.OnLost)
@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	defer stopWaiting()
 
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            &watchedLock{LeaseLock: cfg.Lock, onForeign: t.onForeign},
+		Lock:            &watchedLock{LeaseLock: cfg.Lock, onOtherHolder: t.onOtherHolder},
 		LeaseDuration:   cfg.Lock.lease.Duration,
 		RenewDeadline:   cfg.Lock.lease.RenewDeadline,
 		RetryPeriod:     cfg.Lock.lease.RetryPeriod,
@@ -111,8 +111,8 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) Resu
 	return t.end()
 }
 
-// term is one election's state, shared by the elector's callbacks.
-type term struct {
+// electionRun is one election's state, shared by the elector's callbacks.
+type electionRun struct {
 	ctx         context.Context
 	cfg         Config
 	work        func(context.Context) error
@@ -127,10 +127,10 @@ type term struct {
 	result   Result
 }
 
-// onForeign is told by the Lease lock that a read of the Lease shows another
+// onOtherHolder is told by the Lease lock that a read of the Lease shows another
 // holder: if the work runs, the Lease is lost now, not after client-go's renew
 // deadline, and the elector stops leading.
-func (t *term) onForeign() {
+func (t *electionRun) onOtherHolder() {
 	t.mu.Lock()
 	lost := t.working && !t.worked
 	t.mu.Unlock()
@@ -142,7 +142,7 @@ func (t *term) onForeign() {
 
 // startedLeading runs the work while the Lease is held. client-go runs it on a
 // goroutine of its own, which may start after the elector has already stopped leading.
-func (t *term) startedLeading(leaderCtx context.Context) {
+func (t *electionRun) startedLeading(leaderCtx context.Context) {
 	t.mu.Lock()
 	if t.ctx.Err() != nil || t.over || leaderCtx.Err() != nil {
 		t.mu.Unlock()
@@ -178,7 +178,7 @@ func (t *term) startedLeading(leaderCtx context.Context) {
 
 // stoppedLeading reports a Lease lost while working, also while the work drains after
 // ctx was cancelled: its last writes could land after the next holder's first.
-func (t *term) stoppedLeading() {
+func (t *electionRun) stoppedLeading() {
 	t.mu.Lock()
 	lost := t.working && !t.worked
 	t.mu.Unlock()
@@ -189,7 +189,7 @@ func (t *term) stoppedLeading() {
 
 // end waits, once the elector has returned, for the work to return, releases the
 // Lease when this process held it or may have, and returns the result.
-func (t *term) end() Result {
+func (t *electionRun) end() Result {
 	t.mu.Lock()
 	t.over = true
 	started := t.working
@@ -220,16 +220,16 @@ func (t *term) end() Result {
 	return result
 }
 
-// watchedLock tells the term when a read of the Lease shows another holder, or none.
+// watchedLock tells the electionRun when a read of the Lease shows another holder, or none.
 type watchedLock struct {
 	*LeaseLock
-	onForeign func()
+	onOtherHolder func()
 }
 
 func (l *watchedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	record, raw, err := l.LeaseLock.Get(ctx)
 	if (err == nil && record.HolderIdentity != l.Identity()) || apierrors.IsNotFound(err) {
-		l.onForeign()
+		l.onOtherHolder()
 	}
 	return record, raw, err
 }

@@ -66,7 +66,7 @@ type LeaseLock struct {
 	tenure *tenure.Tenure
 	clock  clock.PassiveClock
 	// seen, if set, is what something that watches the Lease (the slot observer) saw.
-	seen func(resourceVersion string) (Sighting, bool)
+	seen func(resourceVersion string) (Observation, bool)
 
 	mu      sync.Mutex
 	current *coordinationv1.Lease // as last read or written; nil when missing
@@ -93,13 +93,13 @@ type LockOptions struct {
 	// Labels are set on the Lease at every write.
 	Labels map[string]string
 	// Seen tells what a watch of the Lease saw of a resourceVersion, if it saw it.
-	Seen func(resourceVersion string) (Sighting, bool)
+	Seen func(resourceVersion string) (Observation, bool)
 	// Clock is the real clock when nil.
 	Clock clock.PassiveClock
 }
 
-// Sighting is what a watch of a Lease saw of one of its records.
-type Sighting struct {
+// Observation is what a watch of a Lease saw of one of its records.
+type Observation struct {
 	// At is when it first saw the record, by this process's clock.
 	At time.Time
 	// Holder is the last holder it saw the Lease name, in this record or before.

@@ -88,7 +88,7 @@ type waitingEvent struct {
 // writes in flight at once (at least one). With a tenure, Events are written only while
 // it is valid (through a tenure.Gate in client). dropped, if set, is told each Event
 // recorded and never written, with the reason.
-func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, held *tenure.Tenure, dropped func(reason string), inFlight int) (*Recording, error) {
+func Start(ctx context.Context, client eventsv1client.EventsV1Interface, component string, leading *tenure.Tenure, dropped func(reason string), inFlight int) (*Recording, error) {
 	if dropped == nil {
 		dropped = func(string) {}
 	}
@@ -96,9 +96,9 @@ func Start(ctx context.Context, client eventsv1client.EventsV1Interface, compone
 	if err != nil {
 		return nil, fmt.Errorf("naming the Events' reporting instance: %w", err)
 	}
-	r := &Recording{client: client, tenure: held, dropped: dropped, controller: component, instance: component + "-" + hostname}
+	r := &Recording{client: client, tenure: leading, dropped: dropped, controller: component, instance: component + "-" + hostname}
 	// The writes carry the tenure (nil for none) to the gate in client.
-	r.ctx, r.stop = context.WithCancelCause(tenure.NewContext(context.WithoutCancel(ctx), held))
+	r.ctx, r.stop = context.WithCancelCause(tenure.NewContext(context.WithoutCancel(ctx), leading))
 	r.more, r.settled = sync.NewCond(&r.mu), sync.NewCond(&r.mu)
 	for range max(1, inFlight) {
 		go r.work()
@@ -223,7 +223,7 @@ func (r *Recording) write(event *eventsv1.Event) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, tenure.ErrNotHeld):
+	case errors.Is(err, tenure.ErrHeldBack):
 		logger.V(2).Info("Dropped an Event: this replica's tenure is over")
 		return DroppedTenureOver
 	case ctx.Err() != nil:
@@ -289,7 +289,7 @@ func (r *Recording) stopReason() string {
 // unreachable tells whether err is a failure to reach the API server, worth retrying:
 // not an answer of the server's, nor a request that could not be built, nor the gate.
 func unreachable(err error) bool {
-	if err == nil || errors.Is(err, tenure.ErrNotHeld) {
+	if err == nil || errors.Is(err, tenure.ErrHeldBack) {
 		return false
 	}
 	var status apierrors.APIStatus

@@ -305,7 +305,7 @@ func TestEventsHeldBackAreDropped(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := k8sfake.NewClientset()
 	client.PrependReactor("create", "events", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, fmt.Errorf("POST events: %w", tenure.ErrNotHeld)
+		return true, nil, fmt.Errorf("POST events: %w", tenure.ErrHeldBack)
 	})
 	dropped := &droppedCounts{}
 	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 4)

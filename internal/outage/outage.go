@@ -1,18 +1,18 @@
-// Package outage holds a client's requests while the API server cannot be reached and
-// sends them as soon as it answers again.
+// Package outage has a client's requests wait while the API server cannot be reached,
+// and sends them as soon as it answers again.
 //
 // client-go's reflectors retry a failed list or watch after a delay that doubles from
 // 0.8 s to 30 s, with up to as much again of jitter, and informers do not let that be
 // set (kubernetes/kubernetes#136943). An outage of ten seconds, spent failing a watch
 // at every step, leaves an informer asleep for tens of seconds after the API server is
-// back. Behind a Hold, the first request that finds the server unreachable marks it
+// back. Behind a Waiter, the first request that finds the server unreachable marks it
 // down; from then on every request waits, as long as its own context allows, while one
 // probe asks the server's /readyz at a fixed interval, and all of them go the moment it
 // answers. A reflector sees one failure per outage instead of one per backoff step, and
 // the server gets one probe per interval instead of every client's retries.
 //
 // A request waits as long as its own context allows, and whatever checks it when it
-// is sent (package tenure's gate) sits behind the hold and checks it after the wait.
+// is sent (package tenure's gate) sits behind the Waiter and checks it after the wait.
 package outage
 
 import (
@@ -32,7 +32,7 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 )
 
-// DefaultInterval is how often a Hold asks /readyz while the server is down: the
+// DefaultInterval is how often a Waiter asks /readyz while the server is down: the
 // longest a request waits after the server is ready again.
 const DefaultInterval = 500 * time.Millisecond
 
@@ -43,9 +43,9 @@ const probeTimeout = 2 * time.Second
 // server to answer again.
 var ErrDown = errors.New("the API server cannot be reached")
 
-// Hold holds requests while the API server is down. Its zero value is not usable: see
+// Waiter has requests wait while the API server is down. Its zero value is not usable: see
 // New.
-type Hold struct {
+type Waiter struct {
 	ctx      context.Context
 	probe    *http.Client
 	readyz   string
@@ -61,12 +61,12 @@ type Hold struct {
 	suspecting atomic.Bool
 }
 
-// New returns a Hold for the API server of cfg, which it probes with cfg's own
-// credentials: call it before cfg.Wrap(hold.Wrap). Probing stops when ctx ends, and
+// New returns a Waiter for the API server of cfg, which it probes with cfg's own
+// credentials: call it before cfg.Wrap(waiter.Wrap). Probing stops when ctx ends, and
 // requests waiting then are let go. changed, if not nil, is called with true when the
 // server is found unreachable and with false when it answers again, never two calls
 // at once.
-func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed func(down bool)) (*Hold, error) {
+func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed func(down bool)) (*Waiter, error) {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed 
 		return nil, fmt.Errorf("parsing the API server's address: %w", err)
 	}
 	base.Path = strings.TrimSuffix(base.Path, "/") + "/readyz"
-	return &Hold{
+	return &Waiter{
 		ctx:      ctx,
 		probe:    &probe,
 		readyz:   base.String(),
@@ -93,32 +93,32 @@ func New(ctx context.Context, cfg *rest.Config, interval time.Duration, changed 
 	}, nil
 }
 
-// Wrap returns next behind the hold, for rest.Config.Wrap: one Hold for every client
+// Wrap returns next behind the Waiter, for rest.Config.Wrap: one Waiter for every client
 // of the server. Wrap it outside of anything that checks a request when it is sent
 // (the tenure gate), so that the check is made when the request goes, not before it
 // waited.
-func (h *Hold) Wrap(next http.RoundTripper) http.RoundTripper {
-	return &heldTransport{hold: h, next: next}
+func (h *Waiter) Wrap(next http.RoundTripper) http.RoundTripper {
+	return &waitingTransport{waiter: h, next: next}
 }
 
-// Down reports whether the hold is holding requests.
-func (h *Hold) Down() bool {
+// Down reports whether requests wait for the API server.
+func (h *Waiter) Down() bool {
 	return h.waiting() != nil
 }
 
-func (h *Hold) waiting() chan struct{} {
+func (h *Waiter) waiting() chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.back
 }
 
-type heldTransport struct {
-	hold *Hold
-	next http.RoundTripper
+type waitingTransport struct {
+	waiter *Waiter
+	next   http.RoundTripper
 }
 
-func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if back := t.hold.waiting(); back != nil {
+func (t *waitingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if back := t.waiter.waiting(); back != nil {
 		select {
 		case <-back:
 		case <-req.Context().Done():
@@ -132,11 +132,11 @@ func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	switch {
 	case unreachable(req, resp, err):
-		t.hold.down()
+		t.waiter.down()
 	case errors.Is(err, tenure.ErrCutOff) && req.Context().Err() == nil:
 		// Cut off at its tenure's end: the server did not answer in time, or this
 		// process stalled. Only a probe can tell.
-		t.hold.suspect()
+		t.waiter.suspect()
 	}
 	return resp, err
 }
@@ -145,11 +145,11 @@ func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // at all (refused, reset, a TLS or dial timeout) when the caller did not cancel it, or
 // a 502 Bad Gateway, which the API server never sends and the proxies and load
 // balancers in front of it do when it is gone. A write that the tenure gate behind the
-// hold held back says nothing about the server; one it cut off at its tenure's end
+// Waiter held back says nothing about the server; one it cut off at its tenure's end
 // may (see suspect).
 func unreachable(req *http.Request, resp *http.Response, err error) bool {
 	if err != nil {
-		return req.Context().Err() == nil && !errors.Is(err, tenure.ErrNotHeld) && !errors.Is(err, tenure.ErrCutOff)
+		return req.Context().Err() == nil && !errors.Is(err, tenure.ErrHeldBack) && !errors.Is(err, tenure.ErrCutOff)
 	}
 	return resp.StatusCode == http.StatusBadGateway
 }
@@ -158,7 +158,7 @@ func unreachable(req *http.Request, resp *http.Response, err error) bool {
 // server down if it does not answer: a write cut off at its tenure's end may mean a
 // server that hangs (a partition) or only a process that stalled, which a thawed
 // replica's first moments are full of.
-func (h *Hold) suspect() {
+func (h *Waiter) suspect() {
 	if !h.suspecting.CompareAndSwap(false, true) {
 		return
 	}
@@ -171,7 +171,7 @@ func (h *Hold) suspect() {
 }
 
 // down marks the server down, once per outage, and starts the probe that ends it.
-func (h *Hold) down() {
+func (h *Waiter) down() {
 	h.mu.Lock()
 	if h.back != nil || h.ctx.Err() != nil {
 		h.mu.Unlock()
@@ -188,7 +188,7 @@ func (h *Hold) down() {
 
 // waitBack asks /readyz every interval, the first time at once, until the server
 // answers, and then lets the held requests go.
-func (h *Hold) waitBack(back chan struct{}) {
+func (h *Waiter) waitBack(back chan struct{}) {
 	logger := klog.FromContext(h.ctx)
 	ticker := time.NewTicker(h.interval)
 	defer ticker.Stop()
@@ -202,7 +202,7 @@ func (h *Hold) waitBack(back chan struct{}) {
 			break
 		}
 	}
-	// Told before the hold opens: the next outage, which only an open hold can
+	// Told before the requests go: the next outage, which only requests that go can
 	// begin, is told after this one's end.
 	if h.changed != nil && h.ctx.Err() == nil {
 		h.changed(false)
@@ -215,10 +215,10 @@ func (h *Hold) waitBack(back chan struct{}) {
 
 // answers reports whether the server answered /readyz with less than 500: ready
 // (200), or running and refusing this client the endpoint (401, 403, or a 404 from a
-// proxy that does not pass it on), which holding every request for forever would be
+// proxy that does not pass it on), which keeping every request waiting for ever would be
 // worse than. It stays down while the server answers 500 (still starting, or its
 // storage down) or a proxy answers 502-504 for it.
-func (h *Hold) answers() bool {
+func (h *Waiter) answers() bool {
 	req, err := http.NewRequestWithContext(h.ctx, http.MethodGet, h.readyz, nil)
 	if err != nil {
 		return false

@@ -79,8 +79,8 @@ func respond(req *http.Request, code int) *http.Response {
 	return &http.Response{StatusCode: code, Body: io.NopCloser(strings.NewReader("")), Request: req}
 }
 
-// newHold returns a hold for s, with its ctx, and a channel told each change.
-func newHold(t *testing.T, ctx context.Context, s *server) (*Hold, chan bool) {
+// newWaiter returns a hold for s, with its ctx, and a channel told each change.
+func newWaiter(t *testing.T, ctx context.Context, s *server) (*Waiter, chan bool) {
 	t.Helper()
 	changes := make(chan bool, 10)
 	h, err := New(ctx, &rest.Config{Host: s.http.URL + "/prefix/"}, 10*time.Millisecond, func(down bool) { changes <- down })
@@ -105,10 +105,10 @@ func get(ctx context.Context, rt http.RoundTripper, path string) (int, error) {
 	return resp.StatusCode, err
 }
 
-func TestHold(t *testing.T) {
+func TestOutageWait(t *testing.T) {
 	t.Run("holds every request from the first refused to the server's return, then sends each once", func(t *testing.T) {
 		s := newServer(t, false, 0)
-		h, changes := newHold(t, t.Context(), s)
+		h, changes := newWaiter(t, t.Context(), s)
 		rt := h.Wrap(s)
 		if _, err := get(t.Context(), rt, "/api/v1/pods"); err == nil {
 			t.Fatal("the first request reached a server that was down")
@@ -152,7 +152,7 @@ func TestHold(t *testing.T) {
 
 	t.Run("a held request fails when its context ends and is not sent", func(t *testing.T) {
 		s := newServer(t, false, 0)
-		h, changes := newHold(t, t.Context(), s)
+		h, changes := newWaiter(t, t.Context(), s)
 		rt := h.Wrap(s)
 		if _, err := get(t.Context(), rt, "/api/v1/pods"); err == nil {
 			t.Fatal("the first request reached a server that was down")
@@ -179,7 +179,7 @@ func TestHold(t *testing.T) {
 
 	t.Run("a request its caller cancelled says nothing about the server", func(t *testing.T) {
 		s := newServer(t, false, 0)
-		h, _ := newHold(t, t.Context(), s)
+		h, _ := newWaiter(t, t.Context(), s)
 		rt := h.Wrap(s)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
@@ -196,7 +196,7 @@ func TestHold(t *testing.T) {
 	t.Run("a write the tenure gate held back says nothing about the server", func(t *testing.T) {
 		// /readyz fails: a hold wrongly put on would stay on.
 		s := newServer(t, true, http.StatusOK)
-		h, changes := newHold(t, t.Context(), s)
+		h, changes := newWaiter(t, t.Context(), s)
 		s.set(true, http.StatusBadGateway)
 		ended := tenure.New(clock.RealClock{})
 		// The gate behind the hold holds back a write whose tenure is over.
@@ -209,7 +209,7 @@ func TestHold(t *testing.T) {
 		if err == nil {
 			resp.Body.Close()
 		}
-		if !errors.Is(err, tenure.ErrNotHeld) {
+		if !errors.Is(err, tenure.ErrHeldBack) {
 			t.Fatalf("err = %v, want the write held back", err)
 		}
 		if h.Down() || len(changes) != 0 {
@@ -226,7 +226,7 @@ func TestHold(t *testing.T) {
 			down   bool
 		}{{http.StatusOK, false}, {http.StatusBadGateway, true}} {
 			s := newServer(t, true, tc.readyz)
-			h, changes := newHold(t, t.Context(), s)
+			h, changes := newWaiter(t, t.Context(), s)
 			if _, err := get(t.Context(), h.Wrap(cutOff), "/api/v1/pods"); !errors.Is(err, tenure.ErrCutOff) {
 				t.Fatalf("err = %v, want the write cut off", err)
 			}
@@ -243,7 +243,7 @@ func TestHold(t *testing.T) {
 
 	t.Run("a 502 from a proxy marks it down; a probe answered 401 by a running server ends it", func(t *testing.T) {
 		s := newServer(t, true, http.StatusUnauthorized)
-		h, changes := newHold(t, t.Context(), s)
+		h, changes := newWaiter(t, t.Context(), s)
 		gateway := roundTripFunc(func(req *http.Request) (*http.Response, error) { return respond(req, http.StatusBadGateway), nil })
 		code, err := get(t.Context(), h.Wrap(gateway), "/api/v1/pods")
 		if err != nil || code != http.StatusBadGateway {
@@ -256,7 +256,7 @@ func TestHold(t *testing.T) {
 
 	t.Run("answers and 5xx from the server itself leave it up", func(t *testing.T) {
 		for _, code := range []int{http.StatusOK, http.StatusNotFound, http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
-			h, _ := newHold(t, t.Context(), newServer(t, true, http.StatusOK))
+			h, _ := newWaiter(t, t.Context(), newServer(t, true, http.StatusOK))
 			answer := roundTripFunc(func(req *http.Request) (*http.Response, error) { return respond(req, code), nil })
 			if got, err := get(t.Context(), h.Wrap(answer), "/api/v1/pods"); err != nil || got != code {
 				t.Errorf("got %d, %v; want the server's %d passed on", got, err, code)
@@ -270,7 +270,7 @@ func TestHold(t *testing.T) {
 	t.Run("ending its context lets held requests go", func(t *testing.T) {
 		s := newServer(t, false, 0)
 		ctx, cancel := context.WithCancel(t.Context())
-		h, _ := newHold(t, ctx, s)
+		h, _ := newWaiter(t, ctx, s)
 		rt := h.Wrap(s)
 		if _, err := get(t.Context(), rt, "/api/v1/pods"); err == nil {
 			t.Fatal("the first request reached a server that was down")

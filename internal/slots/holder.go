@@ -52,7 +52,7 @@ type Holder struct {
 	observer *observer
 	// locks is the lock of each slot Lease this member has asked for: one for the
 	// member's life, so that what it wrote is known to its next election and to
-	// releaseOrphans (a Lease names this member by its own write, or by an edit).
+	// releaseUnassigned (a Lease names this member by its own write, or by an edit).
 	locks map[string]*election.LeaseLock
 }
 
@@ -69,7 +69,7 @@ func (h *Holder) Unheld(slot int) (time.Duration, bool) {
 	h.mu.Lock()
 	o := h.observer
 	h.mu.Unlock()
-	at, ok := o.lastForeign(SlotLeaseName(h.Lease.Name, slot, h.Space.Len()))
+	at, ok := o.lastHeldByOther(SlotLeaseName(h.Lease.Name, slot, h.Space.Len()))
 	if !ok {
 		return 0, false
 	}
@@ -87,7 +87,7 @@ func (h *Holder) elect(ctx context.Context, slot int, lock *election.LeaseLock, 
 			}
 		},
 	}, func(ctx context.Context) error {
-		if !h.admit(ctx) {
+		if !h.mayAct(ctx) {
 			return nil
 		}
 		// Until the count Lease names another count: the replicas of that count wait
@@ -126,7 +126,7 @@ func CountLeaseName(group string) string {
 
 // slotLeaseCount is the number of slots a slot Lease of group belongs to: 0 for a Lease
 // of a version before slot Leases named it, which may overlap any slot of any count,
-// and 1 for the single leader's Lease, named as the group (Single). It is false for a
+// and 1 for the single leader's Lease, named as the group (Leader). It is false for a
 // Lease that is no slot's.
 func slotLeaseCount(group, name string) (int, bool) {
 	if name == group {
@@ -206,7 +206,7 @@ func (h *Holder) follow(ctx context.Context) {
 			// this member acts on, it stops.
 			h.apply(ctx, nil)
 		}
-		h.releaseOrphans(ctx)
+		h.releaseUnassigned(ctx)
 		select {
 		case <-h.Membership.Changes():
 		case <-leasesChanged:
@@ -266,12 +266,12 @@ func (h *Holder) waitStopped() {
 	}
 }
 
-// releaseOrphans releases the slot Leases that name this member as their holder while
+// releaseUnassigned releases the slot Leases that name this member as their holder while
 // it runs no election for them. An acquisition cancelled because the slot moved away
 // may have been committed after its answer was given up on; such a Lease is renewed by
 // nobody, and the slot's next holder would wait for it to expire. A slot still
 // stopping is left to its own run, which releases it once its work has returned.
-func (h *Holder) releaseOrphans(ctx context.Context) {
+func (h *Holder) releaseUnassigned(ctx context.Context) {
 	for _, name := range h.observer.heldBy(h.Lease.Identity) {
 		slot, ok := h.slotOf(name)
 		if !ok {
@@ -315,7 +315,7 @@ func (h *Holder) slotOf(name string) (int, bool) {
 	return n, true
 }
 
-// admit tells, once this member holds one of its slots' Leases, whether it may act on
+// mayAct tells, once this member holds one of its slots' Leases, whether it may act on
 // that slot. It may when the group's count Lease names this member's number of slots
 // and then no slot Lease of another number is held, as a list read after the count
 // shows; it waits, holding its Lease, while those of another number are released or
@@ -336,7 +336,7 @@ func (h *Holder) slotOf(name string) (int, bool) {
 // Lease's duration: the old holder's renewal then fails, its next read shows another
 // holder, and its slot's work ends (election.LeaseLock ends its tenure on the read). A renewal that came first makes the
 // fence fail, and the member looks again.
-func (h *Holder) admit(ctx context.Context) bool {
+func (h *Holder) mayAct(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	n := h.Space.Len()
 	said := false
@@ -402,7 +402,7 @@ func (h *Holder) told() bool {
 }
 
 // FenceHolder is the holder a member of n slots writes into the expired Leases of
-// another number before it acts (admit): no replica has that identity, so no holder
+// another number before it acts (mayAct): no replica has that identity, so no holder
 // renews it, and for the Lease's duration nobody takes it.
 func FenceHolder(n int) string {
 	return fmt.Sprintf("fence-of-%d-slots", n)
@@ -434,10 +434,10 @@ func (h *Holder) fence(ctx context.Context, leases []coordinationv1.Lease) (bool
 	return true, nil
 }
 
-// waitAdmissible waits until admit may let this member act, by what the observer has
+// waitMayAct waits until mayAct may let this member act, by what the observer has
 // seen: the count Lease names this member's number of slots, or the membership tells it
 // to act and no slot Lease of another number is held. It returns false when ctx ends.
-func (h *Holder) waitAdmissible(ctx context.Context) bool {
+func (h *Holder) waitMayAct(ctx context.Context) bool {
 	for {
 		count, changed := h.observer.currentCount()
 		if count == h.Space.Len() {
@@ -466,7 +466,7 @@ func (h *Holder) othersHeld(ctx context.Context) (otherLeases, error) {
 }
 
 // waitCountChanged returns once the count Lease names another number of slots than
-// this member's, or ctx ends. admit has just read it from the apiserver; until the
+// this member's, or ctx ends. mayAct has just read it from the apiserver; until the
 // watch catches up with that read, the apiserver is asked again every retry period. A
 // count Lease deleted, or left naming no number, stops nothing: a member of another
 // number that sets it afterwards lists this member's Leases held, and waits.
@@ -558,14 +558,14 @@ func (h *Holder) start(parent context.Context, slot int) *slotRun {
 		// ends by itself: the work failed, or the Lease was lost (the controller exits
 		// then; a test's member may not).
 		for {
-			// A Lease taken only to be released by admit, again and again while
+			// A Lease taken only to be released by mayAct, again and again while
 			// another number of slots acts, would be two writes a retry period.
-			if !h.waitAdmissible(ctx) {
+			if !h.waitMayAct(ctx) {
 				return
 			}
 			// Asking before the holder's Lease has expired only starts the elector's
 			// own count; ask the moment it expires, or is released.
-			if !h.observer.waitTakeable(ctx, name) {
+			if !h.observer.waitExpired(ctx, name) {
 				return
 			}
 			h.elect(ctx, slot, lock, logger)
@@ -592,7 +592,7 @@ func (h *Holder) lockFor(name string) *election.LeaseLock {
 	lease.Name = name
 	lock := lease.NewLock(h.Client, tenure.New(clock.RealClock{}), election.LockOptions{
 		Labels: map[string]string{SlotOfLabel: h.Lease.Name},
-		Seen:   func(version string) (election.Sighting, bool) { return h.observer.sighting(name, version) },
+		Seen:   func(version string) (election.Observation, bool) { return h.observer.observation(name, version) },
 	})
 	h.locks[name] = lock
 	return lock

@@ -66,7 +66,7 @@ type Membership struct {
 	mu      sync.Mutex
 	timer   clock.Timer
 	// seen is, per member Lease, its resourceVersion and when this replica first saw it.
-	seen map[string]memberSighting
+	seen map[string]memberObservation
 	// disagreed says once that an older member divides the Foos otherwise.
 	disagreed sync.Once
 }
@@ -76,7 +76,7 @@ type Membership struct {
 func NewMembership(client kubernetes.Interface, namespace, group, identity string, slots int, duration time.Duration, clk clock.WithDelayedExecution) *Membership {
 	m := &Membership{
 		client: client, namespace: namespace, group: group, identity: identity, slots: slots, duration: duration, clock: clk,
-		changed: make(chan struct{}, 1), seen: map[string]memberSighting{},
+		changed: make(chan struct{}, 1), seen: map[string]memberObservation{},
 	}
 	m.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
@@ -116,8 +116,8 @@ func NewMembership(client kubernetes.Interface, namespace, group, identity strin
 // collectAfter is how many durations a member Lease stands still before it is deleted.
 const collectAfter = 5
 
-// memberSighting is a member Lease's resourceVersion, and when this replica first saw it.
-type memberSighting struct {
+// memberObservation is a member Lease's resourceVersion, and when this replica first saw it.
+type memberObservation struct {
 	version string
 	at      time.Time
 }
@@ -125,17 +125,17 @@ type memberSighting struct {
 func (m *Membership) saw(obj any) {
 	if l, ok := obj.(*coordinationv1.Lease); ok {
 		m.mu.Lock()
-		m.sightingLocked(l)
+		m.observationLocked(l)
 		m.mu.Unlock()
 	}
 }
 
-// sightingLocked is when this replica first saw l's current record; now, when it had
+// observationLocked is when this replica first saw l's current record; now, when it had
 // not seen it before. m.mu is held.
-func (m *Membership) sightingLocked(l *coordinationv1.Lease) time.Time {
+func (m *Membership) observationLocked(l *coordinationv1.Lease) time.Time {
 	s, ok := m.seen[l.Name]
 	if !ok || s.version != l.ResourceVersion {
-		s = memberSighting{version: l.ResourceVersion, at: m.clock.Now()}
+		s = memberObservation{version: l.ResourceVersion, at: m.clock.Now()}
 		m.seen[l.Name] = s
 	}
 	return s.at
@@ -151,7 +151,7 @@ func (m *Membership) liveUntil(l *coordinationv1.Lease) (time.Time, bool) {
 	}
 	d := min(time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second, m.duration)
 	m.mu.Lock()
-	seen := m.sightingLocked(l)
+	seen := m.observationLocked(l)
 	m.mu.Unlock()
 	if observed := seen.Add(d); observed.Before(expiry) {
 		expiry = observed
@@ -172,7 +172,7 @@ func (m *Membership) collect(ctx context.Context) {
 			continue
 		}
 		m.mu.Lock()
-		seen := m.sightingLocked(l)
+		seen := m.observationLocked(l)
 		m.mu.Unlock()
 		// Standing still by this replica's watch and by its renewTime both: a watch
 		// that saw the last renewal late (its process was frozen) does not count it

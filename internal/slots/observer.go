@@ -45,26 +45,26 @@ type observer struct {
 	synced  cache.InformerSynced
 
 	mu   sync.Mutex
-	seen map[string]sighting
+	seen map[string]observation
 	// gone is, per Lease deleted while held, when this process saw it go and its last
 	// duration: its holder may have renewed it unseen just before, and acts until that
 	// renewal's duration ends at the latest.
-	gone map[string]sighting
+	gone map[string]observation
 	// count is the number of slots the group's count Lease names; 0 when there is none.
 	count int
-	// foreign is, per Lease, when it was last seen written by someone else (a renewal by
+	// heldByOther is, per Lease, when it was last seen written by someone else (a renewal by
 	// another holder, or a release): the latest moment the slot was held by another.
-	foreign map[string]time.Time
+	heldByOther map[string]time.Time
 	// changed is closed, and replaced, whenever a Lease comes or goes or changes
 	// holder, or the count changes; not on a renewal, which only moves an expiry later (a timer set for the
 	// earlier one finds that out when it fires).
 	changed chan struct{}
 }
 
-// sighting is a Lease's record, by its resourceVersion, and when this process first
+// observation is a Lease's record, by its resourceVersion, and when this process first
 // saw it; with the last holder it saw the Lease name, in this record or before, and the
 // longest duration it saw the Lease carry.
-type sighting struct {
+type observation struct {
 	version    string
 	holder     string
 	lastHolder string
@@ -75,7 +75,7 @@ type sighting struct {
 func newObserver(client kubernetes.Interface, namespace, group, identity string, clk clock.Clock) *observer {
 	o := &observer{
 		namespace: namespace, group: group, identity: identity, clock: clk,
-		seen: map[string]sighting{}, gone: map[string]sighting{}, foreign: map[string]time.Time{}, changed: make(chan struct{}),
+		seen: map[string]observation{}, gone: map[string]observation{}, heldByOther: map[string]time.Time{}, changed: make(chan struct{}),
 	}
 	o.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
@@ -137,7 +137,7 @@ func (o *observer) saw(obj any) {
 	if previous.version == lease.ResourceVersion {
 		return
 	}
-	s := sighting{
+	s := observation{
 		version: lease.ResourceVersion, holder: r.HolderIdentity, lastHolder: previous.lastHolder, at: now,
 		duration: max(previous.duration, time.Duration(r.LeaseDurationSeconds)*time.Second),
 	}
@@ -152,7 +152,7 @@ func (o *observer) saw(obj any) {
 	}
 	o.seen[lease.Name] = s
 	if r.HolderIdentity != o.identity {
-		o.foreign[lease.Name] = now
+		o.heldByOther[lease.Name] = now
 	}
 	if !known || previous.holder != r.HolderIdentity {
 		o.broadcast()
@@ -167,10 +167,10 @@ func (o *observer) forget(lease *coordinationv1.Lease) {
 	if lease.Name == CountLeaseName(o.group) {
 		o.count = 0
 	} else if s, ok := o.seen[lease.Name]; ok && s.holder != "" {
-		o.gone[lease.Name] = sighting{holder: s.holder, at: o.clock.Now(), duration: s.duration}
+		o.gone[lease.Name] = observation{holder: s.holder, at: o.clock.Now(), duration: s.duration}
 	}
 	delete(o.seen, lease.Name)
-	delete(o.foreign, lease.Name)
+	delete(o.heldByOther, lease.Name)
 	o.broadcast()
 }
 
@@ -292,16 +292,16 @@ func (o *observer) expiresAt(name string) (time.Time, <-chan struct{}) {
 	return s.at.Add(s.duration), o.changed
 }
 
-// sighting is what the observer saw of the record version of the Lease name, for the
+// observation is what the observer saw of the record version of the Lease name, for the
 // slot's Lease lock (election.LockOptions.Seen).
-func (o *observer) sighting(name, version string) (election.Sighting, bool) {
+func (o *observer) observation(name, version string) (election.Observation, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, ok := o.seen[name]
 	if !ok || s.version != version {
-		return election.Sighting{}, false
+		return election.Observation{}, false
 	}
-	return election.Sighting{At: s.at, Holder: s.lastHolder, Longest: s.duration}, true
+	return election.Observation{At: s.at, Holder: s.lastHolder, Longest: s.duration}, true
 }
 
 // changes is closed when a Lease next comes, goes or changes holder.
@@ -326,10 +326,10 @@ func (o *observer) heldBy(identity string) []string {
 	return names
 }
 
-// waitTakeable waits until the Lease name may be taken by this process (see
+// waitExpired waits until the Lease name may be taken by this process (see
 // expiresAt): until the observed record has lasted its duration, or it changes. It
 // returns false when ctx ends first.
-func (o *observer) waitTakeable(ctx context.Context, name string) bool {
+func (o *observer) waitExpired(ctx context.Context, name string) bool {
 	for {
 		at, changed := o.expiresAt(name)
 		wait := at.Sub(o.clock.Now())
@@ -348,12 +348,12 @@ func (o *observer) waitTakeable(ctx context.Context, name string) bool {
 	}
 }
 
-// lastForeign is when the Lease name was last seen written by another holder or
+// lastHeldByOther is when the Lease name was last seen written by another holder or
 // released: how long the slot has gone without a holder, at most, when this process
 // takes it.
-func (o *observer) lastForeign(name string) (time.Time, bool) {
+func (o *observer) lastHeldByOther(name string) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	at, ok := o.foreign[name]
+	at, ok := o.heldByOther[name]
 	return at, ok
 }

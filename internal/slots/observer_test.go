@@ -74,7 +74,7 @@ func TestObserverOthersHeld(t *testing.T) {
 	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(14*time.Second))
 	clk.Step(4 * time.Second)
 	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, time.Time{})
-	// Once the watch delivers the renewal, it expires a duration after that sighting.
+	// Once the watch delivers the renewal, it expires a duration after that observation.
 	o.saw(&renewedUnseen)
 	check("once the renewal was seen", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, start.Add(24*time.Second))
 	clk.Step(10 * time.Second)

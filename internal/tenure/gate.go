@@ -82,11 +82,11 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !t.gate.Required {
 			return t.next.RoundTrip(req)
 		}
-		return nil, t.heldBack(req, ReasonNone, fmt.Errorf("%w: %s %s carries no tenure", ErrNotHeld, req.Method, req.URL.Path))
+		return nil, t.heldBack(req, ReasonNone, fmt.Errorf("%w: %s %s carries no tenure", ErrHeldBack, req.Method, req.URL.Path))
 	}
 	left, ok := tenure.Left()
 	if !ok {
-		return nil, t.heldBack(req, ReasonExpired, fmt.Errorf("%w: %s %s", ErrNotHeld, req.Method, req.URL.Path))
+		return nil, t.heldBack(req, ReasonExpired, fmt.Errorf("%w: %s %s", ErrHeldBack, req.Method, req.URL.Path))
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), left)
 	gated := req.Clone(ctx)
@@ -123,7 +123,7 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch {
 		case check.failed():
 			// Transports wrap a body's error their own way, some without Unwrap.
-			return nil, t.heldBack(req, ReasonStalled, fmt.Errorf("%w: %s %s: the tenure ended before the body was sent: %w", ErrNotHeld, req.Method, req.URL.Path, err))
+			return nil, t.heldBack(req, ReasonStalled, fmt.Errorf("%w: %s %s: the tenure ended before the body was sent: %w", ErrHeldBack, req.Method, req.URL.Path, err))
 		case errors.Is(ctx.Err(), context.DeadlineExceeded) && req.Context().Err() == nil:
 			// The tenure's deadline, not the caller's, ended it (cancel above leaves
 			// an expired deadline's error as it was): whether the server acted on it
@@ -209,7 +209,7 @@ func (c *bodyCheck) failed() bool {
 }
 
 // errTenureEnded is what a checked body's read returns once the tenure is over; the
-// gate reports the write as held back (ErrNotHeld) whatever the transport made of it.
+// gate reports the write as held back (ErrHeldBack) whatever the transport made of it.
 var errTenureEnded = errors.New("the tenure ended")
 
 // body is body, of length bytes (-1 or 0: unknown), checked against the tenure.

@@ -134,8 +134,8 @@ func TestGate(t *testing.T) {
 			_, errs["patch"] = deployments.Patch(ctx, "d", "application/merge-patch+json", []byte(`{}`), metav1.PatchOptions{})
 			errs["delete"] = deployments.Delete(ctx, "d", metav1.DeleteOptions{})
 			for verb, err := range errs {
-				if !errors.Is(err, ErrNotHeld) {
-					t.Errorf("%s: err = %v, want ErrNotHeld", verb, err)
+				if !errors.Is(err, ErrHeldBack) {
+					t.Errorf("%s: err = %v, want ErrHeldBack", verb, err)
 				}
 			}
 			if got := server.requests(); len(got) != 0 {
@@ -170,7 +170,7 @@ func TestGate(t *testing.T) {
 		client, reasons := gatedClient(t, server, &Gate{Required: true})
 		server.Close() // refused
 		_, err := client.AppsV1().Deployments("ns").Create(NewContext(t.Context(), validTenure(15*time.Second)), deployment, metav1.CreateOptions{})
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrCutOff) {
+		if err == nil || errors.Is(err, ErrHeldBack) || errors.Is(err, ErrCutOff) {
 			t.Errorf("err = %v, want the transport's own error", err)
 		}
 		if len(*reasons) != 0 {
@@ -345,8 +345,8 @@ func TestGateStalledWrite(t *testing.T) {
 				}
 				if tc.held {
 					for verb, err := range errs {
-						if !errors.Is(err, ErrNotHeld) {
-							t.Errorf("%s: err = %v, want ErrNotHeld", verb, err)
+						if !errors.Is(err, ErrHeldBack) {
+							t.Errorf("%s: err = %v, want ErrHeldBack", verb, err)
 						}
 					}
 					if len(whole) != 1 {

@@ -27,8 +27,8 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ErrNotHeld is the error of a write held back because its tenure is not valid.
-var ErrNotHeld = errors.New("write held back: this replica's tenure of the Lease is not valid now")
+// ErrHeldBack is the error of a write held back because its tenure is not valid.
+var ErrHeldBack = errors.New("write held back: this replica's tenure of the Lease is not valid now")
 
 // ErrCutOff is the error of a write cut off in flight at the end of its tenure: the
 // server may or may not have acted on it. It wraps the transport's own error (the

@@ -43,7 +43,7 @@ type ResourceVersionReader interface {
 // only when a sync waits for it. The API server sends the answer to a write and its
 // watch event independently, so the echo can reach the informer's handlers before the
 // sync that wrote has read the answer and recorded the write: the events of a Foo are
-// held while a sync of it runs, and sorted when it ends (End).
+// deferred while a sync of it runs, and sorted when it ends (End).
 type Tracker struct {
 	foos        ResourceVersionReader
 	deployments ResourceVersionReader
@@ -65,10 +65,10 @@ type fooWrites struct {
 	statusEcho, deploymentEcho string
 	// waiting is set when a sync did not begin: the next event for the Foo enqueues it.
 	waiting bool
-	// syncing is set while a sync of the Foo runs; held are the events that came
+	// syncing is set while a sync of the Foo runs; deferred are the events that came
 	// meanwhile, sorted when it ends.
-	syncing bool
-	held    []event
+	syncing  bool
+	deferred []event
 	// refusal is the cause of the last refusal of the Foo's Deployment write that the
 	// controller reported, until a write goes through: one report per cause, not one
 	// per try.
@@ -80,7 +80,7 @@ type fooWrites struct {
 	gone bool
 }
 
-// event is an informer event held while a sync runs.
+// event is an informer event deferred while a sync runs.
 type event struct{ resource, rv string }
 
 // NewTracker returns a Tracker that reads how far the caches have come from foos and
@@ -142,7 +142,7 @@ func (w *Tracker) ExpectDeletion(key cache.ObjectName, uid types.UID) {
 }
 
 // Begin begins a sync of the Foo named key with UID uid, as the cache has it, if the
-// caches meet what is expected of them; until End, the Foo's events are held. If they
+// caches meet what is expected of them; until End, the Foo's events are deferred. If they
 // do not, no sync begins: it returns the resource that is behind, and the event that
 // brings it in enqueues the Foo. The expectations of an earlier Foo of the same name
 // are dropped: it is gone, since the cache, which only moves forward, holds another
@@ -181,7 +181,7 @@ func (w *Tracker) Begin(key cache.ObjectName, uid types.UID) (behind string, ok 
 	return "", true
 }
 
-// End ends the sync that Begin began. It sorts the events held meanwhile, and
+// End ends the sync that Begin began. It sorts the events deferred meanwhile, and
 // enqueues the Foo if one of them was not the echo of the controller's own last write.
 func (w *Tracker) End(key cache.ObjectName, uid types.UID) {
 	w.mu.Lock()
@@ -189,12 +189,12 @@ func (w *Tracker) End(key cache.ObjectName, uid types.UID) {
 	if r := w.writes[key]; r != nil && r.uid == uid {
 		if r.syncing {
 			r.syncing = false
-			for _, e := range r.held {
+			for _, e := range r.deferred {
 				if !w.pass(r, e.resource, e.rv) {
 					again = true
 				}
 			}
-			r.held = nil
+			r.deferred = nil
 			w.dropIfEmpty(key, r)
 		} else {
 			// Forgotten meanwhile, for the Foo was deleted, and made again by what the
@@ -214,7 +214,7 @@ func (w *Tracker) End(key cache.ObjectName, uid types.UID) {
 // controls, once the informer's cache holds it at resourceVersion rv. It enqueues the
 // Foo unless the event is the echo of the controller's own last write of that
 // resource for the Foo and no sync waits for it. An event that comes while a sync of
-// the Foo runs is held, and End decides on it.
+// the Foo runs is deferred, and End decides on it.
 //
 // An event of a later change passes the echo, which may never come: a watch that
 // broke and relisted reports only the newest state.
@@ -223,7 +223,7 @@ func (w *Tracker) Observe(resource string, key cache.ObjectName, uid types.UID, 
 	enqueue := true
 	if r := w.writes[key]; r != nil && r.uid == uid {
 		if r.syncing {
-			r.held = append(r.held, event{resource: resource, rv: rv})
+			r.deferred = append(r.deferred, event{resource: resource, rv: rv})
 			enqueue = false
 		} else {
 			own := w.pass(r, resource, rv)

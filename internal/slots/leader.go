@@ -1,4 +1,4 @@
-// Single: single-leader mode as one slot of the same scheme, so that a rollout that
+// Leader: single-leader mode as one slot of the same scheme, so that a rollout that
 // turns sharded mode on or off never has the two modes write at once.
 
 package slots
@@ -14,30 +14,30 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/election"
 )
 
-// SingleLeaseLabels are the labels of the single-leader Lease: it is a slot Lease of
+// LeaderLeaseLabels are the labels of the single-leader Lease: it is a slot Lease of
 // its group, of one slot covering every Foo (slotLeaseCount), which sharded replicas of
 // the same group see held, wait for, and fence once it expires, as any Lease of
 // another number of slots.
-func SingleLeaseLabels(group string) map[string]string {
+func LeaderLeaseLabels(group string) map[string]string {
 	return map[string]string{SlotOfLabel: group}
 }
 
-// Single admits a single leader of group (the Lease named as the group, in its
+// Leader admits a single leader of group (the Lease named as the group, in its
 // namespace) by the rules sharded replicas of the group follow between numbers of
-// slots (Holder.admit): it acts once the count Lease names one slot, which it sets only
+// slots (Holder.mayAct): it acts once the count Lease names one slot, which it sets only
 // while no slot Lease of another number is held, and stops when the count names
 // another number. Sharded replicas, for their part, wait while the leader's Lease is
 // held, and fence it once it expired.
-type Single struct {
+type Leader struct {
 	holder *Holder
 }
 
-// NewSingle is the admission of the leader of lease (its Name is the group's).
-func NewSingle(client kubernetes.Interface, lease election.Lease) *Single {
+// NewLeader is the admission of the leader of lease (its Name is the group's).
+func NewLeader(client kubernetes.Interface, lease election.Lease) *Leader {
 	space, _ := NewSpace(1)
 	h := &Holder{Space: space, Client: client, Lease: lease}
 	h.observer = newObserver(client, lease.Namespace, lease.Name, lease.Identity, clock.RealClock{})
-	return &Single{holder: h}
+	return &Leader{holder: h}
 }
 
 // Lead runs the leader's elections one after another, until ctx ends or the leader
@@ -49,7 +49,7 @@ func NewSingle(client kubernetes.Interface, lease election.Lease) *Single {
 // slots; a leader not admitted returns at once, so that its Lease is released and the
 // sharded replicas are not kept waiting, and waits again. elect returns whether its
 // work ran, and the election's error, which Lead returns.
-func (s *Single) Lead(ctx context.Context, work func(context.Context) error, elect func(context.Context, func(context.Context) error) (bool, error)) error {
+func (s *Leader) Lead(ctx context.Context, work func(context.Context) error, elect func(context.Context, func(context.Context) error) (bool, error)) error {
 	logger := klog.FromContext(ctx)
 	group := s.holder.Lease.Name
 	observing, stopObserving := context.WithCancel(ctx)
@@ -58,12 +58,12 @@ func (s *Single) Lead(ctx context.Context, work func(context.Context) error, ele
 	defer observed.Wait()
 	defer stopObserving()
 	for {
-		if !s.holder.waitAdmissible(ctx) {
+		if !s.holder.waitMayAct(ctx) {
 			return nil
 		}
 		admitted := false
 		worked, err := elect(ctx, func(ctx context.Context) error {
-			if !s.holder.admit(ctx) {
+			if !s.holder.mayAct(ctx) {
 				logger.Info("Sharded replicas of this group act, or may: releasing the Lease until they are gone", "group", group)
 				return nil
 			}

@@ -62,9 +62,9 @@ func TestSingleLeaderAndShardedReplicasTakeTurns(t *testing.T) {
 	leaderCtx, stopLeader := context.WithCancel(ctx)
 	var leaderDone sync.WaitGroup
 	leaderDone.Go(func() {
-		lock := lease.NewLock(client, nil, election.LockOptions{Labels: SingleLeaseLabels(testGroup)})
+		lock := lease.NewLock(client, nil, election.LockOptions{Labels: LeaderLeaseLabels(testGroup)})
 		work := log.work("l", 0, nil)
-		_ = NewSingle(client, lease).Lead(leaderCtx, func(ctx context.Context) error {
+		_ = NewLeader(client, lease).Lead(leaderCtx, func(ctx context.Context) error {
 			var slotsDone sync.WaitGroup
 			for slot := range space.Len() {
 				slotsDone.Go(func() { _ = work(ctx, slot) })
