@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -46,19 +45,9 @@ const controllerAgentName = "sample-controller"
 // fieldManager names this controller in the managedFields of what it writes.
 const fieldManager = controllerAgentName
 
-// notOwnedRecheckInterval is how often a Foo whose Deployment name is taken looks
-// again. A Deployment the controller never labelled, or without its DeploymentLabels,
-// is not in the filtered cache; a watch of its name (maxNameWatches) wakes the Foo when it goes, and
-// this recheck is the fallback.
-const notOwnedRecheckInterval = time.Minute
-
 // maxNameWatches bounds the Deployment names watched at once for Foos whose name is
 // taken by a Deployment outside the cache, one watch each.
 const maxNameWatches = 100
-
-// rejectedRecheckInterval is the longest a Foo whose Deployment write the API server
-// refused waits before it tries again.
-const rejectedRecheckInterval = time.Minute
 
 // syncTimeout bounds one sync, so that a hung request cannot hold a worker forever.
 const syncTimeout = 30 * time.Second
@@ -371,20 +360,6 @@ func (c *Controller) StartInformers(ctx context.Context) { c.informers.start(ctx
 // was given has ended.
 func (c *Controller) ShutdownInformers() { c.informers.shutdown() }
 
-// cachedCounts counts the objects in the controller's caches, by resource.
-func (c *Controller) cachedCounts() (foos, deployments int) {
-	return len(c.foosIndexer.ListKeys()), len(c.deploymentsIndexer.ListKeys())
-}
-
-// cachedFoos lists the Foos in the cache, once it has synced.
-func (c *Controller) cachedFoos() ([]*samplev1alpha1.Foo, bool) {
-	if !c.HasSynced() {
-		return nil, false
-	}
-	foos, err := c.foosLister.List(labels.Everything())
-	return foos, err == nil
-}
-
 // Run waits for the caches to sync, then runs workers until ctx is cancelled. On
 // cancellation it stops taking new work, lets in-flight syncs finish for up to
 // shutdownTimeout, and returns once every worker has exited.
@@ -512,12 +487,6 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		c.workqueue.AddRateLimited(key)
 	}
 	return true
-}
-
-// rejectedBackoff counts one more failure of key and returns how long to wait before
-// the next try: the workqueue's exponential backoff, up to rejectedRecheckInterval.
-func (c *Controller) rejectedBackoff(key cache.ObjectName) time.Duration {
-	return min(c.rateLimiter.When(key), rejectedRecheckInterval)
 }
 
 // syncHandler brings the Deployment of the named Foo in line with the Foo's spec and
@@ -701,52 +670,6 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 	return existing, nil
 }
 
-// confirmFoo checks on the API server that foo, as cached, is the Foo it holds now:
-// the same object, not being deleted, at the same generation (its spec as cached).
-//
-// A Deployment write decided on an older Foo undoes what came after it: the Foo's
-// author's change, or the previous leader's work for it. A cache can be behind the
-// Deployments it is compared with, whatever this process wrote itself: a new leader's
-// warm cache whose Foo watch lags, a relist from a watch cache behind etcd. It would
-// create a Deployment under a name the Foo gave up, scale one back, or delete the one
-// the Foo uses now as if it were left from a rename. And the Deployment of a Foo that
-// had one is often missing because the garbage collector deleted it after the Foo was
-// deleted, and its delete event can come before the Foo's: a Deployment created from
-// the cached Foo would belong to no Foo.
-//
-// When the cache is behind, the sync is skipped (errStaleCache) and the Foo waits for
-// the cache to hold the version read here, whose event wakes it. Only a create or a
-// delete for a Foo that had a Deployment, and a patch back to a spec already applied,
-// pay for the read: a new Foo's first create, the bulk of a cold start, a patch that
-// applies a new spec and a sync that writes nothing do not.
-func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
-	key := cache.MetaObjectToName(foo)
-	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
-		// Gone, and syncs of it wait until the informer brings the deletion, or the
-		// Foo that took the name.
-		c.writes.ExpectDeletion(key, foo.UID)
-		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
-		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
-	case err != nil:
-		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
-	case current.DeletionTimestamp == nil && current.Generation == foo.Generation:
-		return nil
-	}
-	// Being deleted, or a newer spec: the event of the version read wakes the Foo.
-	c.writes.Expect(writes.Foos, key, foo.UID, current.ResourceVersion)
-	staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
-	return fmt.Errorf("%w: the API server holds the Foo at generation %d (being deleted: %t), the cache at %d",
-		errStaleCache, current.Generation, current.DeletionTimestamp != nil, foo.Generation)
-}
-
-// controlsAny tells whether the cache holds a Deployment that foo controls.
-func (c *Controller) controlsAny(foo *samplev1alpha1.Foo) bool {
-	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
-	return err == nil && len(owned) > 0
-}
-
 // deletePreviousDeployments deletes the Deployments foo controls under a name other than
 // its current deploymentName: those left behind when the name changed. Only for foo
 // confirmed current: from an older Foo, the one left behind is the one it uses now.
@@ -835,65 +758,6 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		return fmt.Errorf("updating the status of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
 	return nil
-}
-
-// reportNotOwned tells the Foo's author, once per holder, that its Deployment name is taken by
-// other, and has the Foo woken when other goes away: by the cache's events when other
-// is in it, by a watch of its name when not (one the controller never labelled, or
-// without its DeploymentLabels), and by a recheck after notOwnedRecheckInterval in any case. A name
-// taken only by the Deployment of a Foo deleted before this one was created under the
-// same name, or by one being deleted, is waiting for the garbage collector: no Warning.
-func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment) {
-	logger := klog.FromContext(ctx)
-	key := cache.MetaObjectToName(foo)
-	if c.deploymentsCached(other) || !c.nameWatches.Wait(key, cache.MetaObjectToName(other), other.UID) {
-		c.nameWatches.Done(key)
-	}
-	switch {
-	case reconcile.NotOwnedReported(foo):
-	case awaitingCollection(foo, other):
-		logger.V(2).Info("Deployment name is taken by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
-	case !c.writes.Report(key, foo.UID, "not owned: "+string(other.UID)):
-		// Reported while this process runs, and the status write that says so failed.
-	default:
-		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
-		logger.Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(other))
-	}
-	c.workqueue.AddAfter(key, notOwnedRecheckInterval)
-}
-
-// deploymentsCached tells whether d is in the Deployment cache, whose events wake the
-// Foos waiting for its name.
-func (c *Controller) deploymentsCached(d *appsv1.Deployment) bool {
-	cached, err := c.cachedDeployment(d.Namespace, d.Name)
-	return err == nil && cached.UID == d.UID
-}
-
-// awaitingCollection tells whether other, which holds foo's Deployment name, is on its
-// way out: being deleted, or controlled by an earlier Foo of foo's name, which the
-// garbage collector deletes now that that Foo is gone.
-func awaitingCollection(foo *samplev1alpha1.Foo, other *appsv1.Deployment) bool {
-	if other.DeletionTimestamp != nil {
-		return true
-	}
-	ref := metav1.GetControllerOf(other)
-	return isFooRef(ref) && ref.Name == foo.Name && ref.UID != foo.UID
-}
-
-// reportRejected tells the Foo's author, with a Warning event once per cause, that the
-// API server refused to write its Deployment; the status says it too, in the latest
-// words. It returns err marked with errRejected, so that the Foo is retried with a
-// capped backoff: the cause (a policy, a quota, a permission) can go away without a
-// change to the Foo.
-func (c *Controller) reportRejected(ctx context.Context, foo *samplev1alpha1.Foo, err error) error {
-	message := reconcile.RejectedMessage(foo, err)
-	cause := reconcile.RejectionCause(err)
-	// Once per cause while this process runs; after a restart, unless the status
-	// already says exactly this.
-	if c.writes.Report(cache.MetaObjectToName(foo), foo.UID, cause) && !reconcile.RejectedReported(foo, message) {
-		c.recorder.Eventf(foo, nil, corev1.EventTypeWarning, reconcile.EventDeploymentRejected, "Sync", "%s", message)
-	}
-	return fmt.Errorf("%w: %w", errRejected, err)
 }
 
 // isFooRef tells whether an owner reference points at a Foo, by API group and kind: a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/eventrecording"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
@@ -184,3 +185,17 @@ func (c *cachedObjectsCollector) Collect(ch chan<- prometheus.Metric) {
 
 // dropEvent counts an Event recorded and never written.
 func dropEvent(reason string) { eventsDropped.WithLabelValues(reason).Inc() }
+
+// cachedCounts counts the objects in the controller's caches, by resource.
+func (c *Controller) cachedCounts() (foos, deployments int) {
+	return len(c.foosIndexer.ListKeys()), len(c.deploymentsIndexer.ListKeys())
+}
+
+// cachedFoos lists the Foos in the cache, once it has synced.
+func (c *Controller) cachedFoos() ([]*samplev1alpha1.Foo, bool) {
+	if !c.HasSynced() {
+		return nil, false
+	}
+	foos, err := c.foosLister.List(labels.Everything())
+	return foos, err == nil
+}

@@ -1,6 +1,7 @@
-// A new leader's check of its caches against the API server before its workers start
-// (catchUp): the safety that has a tenure decide on the present, not on a cache that
-// lags what the leader before it did.
+// Deciding on the present, not on a cache that lags it: a new leader's check of its
+// caches against the API server before its workers start (catchUp), and the read that
+// confirms a Foo before a Deployment write that could undo an earlier one (confirmFoo).
+// The controller's own writes are covered apart, by its expectations (c.writes).
 
 package main
 
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -144,4 +146,50 @@ func eachMetadata(ctx context.Context, resource metadata.Getter, namespace, sele
 func olderRV(a, b string) bool {
 	cmp, err := resourceversion.CompareResourceVersion(a, b)
 	return err == nil && cmp < 0
+}
+
+// confirmFoo checks on the API server that foo, as cached, is the Foo it holds now:
+// the same object, not being deleted, at the same generation (its spec as cached).
+//
+// A Deployment write decided on an older Foo undoes what came after it: the Foo's
+// author's change, or the previous leader's work for it. A cache can be behind the
+// Deployments it is compared with, whatever this process wrote itself: a new leader's
+// warm cache whose Foo watch lags, a relist from a watch cache behind etcd. It would
+// create a Deployment under a name the Foo gave up, scale one back, or delete the one
+// the Foo uses now as if it were left from a rename. And the Deployment of a Foo that
+// had one is often missing because the garbage collector deleted it after the Foo was
+// deleted, and its delete event can come before the Foo's: a Deployment created from
+// the cached Foo would belong to no Foo.
+//
+// When the cache is behind, the sync is skipped (errStaleCache) and the Foo waits for
+// the cache to hold the version read here, whose event wakes it. Only a create or a
+// delete for a Foo that had a Deployment, and a patch back to a spec already applied,
+// pay for the read: a new Foo's first create, the bulk of a cold start, a patch that
+// applies a new spec and a sync that writes nothing do not.
+func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) error {
+	key := cache.MetaObjectToName(foo)
+	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
+		// Gone, and syncs of it wait until the informer brings the deletion, or the
+		// Foo that took the name.
+		c.writes.ExpectDeletion(key, foo.UID)
+		staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
+		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
+	case err != nil:
+		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	case current.DeletionTimestamp == nil && current.Generation == foo.Generation:
+		return nil
+	}
+	// Being deleted, or a newer spec: the event of the version read wakes the Foo.
+	c.writes.Expect(writes.Foos, key, foo.UID, current.ResourceVersion)
+	staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
+	return fmt.Errorf("%w: the API server holds the Foo at generation %d (being deleted: %t), the cache at %d",
+		errStaleCache, current.Generation, current.DeletionTimestamp != nil, foo.Generation)
+}
+
+// controlsAny tells whether the cache holds a Deployment that foo controls.
+func (c *Controller) controlsAny(foo *samplev1alpha1.Foo) bool {
+	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
+	return err == nil && len(owned) > 0
 }
