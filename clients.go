@@ -1,18 +1,21 @@
-// The clients every mode reads and writes with, and what wraps them: every request
-// waits while the API server cannot be reached (internal/outage), and with a Lease
-// every write but the Leases' passes the gate of its tenure (internal/tenure).
+// The clients every mode reads and writes with, built from the kubeconfig as kubectl
+// builds them, and what wraps them: every request waits while the API server cannot be
+// reached (internal/outage), and with a Lease every write but the Leases' passes the
+// gate of its tenure (internal/tenure).
 
 package main
 
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/outage"
@@ -97,4 +100,36 @@ func clientConfigs(cfg *rest.Config, gate *tenure.Gate, waiter *outage.Waiter) (
 	foos.Wrap(gate.Wrap)
 	foos.Wrap(waiter.Wrap)
 	return leases, kube, foos
+}
+
+// restConfig loads the client configuration the way kubectl does, applies the
+// client-side rate limits, and returns it with the namespace the controller runs in.
+func (c clientOptions) restConfig() (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{}
+	overrides.ClusterInfo.Server = c.master
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	// The context's namespace, or in a Pod its own.
+	namespace, _, err := loader.Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.UserAgent = controllerAgentName
+	if c.kubeAPIQPS > 0 {
+		cfg.QPS = float32(c.kubeAPIQPS)
+		cfg.Burst = c.kubeAPIBurst
+		if cfg.Burst <= 0 {
+			// At least 1: client-go refuses a limiter with no burst.
+			cfg.Burst = max(1, int(math.Ceil(2*c.kubeAPIQPS)))
+		}
+	} else {
+		// A negative QPS makes client-go build no rate limiter at all.
+		cfg.QPS = -1
+	}
+	return cfg, namespace, nil
 }

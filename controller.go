@@ -213,13 +213,9 @@ func (c *Controller) addEventHandlers(ctx context.Context) error {
 }
 
 // Retries of failed syncs: each Foo backs off exponentially, and all of them together
-// retry at most retryQPS a second after a burst of retryBurst.
-//
-// client-go's default for controllers allows 10 a second after a burst of 100: after
-// an apiserver outage during which 1000 Foos failed, the last of them waited 90 s for
-// its turn (measured: 1000 Foos converged 56 s after the apiserver was back). The
-// apiserver's priority and fairness protects it from a larger burst; each Foo's own
-// backoff keeps one failing Foo from costing more than a few requests a minute.
+// retry at most retryQPS a second after a burst of retryBurst. client-go's default, 10
+// a second after 100, had the last of 1000 Foos failed in an outage wait 90 s for its
+// turn; the apiserver's priority and fairness protects it from a larger burst.
 const (
 	retryBaseDelay = 5 * time.Millisecond
 	retryMaxDelay  = 1000 * time.Second
@@ -261,10 +257,8 @@ func (c *Controller) updateFoo(old, new any) {
 }
 
 // onFooUpdate has the expectations enqueue a Foo that changed, unless the change is
-// the echo of the controller's own status write: the sync that wrote it had nothing
-// more to do, and requeuing it would undo its backoff. That echo still enqueues a Foo
-// whose sync waits for it. handleObject does the same for the echo of a Deployment
-// write. An event that comes while a sync of the Foo runs is deferred until it ends.
+// the echo of the controller's own status write and no sync waits for it: requeuing
+// on it would undo the Foo's backoff.
 func (c *Controller) onFooUpdate(obj any) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
@@ -296,17 +290,11 @@ func (c *Controller) forget(key cache.ObjectName, uid types.UID) {
 // handleObject enqueues, for a Deployment that was added, changed or deleted, the Foo
 // that controls it, and every Foo that asks for its name: a Foo recreated under the
 // same name, or one waiting for a name another Foo gives up, learns at once that the
-// name is free or taken.
-//
-// The Foo that controls the Deployment is enqueued by its expectations (Observe),
-// unless the event is the echo of the controller's own last write of it: the sync that
-// wrote it acted on what the write returned. A sync on the echo would find nothing to
-// do (without a Deployment controller, as in the bench, it was the second of two syncs
-// of every Foo at a cold start), and, after a sync that failed once it had written,
-// would retry it before its backoff allows. The echo still enqueues a Foo whose sync
-// waits for it. While a sync of that Foo runs, its Deployment's events are deferred, and
-// the sync's end decides on them; a deletion, or a Deployment the informer replaced
-// (current false), enqueues it at once as well.
+// name is free or taken. The controlling Foo is enqueued by its expectations (Observe)
+// unless the event is the echo of the controller's own write, whose sync acted on what
+// the write returned: a sync on it would do nothing, or retry a failed sync before its
+// backoff allows. A deletion, or a Deployment the informer replaced (current false),
+// enqueues it at once as well.
 func (c *Controller) handleObject(ctx context.Context, obj any, current bool) {
 	logger := klog.FromContext(ctx)
 	object, ok := obj.(metav1.Object)
@@ -463,16 +451,15 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		utilruntime.HandleErrorWithContext(ctx, err, "Requeuing with backoff", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
 	case tenure.Fenced(err):
-		// The API server's fencing policy refused a write: another replica holds the
-		// Lease now, as this one learns at its next renewal. Logged as an error all the
-		// same: a refusal that lasts is a policy that cannot match this replica (its
-		// token bound to no Pod, POD_NAME or POD_UID missing, a Lease of another name).
+		// The fencing policy denied a write: another replica holds the Lease now. An
+		// error all the same: a denial that lasts is a policy this replica cannot
+		// match (a token bound to no Pod, POD_NAME or POD_UID missing).
 		syncsTotal.WithLabelValues(syncFenced).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "A write was refused by the fencing policy, requeuing", "foo", key)
 		c.workqueue.AddRateLimited(key)
 	case errors.Is(err, tenure.ErrHeldBack):
-		// This replica may no longer write for the Foo; the one that may syncs it.
-		// Kept with backoff in case the tenure is renewed late, not lost.
+		// This replica may no longer write; kept with backoff in case its tenure is
+		// renewed late.
 		syncsTotal.WithLabelValues(syncHeldBack).Inc()
 		klog.FromContext(ctx).V(2).Info("A write was held back: the tenure is not valid", "foo", key, "err", err)
 		c.workqueue.AddRateLimited(key)

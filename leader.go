@@ -82,16 +82,11 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 }
 
 // runAsLeader runs work only while this process holds the Lease, until ctx is
-// cancelled (election.Run): on cancellation work stops first and the Lease is
-// released after; a process that loses the Lease while it works, also while its last
-// syncs finish after being asked to stop, exits at once and does not release it, so
-// that a standby never starts while this process still works. work's writes pass the
-// gate only within the tenure leading, which the election keeps from its Lease's
-// writes and reads.
-//
-// The leader is one slot of sharded mode's scheme (slots.Leader.Lead): it acts only once
-// no sharded replica of the same group may act, and stops when they take over, so that
-// a rolling update that turns sharded mode on or off never has both modes write.
+// cancelled (election.Run): work stops first and the Lease is released after; a process
+// that loses the Lease while it works exits at once and releases nothing, so that a
+// standby never starts while it still works. work's writes pass the gate only within
+// the tenure leading. slots.Leader.Lead keeps the leader from acting while sharded
+// replicas of its group may, so that a rollout never has both modes write.
 func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, leading *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
 	lock := lease.NewLock(clients.lease, leading, election.LockOptions{Labels: slots.LeaderLeaseLabels(lease.Name)})

@@ -7,11 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/election"
@@ -164,38 +161,6 @@ func eventsInFlight(workers int) int {
 // elected tells whether every write needs a valid tenure of a Lease: with leader
 // election or slots.
 func (l *leaseOptions) elected() bool { return l.leaderElect || l.shardSlots > 0 }
-
-// restConfig loads the client configuration the way kubectl does, applies the
-// client-side rate limits, and returns it with the namespace the controller runs in.
-func (c clientOptions) restConfig() (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = c.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{}
-	overrides.ClusterInfo.Server = c.master
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return nil, "", err
-	}
-	// The context's namespace, or in a Pod its own.
-	namespace, _, err := loader.Namespace()
-	if err != nil {
-		return nil, "", err
-	}
-	cfg.UserAgent = controllerAgentName
-	if c.kubeAPIQPS > 0 {
-		cfg.QPS = float32(c.kubeAPIQPS)
-		cfg.Burst = c.kubeAPIBurst
-		if cfg.Burst <= 0 {
-			// At least 1: client-go refuses a limiter with no burst.
-			cfg.Burst = max(1, int(math.Ceil(2*c.kubeAPIQPS)))
-		}
-	} else {
-		// A negative QPS makes client-go build no rate limiter at all.
-		cfg.QPS = -1
-	}
-	return cfg, namespace, nil
-}
 
 // config is the part of a controller's Config that the flags decide.
 func (c controllerOptions) config(cl *clients) Config {
