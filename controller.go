@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/cached"
 	"github.com/seed-e6610ed6/sample-controller/internal/namewatch"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
@@ -589,7 +590,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 			return deployment, err
 		}
 	}
-	// The cached copy is trimmed (reconcile.CachedDeployment): an update from it would wipe what
+	// The cached copy is trimmed (cached.Deployment): an update from it would wipe what
 	// it lacks, so the changed fields go as a patch, conditional on the cached version.
 	patch, err := reconcile.DeploymentPatch(deployment, updated)
 	if err != nil {
@@ -666,11 +667,11 @@ func (c *Controller) deletePreviousDeployments(ctx context.Context, foo *samplev
 		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
 	for _, obj := range owned {
-		cached, ok := obj.(*reconcile.CachedDeployment)
+		kept, ok := obj.(*cached.Deployment)
 		if !ok {
 			return fmt.Errorf("the Deployment cache holds a %T for Foo %s/%s", obj, foo.Namespace, foo.Name)
 		}
-		d := cached.Deployment() // for the Event's reference, by its kind
+		d := kept.Full() // for the Event's reference, by its kind
 		if d.Name == foo.Spec.DeploymentName || d.DeletionTimestamp != nil {
 			continue
 		}

@@ -28,6 +28,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/cached"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
@@ -159,10 +160,10 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 	return f
 }
 
-// cachedCopy is d as the informer caches it (reconcile.CacheDeployment).
-func cachedCopy(d *appsv1.Deployment) *reconcile.CachedDeployment {
-	obj, _ := reconcile.CacheDeployment(d.DeepCopy())
-	return obj.(*reconcile.CachedDeployment)
+// cachedCopy is d as the informer caches it (cached.TrimDeployment).
+func cachedCopy(d *appsv1.Deployment) *cached.Deployment {
+	obj, _ := cached.TrimDeployment(d.DeepCopy())
+	return obj.(*cached.Deployment)
 }
 
 // useQueueClock gives the controller a work queue, with the same rate limiter, whose

@@ -1,6 +1,6 @@
 // The controller's informers: what it watches and how much of each object it keeps.
-// Both caches are trimmed: the Foos of their managedFields (reconcile.CacheFoo), the
-// Deployments to the fields the controller reads (reconcile.CachedDeployment). The
+// Both caches are trimmed: the Foos of their managedFields (cached.TrimFoo), the
+// Deployments to the fields the controller reads (cached.Deployment). The
 // Deployment cache holds only the Deployments the controller labelled; a Config can
 // narrow both further (DeploymentLabels, FooListWatch).
 
@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/cached"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
@@ -79,7 +80,7 @@ func newInformers(cfg Config) *informers {
 	// generated factories' default, which adds a namespace index the controller never
 	// reads: a set per namespace holding every key, kept up to date on every event.
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, cfg.ResyncPeriod,
-		kubeinformers.WithTransform(reconcile.CacheDeployment))
+		kubeinformers.WithTransform(cached.TrimDeployment))
 	deployments := kubeFactory.InformerFor(&appsv1.Deployment{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return appsinformers.NewDeploymentInformerWithOptions(client, namespace, kubeinternal.InformerOptions{
 			ResyncPeriod: resync,
@@ -91,7 +92,7 @@ func newInformers(cfg Config) *informers {
 		})
 	})
 	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sampleClient, cfg.ResyncPeriod,
-		sampleinformers.WithTransform(reconcile.CacheFoo))
+		sampleinformers.WithTransform(cached.TrimFoo))
 	// Registered before anyone asks for the Foo informer, so that it is the one.
 	sampleFactory.InformerFor(&samplev1alpha1.Foo{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
 		indexers := cache.Indexers{byDeploymentName: indexByDeploymentName}
@@ -174,7 +175,7 @@ func indexByControllerUID(obj any) ([]string, error) {
 }
 
 // cachedDeployment returns the Deployment named name in namespace as the cache keeps
-// it, with only the fields reconcile.CachedDeployment keeps, or a NotFound error. Like
+// it, with only the fields cached.Deployment keeps, or a NotFound error. Like
 // a lister's, what it returns shares the cache's maps and must not be written to.
 func (c *Controller) cachedDeployment(namespace, name string) (*appsv1.Deployment, error) {
 	obj, exists, err := c.deploymentsIndexer.GetByKey(cache.NewObjectName(namespace, name).String())
@@ -184,11 +185,11 @@ func (c *Controller) cachedDeployment(namespace, name string) (*appsv1.Deploymen
 	if !exists {
 		return nil, apierrors.NewNotFound(appsv1.Resource("deployment"), name)
 	}
-	cached, ok := obj.(*reconcile.CachedDeployment)
+	kept, ok := obj.(*cached.Deployment)
 	if !ok {
 		return nil, fmt.Errorf("the Deployment cache holds a %T for %s/%s", obj, namespace, name)
 	}
-	return cached.Deployment(), nil
+	return kept.Full(), nil
 }
 
 // indexByDeploymentName is the index function of byDeploymentName.

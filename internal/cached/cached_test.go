@@ -1,9 +1,10 @@
-package reconcile
+package cached
 
 import (
 	"encoding/json"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,19 +16,33 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
+)
+
+// newFoo is a Foo named name, asking for a Deployment of its name.
+func newFoo(name string, replicas *int32) *samplev1alpha1.Foo {
+	return &samplev1alpha1.Foo{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault, UID: types.UID(name + "-uid"), Generation: 1},
+		Spec:       samplev1alpha1.FooSpec{DeploymentName: name, Replicas: replicas},
+	}
+}
+
+var (
+	earlier = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
+	now     = metav1.NewTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 )
 
 // servedDeployment is foo's Deployment as the API server serves it once it is
 // available: with the defaults, annotations, conditions and managedFields that the
 // controller's cache trims.
 func servedDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
-	d := NewDeployment(foo)
+	d := reconcile.NewDeployment(foo)
 	d.UID = "web-deployment-uid"
 	d.ResourceVersion = "1"
 	d.Generation = 1
-	n := DesiredReplicas(foo)
+	n := reconcile.DesiredReplicas(foo)
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
 	d.CreationTimestamp = earlier
 	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "1"}
@@ -82,7 +97,7 @@ func TestCachedDeploymentDecidesAsTheFullOne(t *testing.T) {
 		{"container renamed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Name = "web" }},
 		{"containers removed", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil }},
 		{"labels drifted, others added", func(d *appsv1.Deployment) {
-			d.Labels = map[string]string{FooUIDLabel: "stale", "team": "blue"}
+			d.Labels = map[string]string{reconcile.FooUIDLabel: "stale", "team": "blue"}
 		}},
 		{"labels removed", func(d *appsv1.Deployment) { d.Labels = nil }},
 		{"template labels lost", func(d *appsv1.Deployment) { d.Spec.Template.Labels = map[string]string{"team": "blue"} }},
@@ -114,17 +129,17 @@ func TestCachedDeploymentDecidesAsTheFullOne(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			full := servedDeployment(foo)
 			tt.mutate(full)
-			trimmed := cached(t, full.DeepCopy()).Deployment()
+			trimmed := cached(t, full.DeepCopy()).Full()
 
-			if diff := cmp.Diff(CalculateStatus(foo, full, nil, now), CalculateStatus(foo, trimmed, nil, now)); diff != "" {
+			if diff := cmp.Diff(reconcile.CalculateStatus(foo, full, nil, now), reconcile.CalculateStatus(foo, trimmed, nil, now)); diff != "" {
 				t.Errorf("status from the cached copy differs (-full +cached):\n%s", diff)
 			}
-			want, wantChanged := UpdateDeployment(foo, full)
-			fromTrimmed, changed := UpdateDeployment(foo, trimmed)
+			want, wantChanged := reconcile.UpdateDeployment(foo, full)
+			fromTrimmed, changed := reconcile.UpdateDeployment(foo, trimmed)
 			if changed != wantChanged {
 				t.Fatalf("changed from the cached copy = %v, from the full one %v", changed, wantChanged)
 			}
-			patch, err := DeploymentPatch(trimmed, fromTrimmed)
+			patch, err := reconcile.DeploymentPatch(trimmed, fromTrimmed)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,13 +155,13 @@ func TestCachedDeploymentDecidesAsTheFullOne(t *testing.T) {
 }
 
 // cached is d as the informer caches it.
-func cached(t testing.TB, d *appsv1.Deployment) *CachedDeployment {
+func cached(t testing.TB, d *appsv1.Deployment) *Deployment {
 	t.Helper()
-	obj, err := CacheDeployment(d)
+	obj, err := TrimDeployment(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return obj.(*CachedDeployment)
+	return obj.(*Deployment)
 }
 
 // TestCachedDeploymentRoundTrips checks that caching the Deployment a cached one gives
@@ -162,12 +177,12 @@ func TestCachedDeploymentRoundTrips(t *testing.T) {
 	if once.Labels != nil || len(once.LabelPairs) != 2 || once.LabelPairs[1] != string(once.OwnerReferences[0].UID) {
 		t.Errorf("labels kept as %v and %v, want only the pairs", once.Labels, once.LabelPairs)
 	}
-	twice := cached(t, once.Deployment())
+	twice := cached(t, once.Full())
 	if diff := cmp.Diff(once, twice); diff != "" {
 		t.Errorf("caching the Deployment it gives back changed the copy (-once +twice):\n%s", diff)
 	}
 
-	copied := once.DeepCopyObject().(*CachedDeployment)
+	copied := once.DeepCopyObject().(*Deployment)
 	if diff := cmp.Diff(once, copied); diff != "" {
 		t.Errorf("DeepCopyObject differs (-cached +copy):\n%s", diff)
 	}
@@ -181,8 +196,8 @@ func TestCachedDeploymentRoundTrips(t *testing.T) {
 	}
 
 	tombstone := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: once}
-	if got, _ := CacheDeployment(tombstone); !cmp.Equal(got, tombstone) {
-		t.Errorf("CacheDeployment(tombstone) = %v, want it unchanged", got)
+	if got, _ := TrimDeployment(tombstone); !cmp.Equal(got, tombstone) {
+		t.Errorf("TrimDeployment(tombstone) = %v, want it unchanged", got)
 	}
 }
 
@@ -202,7 +217,7 @@ func BenchmarkDeploymentCache(b *testing.B) {
 	}{{"served", func(obj any) (any, error) {
 		obj.(*appsv1.Deployment).ManagedFields = nil
 		return obj, nil
-	}}, {"cached", CacheDeployment}} {
+	}}, {"cached", TrimDeployment}} {
 		b.Run(c.name, func(b *testing.B) {
 			kept := make([]any, b.N)
 			var before, after runtime.MemStats
@@ -233,7 +248,7 @@ func TestCacheFoo(t *testing.T) {
 		foo := newFoo(name, ptr.To[int32](1))
 		foo.TypeMeta = metav1.TypeMeta{APIVersion: samplev1alpha1.SchemeGroupVersion.String(), Kind: "Foo"}
 		foo.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
-		foo.Status = CalculateStatus(foo, servedDeployment(foo), nil, now)
+		foo.Status = reconcile.CalculateStatus(foo, servedDeployment(foo), nil, now)
 		data, err := json.Marshal(foo)
 		if err != nil {
 			t.Fatal(err)
@@ -248,13 +263,13 @@ func TestCacheFoo(t *testing.T) {
 	want := a.DeepCopy()
 	want.ManagedFields = nil
 	for _, foo := range []*samplev1alpha1.Foo{a, b} {
-		if _, err := CacheFoo(foo); err != nil {
+		if _, err := TrimFoo(foo); err != nil {
 			t.Fatal(err)
 		}
 		runtime.GC() // a Foo cached later shares with one cached earlier still
 	}
 	if diff := cmp.Diff(want, a); diff != "" {
-		t.Errorf("CacheFoo changed more than managedFields (-want +got):\n%s", diff)
+		t.Errorf("TrimFoo changed more than managedFields (-want +got):\n%s", diff)
 	}
 	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
 	ca, cb := a.Status.Conditions[0], b.Status.Conditions[0]
@@ -272,7 +287,7 @@ func TestCacheFoo(t *testing.T) {
 		}
 	}
 	tombstone := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: a}
-	if got, _ := CacheFoo(tombstone); !cmp.Equal(got, tombstone) {
-		t.Errorf("CacheFoo(tombstone) = %v, want it unchanged", got)
+	if got, _ := TrimFoo(tombstone); !cmp.Equal(got, tombstone) {
+		t.Errorf("TrimFoo(tombstone) = %v, want it unchanged", got)
 	}
 }

@@ -1,7 +1,7 @@
-// The trimmed forms in which the controller's informers cache Deployments and Foos,
-// and the string table they share.
-
-package reconcile
+// Package cached holds the trimmed forms in which the controller's informers cache
+// Deployments and Foos (their transforms, TrimDeployment and TrimFoo), and the string
+// table they share.
+package cached
 
 import (
 	"maps"
@@ -17,13 +17,13 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
-// CachedDeployment is a Deployment as the controller's informer keeps it: only what the
-// controller reads (CalculateStatus, UpdateDeployment and its checks of ownership), in
-// a struct of its own. An appsv1.Deployment is 1232 bytes before any field is set (the
-// Pod spec is inlined), each container another few hundred, and each map of labels a
-// few hundred more; kept this way a cached Deployment takes a sixth of the heap of the
-// Deployment decoded (BenchmarkDeploymentCache). Deployment turns it back into one for
-// a sync.
+// Deployment is a Deployment as the controller's informer keeps it: only what the
+// controller reads (reconcile.CalculateStatus, reconcile.UpdateDeployment and its
+// checks of ownership), in a struct of its own. An appsv1.Deployment is 1232 bytes
+// before any field is set (the Pod spec is inlined), each container another few
+// hundred, and each map of labels a few hundred more; kept this way a cached Deployment
+// takes a sixth of the heap of the Deployment decoded (BenchmarkDeploymentCache). Full
+// turns it back into one for a sync.
 //
 // What stays:
 //   - metadata: name, namespace, UID, resourceVersion, generation, deletionTimestamp,
@@ -38,9 +38,9 @@ import (
 // label keys, the owner's kind, the image) are kept once for all of them.
 //
 // An update from such a copy would wipe what it lacks, so the controller writes a cached
-// Deployment only by patches of the fields it changes (DeploymentPatch), with the cached
+// Deployment only by patches of the fields it changes (reconcile.DeploymentPatch), with the cached
 // resourceVersion as their precondition.
-type CachedDeployment struct {
+type Deployment struct {
 	metav1.ObjectMeta
 	// LabelPairs are the labels, key then value, by key.
 	LabelPairs []string
@@ -52,24 +52,24 @@ type CachedDeployment struct {
 	SelectsLabels     bool
 	TemplateLabels    map[string]string
 	TemplateHasLabels bool
-	Containers        []CachedContainer
+	Containers        []Container
 	Status            appsv1.DeploymentStatus
 }
 
-// CachedContainer is what a CachedDeployment keeps of a container.
-type CachedContainer struct {
+// Container is what a Deployment keeps of a container.
+type Container struct {
 	Name, Image string
 }
 
-// CacheDeployment is the Deployment informer's transform: it turns each Deployment into
-// a CachedDeployment, and leaves anything else (a tombstone, holding one cached
+// TrimDeployment is the Deployment informer's transform: it turns each Deployment into
+// a Deployment, and leaves anything else (a tombstone, holding one cached
 // already) as it is.
-func CacheDeployment(obj any) (any, error) {
+func TrimDeployment(obj any) (any, error) {
 	d, ok := obj.(*appsv1.Deployment)
 	if !ok {
 		return obj, nil
 	}
-	c := &CachedDeployment{
+	c := &Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              d.Name,
 			Namespace:         shared(d.Namespace),
@@ -98,9 +98,9 @@ func CacheDeployment(obj any) (any, error) {
 		c.Selector, c.SelectsLabels = nil, true
 	}
 	if containers := d.Spec.Template.Spec.Containers; len(containers) > 0 {
-		c.Containers = make([]CachedContainer, len(containers))
+		c.Containers = make([]Container, len(containers))
 		for i, container := range containers {
-			c.Containers[i] = CachedContainer{Name: shared(container.Name), Image: shared(container.Image)}
+			c.Containers[i] = Container{Name: shared(container.Name), Image: shared(container.Image)}
 		}
 	}
 	for _, condition := range d.Status.Conditions {
@@ -112,9 +112,9 @@ func CacheDeployment(obj any) (any, error) {
 	return c, nil
 }
 
-// Deployment returns the Deployment c keeps, with only the fields it keeps set. It
+// Full returns the Deployment c keeps, with only the fields it keeps set. It
 // shares c's maps and slices, which neither may be written through.
-func (c *CachedDeployment) Deployment() *appsv1.Deployment {
+func (c *Deployment) Full() *appsv1.Deployment {
 	d := &appsv1.Deployment{
 		ObjectMeta: c.ObjectMeta,
 		Spec:       appsv1.DeploymentSpec{Replicas: c.Replicas, Selector: c.Selector},
@@ -142,7 +142,7 @@ func (c *CachedDeployment) Deployment() *appsv1.Deployment {
 	return d
 }
 
-// labelPairs are labels as CachedDeployment keeps them: key, value, by key, the keys
+// labelPairs are labels as Deployment keeps them: key, value, by key, the keys
 // shared, and a value equal to an owner's UID (FooUIDLabel's) sharing its string.
 func labelPairs(labels map[string]string, owners []metav1.OwnerReference) []string {
 	if labels == nil {
@@ -229,10 +229,10 @@ func sharedBool(b *bool) *bool {
 }
 
 // GetObjectKind is runtime.Object's: a cached Deployment carries no kind.
-func (c *CachedDeployment) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (c *Deployment) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject is runtime.Object's, for client-go's cache mutation detector.
-func (c *CachedDeployment) DeepCopyObject() runtime.Object {
+func (c *Deployment) DeepCopyObject() runtime.Object {
 	out := *c
 	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.LabelPairs = slices.Clone(c.LabelPairs)
@@ -247,12 +247,12 @@ func (c *CachedDeployment) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// CacheFoo is the Foo informer's transform. It drops managedFields, which the
+// TrimFoo is the Foo informer's transform. It drops managedFields, which the
 // controller never reads and which are often the largest part of an object (an update
 // sent without them leaves the stored ones as they are), and has the Foo share the
 // strings that every Foo repeats: its kind, namespace, and its conditions' types,
 // statuses and reasons. Anything else (a tombstone) it leaves as it is.
-func CacheFoo(obj any) (any, error) {
+func TrimFoo(obj any) (any, error) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
 		return obj, nil
