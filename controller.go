@@ -75,7 +75,7 @@ type Controller struct {
 
 	// Reads come from the informers' caches.
 	informers          *informers
-	deploymentsIndexer cache.Indexer // of reconcile.CachedDeployments: see cachedDeployment
+	deploymentsIndexer cache.Indexer // of cached.Deployments: see cachedDeployment
 	foosLister         listers.FooLister
 	foosIndexer        cache.Indexer
 	// synced are done once both informers have synced and the handlers have seen

@@ -58,7 +58,7 @@ func setLabels(d *appsv1.Deployment, extra map[string]string) bool {
 type informers struct {
 	kube   kubeinformers.SharedInformerFactory
 	sample sampleinformers.SharedInformerFactory
-	// deployments holds reconcile.CachedDeployments, which the typed lister of
+	// deployments holds cached.Deployments, which the typed lister of
 	// Deployments cannot read: see Controller.cachedDeployment.
 	deployments cache.SharedIndexInformer
 	foos        fooinformers.FooInformer

@@ -1,225 +1,299 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 // benchCase is one measurement on a session's cluster, recorded in s.result.
-type benchCase interface {
-	run(ctx context.Context, s *session) error
+type benchCase struct {
+	name string
+	run  func(ctx context.Context, s *session) error
 }
 
-// coldStartCase runs first in every session: the later cases need it converged.
-type coldStartCase struct{}
+// laterCases are the cases of a controller's process, in order.
+var laterCases = []benchCase{{"steady", steady}, {"memory", memory}, {"restart", restart}, {"relist", relist}}
 
-// coldStartResult is one cold start, or how far it got.
 type coldStartResult struct {
-	Foos      int  `json:"foos"`
-	Converged bool `json:"converged"`
+	Foos, DeploymentsDone, StatusesDone int
+	Converged                           bool
 	// Seconds is the time to converge, or the time waited when it did not.
-	Seconds         float64 `json:"seconds"`
-	DeploymentsDone int     `json:"deploymentsDone"`
-	StatusesDone    int     `json:"statusesDone"`
-	// DeploymentsSeconds and StatusesSeconds are when the last Deployment, and the
-	// last status, was done, of a cold start that converged: the work a user waits
-	// for apart from the writes that report it.
-	DeploymentsSeconds float64 `json:"deploymentsSeconds,omitempty"`
-	StatusesSeconds    float64 `json:"statusesSeconds,omitempty"`
+	Seconds, DeploymentsSeconds, StatusesSeconds float64
 	// Requests from the start until --settle after convergence.
-	Requests          requestCounts      `json:"requests"`
-	PerFoo            map[string]float64 `json:"requestsPerFoo"`
-	PerFooTotal       float64            `json:"requestsPerFooTotal"`
-	EventWritesPerFoo float64            `json:"eventWritesPerFoo"`
-	// CPU time until convergence: the controller's since it started, every replica's
-	// together (none for a limit, which runs in the bench), the API server's since the
-	// side started, and the bench's own since the side started: its watches, which
-	// observe every side alike, and on a limit's side the limit's writes and informers.
-	ControllerCPUSeconds float64 `json:"controllerCPUSeconds,omitempty"`
-	APIServerCPUSeconds  float64 `json:"apiserverCPUSeconds,omitempty"`
-	BenchCPUSeconds      float64 `json:"benchCPUSeconds,omitempty"`
+	Requests                       requestCounts
+	PerFoo                         map[string]float64
+	PerFooTotal, EventWritesPerFoo float64
+	// CPU until convergence: the controller's since it started, the others' since the
+	// side started.
+	ControllerCPUSeconds, APIServerCPUSeconds, BenchCPUSeconds float64
 }
 
-// timedOutText says how far a cold start got, e.g. "timed out: 812 of 1000 after 600 s".
 func (r coldStartResult) timedOutText() string {
 	return fmt.Sprintf("timed out: %d of %d after %.0f s", min(r.DeploymentsDone, r.StatusesDone), r.Foos, r.Seconds)
 }
 
-func (coldStartCase) run(ctx context.Context, s *session) error {
-	requests, err := countRequests(ctx, s.cluster)
+func coldStart(ctx context.Context, s *session) error {
+	requestsBefore, err := s.requests(ctx)
 	if err != nil {
 		return err
 	}
 	progressf("%s: starting the cold start of %d Foos", s.name, len(s.foos))
 	start := time.Now()
-	conv := newConvergence(s.foos, s.driver.rule(), start)
-	if s.driver.events() {
-		conv.countEvents()
-	}
-	s.watch.observe(observer{conv.observeDeployment, conv.observeFoo, conv.observeEvent})
-	defer s.watch.observe(observer{})
-	apiserver := s.cluster.Component(localcluster.ComponentAPIServer)
-	if apiserver == nil {
-		return errors.New("the cluster runs no kube-apiserver")
-	}
-	apiserverCPU, err := apiserver.CPUTime()
+	conv := newConvergence(s.foos, s.side.AnyStatus, s.side.events(), start)
+	s.watch.observe(conv.observe)
+	defer s.watch.observe(nil)
+	before, err := s.cpuTimes()
 	if err != nil {
 		return err
 	}
-	benchCPU, err := ownCPUTime()
-	if err != nil {
-		return err
-	}
-	if err := s.driver.start(ctx, s); err != nil {
+	if err := s.side.start(ctx, s); err != nil {
 		return err
 	}
 	if err := s.waitUntil(ctx, s.cfg.coldStartTimeout, conv.isDone, conv.progress); err != nil {
 		return err
 	}
 	r := conv.result(time.Since(start))
-	cpu, err := apiserver.CPUTime()
+	cpu, err := s.cpuTimes()
 	if err != nil {
 		return err
 	}
-	r.APIServerCPUSeconds = (cpu - apiserverCPU).Seconds()
-	if cpu, err = ownCPUTime(); err != nil {
-		return err
-	}
-	r.BenchCPUSeconds = (cpu - benchCPU).Seconds()
-	for _, proc := range s.procs {
-		if cpu, err = proc.CPUTime(); err != nil {
-			return err
-		}
-		r.ControllerCPUSeconds += cpu.Seconds()
-	}
-	s.converged = r.Converged
+	r.APIServerCPUSeconds, r.BenchCPUSeconds = (cpu[0] - before[0]).Seconds(), (cpu[1] - before[1]).Seconds()
+	r.ControllerCPUSeconds, s.converged = cpu[2].Seconds(), r.Converged
 	if r.Converged {
 		progressf("%s: converged %d Foos in %.2f s", s.name, r.Foos, r.Seconds)
 	} else {
 		progressf("%s: %s", s.name, r.timedOutText())
 	}
-
 	// A controller's Events that nobody waited for may still be on their way.
 	if err := sleep(ctx, s.cfg.settle); err != nil {
 		return err
 	}
-	if r.Requests, err = requests(ctx); err != nil {
+	now, err := s.requests(ctx)
+	if err != nil {
 		return err
 	}
-	r.PerFoo = r.Requests.perFoo(r.Foos)
-	r.PerFooTotal = r.Requests.total() / float64(r.Foos)
-	r.EventWritesPerFoo = r.Requests.eventWrites().total() / float64(r.Foos)
+	r.Requests = now.minus(requestsBefore)
+	r.PerFoo, r.PerFooTotal = r.Requests.perFoo(r.Foos), r.Requests.total()/float64(r.Foos)
+	r.EventWritesPerFoo = r.Requests.writes("events").total() / float64(r.Foos)
 	s.result.ColdStart = &r
 	return nil
 }
 
-// steadyCase counts writes over --steady-window, which covers a resync: every
-// controller side resyncs every 30 s (resync).
-type steadyCase struct{}
-
-type steadyResult struct {
-	Foos          int           `json:"foos"`
-	WindowSeconds float64       `json:"windowSeconds"`
-	Writes        requestCounts `json:"mutating"`
-	PerMinute     float64       `json:"mutatingPerMinute"`
+// cpuTimes reads the CPU time of kube-apiserver, the bench (not its children) and the
+// controller.
+func (s *session) cpuTimes() ([3]time.Duration, error) {
+	var usage syscall.Rusage
+	cpu, err := s.cluster.Component(localcluster.ComponentAPIServer).CPUTime()
+	if err == nil {
+		err = syscall.Getrusage(syscall.RUSAGE_SELF, &usage)
+	}
+	controllers, _, errProcs := sumProcs(s.procs, (*localcluster.Process).CPUTime)
+	return [3]time.Duration{cpu, time.Duration(usage.Utime.Nano() + usage.Stime.Nano()), controllers}, cmp.Or(err, errProcs)
 }
 
-func (steadyCase) run(ctx context.Context, s *session) error {
+func sumProcs[T int64 | time.Duration](procs []*localcluster.Process, read func(*localcluster.Process) (T, error)) (sum T, each []T, err error) {
+	for _, proc := range procs {
+		v, err := read(proc)
+		if err != nil {
+			return 0, nil, err
+		}
+		sum, each = sum+v, append(each, v)
+	}
+	return sum, each, nil
+}
+
+// statusDone says whether a Foo's status is current with a Ready condition, or with
+// anyStatus (the classic peer writes no conditions), written at all.
+func statusDone(f *samplev1alpha1.Foo, anyStatus bool) bool {
+	if anyStatus {
+		return slices.ContainsFunc(f.ManagedFields, func(e metav1.ManagedFieldsEntry) bool { return e.Subresource == "status" })
+	}
+	return f.Status.ObservedGeneration == f.Generation && meta.FindStatusCondition(f.Status.Conditions, samplev1alpha1.ConditionReady) != nil
+}
+
+func deploymentMatches(d *appsv1.Deployment, foo *samplev1alpha1.Foo) bool {
+	owner := metav1.GetControllerOf(d)
+	return d.Spec.Replicas != nil && *d.Spec.Replicas == *foo.Spec.Replicas && owner != nil && owner.UID == foo.UID
+}
+
+// convergence collects a cold start from the watch events: done when every Deployment
+// is as its Foo asks, every status is done and, with events, every Foo has its Event.
+type convergence struct {
+	anyStatus, events bool
+	start             time.Time
+
+	mu                 sync.Mutex
+	byDeployment       map[string]*fooProgress // by spec.deploymentName
+	byUID              map[types.UID]*fooProgress
+	nDep, nFoo, nEvent int // the Deployments, statuses and Events done
+	// When every Deployment, and every status, was last seen done, until the whole is
+	// (one may fall behind and come back); -1 while one is not.
+	depsAfter, statusesAfter, doneAfter time.Duration
+	done                                bool
+}
+
+type fooProgress struct {
+	foo                       *samplev1alpha1.Foo
+	deployment, status, event bool
+}
+
+func newConvergence(foos []*samplev1alpha1.Foo, anyStatus, events bool, start time.Time) *convergence {
+	c := &convergence{anyStatus: anyStatus, events: events, start: start, depsAfter: -1, statusesAfter: -1,
+		byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}}
+	for _, f := range foos {
+		p := &fooProgress{foo: f}
+		c.byDeployment[f.Spec.DeploymentName], c.byUID[f.UID] = p, p
+	}
+	return c
+}
+
+func (c *convergence) observe(obj any, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		if p, ok := c.byDeployment[o.Name]; ok {
+			c.nDep += flip(&p.deployment, deploymentMatches(o, p.foo))
+		}
+	case *samplev1alpha1.Foo:
+		if p, ok := c.byUID[o.UID]; ok {
+			c.nFoo += flip(&p.status, statusDone(o, c.anyStatus))
+		}
+	case *eventsv1.Event:
+		if p, ok := c.byUID[o.Regarding.UID]; ok && o.Reason == reconcile.EventDeploymentCreated {
+			c.nEvent += flip(&p.event, true)
+		}
+	}
+	if c.done {
+		return
+	}
+	n, now := len(c.byUID), at.Sub(c.start)
+	lastDone := func(after *time.Duration, all bool) {
+		if !all {
+			*after = -1
+		} else if *after < 0 {
+			*after = now
+		}
+	}
+	lastDone(&c.depsAfter, c.nDep == n)
+	lastDone(&c.statusesAfter, c.nFoo == n)
+	if c.nDep == n && c.nFoo == n && (!c.events || c.nEvent == n) {
+		c.done, c.doneAfter = true, now
+	}
+}
+
+// flip sets *b to v and returns the change in the count of true values.
+func flip(b *bool, v bool) (d int) {
+	switch {
+	case v && !*b:
+		d = 1
+	case !v && *b:
+		d = -1
+	}
+	*b = v
+	return d
+}
+
+func (c *convergence) isDone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+func (c *convergence) progress() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.byUID)
+	if c.events {
+		return fmt.Sprintf("%d of %d Deployments, %d of %d statuses, %d of %d Events", c.nDep, n, c.nFoo, n, c.nEvent, n)
+	}
+	return fmt.Sprintf("%d of %d Deployments, %d of %d statuses", c.nDep, n, c.nFoo, n)
+}
+
+func (c *convergence) result(waited time.Duration) coldStartResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := coldStartResult{Foos: len(c.byUID), Converged: c.done, Seconds: waited.Seconds(), DeploymentsDone: c.nDep, StatusesDone: c.nFoo}
+	if c.done {
+		r.Seconds, r.DeploymentsSeconds, r.StatusesSeconds = c.doneAfter.Seconds(), c.depsAfter.Seconds(), c.statusesAfter.Seconds()
+	}
+	return r
+}
+
+type steadyResult struct {
+	Foos                     int
+	WindowSeconds, PerMinute float64
+	Writes                   requestCounts
+}
+
+// steady counts writes over --steady-window, which covers a resync.
+func steady(ctx context.Context, s *session) error {
 	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
-	requests, err := countRequests(ctx, s.cluster)
+	before, err := s.requests(ctx)
 	if err != nil {
 		return err
 	}
-	begin := time.Now()
-	if err := sleep(ctx, s.cfg.steadyWindow); err != nil {
-		return err
-	}
-	counts, err := requests(ctx)
+	counts, seconds, err := s.window(ctx, time.Now(), before)
 	if err != nil {
 		return err
 	}
-	elapsed := time.Since(begin)
-	writes := counts.mutating()
-	s.result.Steady = &steadyResult{Foos: len(s.foos), WindowSeconds: elapsed.Seconds(), Writes: writes, PerMinute: writes.total() / elapsed.Minutes()}
-	progressf("%s: %.0f writes in %.0f s", s.name, writes.total(), elapsed.Seconds())
+	writes := counts.writes("")
+	s.result.Steady = &steadyResult{Foos: len(s.foos), WindowSeconds: seconds, Writes: writes, PerMinute: writes.total() * 60 / seconds}
+	progressf("%s: %.0f writes in %.0f s", s.name, writes.total(), seconds)
 	return nil
 }
 
-// memoryCase reads the controller's RSS, and what the API server and etcd hold for
-// the Foos, creates --unrelated-deployments Deployments that no Foo owns, and reads
-// the controller's again.
-type memoryCase struct{}
-
+// memoryResult is in bytes, every replica's together (RSSReplicas: each one's);
+// RSSFileBefore is mapped from files, mostly the binary.
 type memoryResult struct {
-	Foos      int `json:"foos"`
-	Unrelated int `json:"unrelatedDeployments"`
-	// RSSBefore and RSSAfter are every replica's together; RSSReplicas, with more
-	// than one, each one's beside RSSBefore.
-	RSSBefore   int64   `json:"rssBeforeBytes"`
-	RSSAfter    int64   `json:"rssAfterBytes"`
-	RSSReplicas []int64 `json:"rssReplicasBytes,omitempty"`
-	// RSSFileBefore is the part of RSSBefore mapped from files: mostly the binary.
-	RSSFileBefore int64 `json:"rssFileBeforeBytes"`
-	// The API server's and etcd's RSS beside RSSBefore.
-	APIServerRSS int64 `json:"apiserverRSSBytes"`
-	EtcdRSS      int64 `json:"etcdRSSBytes"`
-	// RSSPer10k is (after - before) scaled to 10000 unrelated Deployments.
-	RSSPer10k float64 `json:"rssPer10kUnrelatedBytes"`
+	Foos, Unrelated                                           int
+	RSSBefore, RSSAfter, RSSFileBefore, APIServerRSS, EtcdRSS int64
+	RSSReplicas                                               []int64
+	RSSPer10k                                                 float64
 }
 
-func (memoryCase) run(ctx context.Context, s *session) error {
-	// rss reads every replica's RSS, or the part mapped from files, and their sum.
-	rss := func(read func(*localcluster.Process) (int64, error)) (sum int64, each []int64, err error) {
-		for _, proc := range s.procs {
-			n, err := read(proc)
-			if err != nil {
-				return 0, nil, err
-			}
-			sum += n
-			each = append(each, n)
-		}
-		return sum, each, nil
-	}
+// memory reads the RSS, creates --unrelated-deployments Deployments that no Foo owns,
+// and reads the controller's again.
+func memory(ctx context.Context, s *session) error {
 	settledRSS := func() (int64, []int64, error) {
 		if err := sleep(ctx, s.cfg.settle); err != nil {
 			return 0, nil, err
 		}
-		return rss((*localcluster.Process).RSSBytes)
+		return sumProcs(s.procs, (*localcluster.Process).RSSBytes)
 	}
 	m := memoryResult{Foos: len(s.foos), Unrelated: s.cfg.unrelated}
 	var err error
-	var each []int64
-	if m.RSSBefore, each, err = settledRSS(); err != nil {
+	if m.RSSBefore, m.RSSReplicas, err = settledRSS(); err != nil {
 		return err
 	}
-	if len(each) > 1 {
-		m.RSSReplicas = each
-	}
-	if m.RSSFileBefore, _, err = rss((*localcluster.Process).RSSFileBytes); err != nil {
+	if m.RSSFileBefore, _, err = sumProcs(s.procs, (*localcluster.Process).RSSFileBytes); err != nil {
 		return err
 	}
 	for name, rss := range map[string]*int64{localcluster.ComponentAPIServer: &m.APIServerRSS, localcluster.ComponentEtcd: &m.EtcdRSS} {
-		if p := s.cluster.Component(name); p != nil {
-			if *rss, err = p.RSSBytes(); err != nil {
-				return err
-			}
+		if *rss, err = s.cluster.Component(name).RSSBytes(); err != nil {
+			return err
 		}
 	}
 	progressf("%s: creating %d unrelated Deployments", s.name, m.Unrelated)
-	began := time.Now()
 	err = parallel(ctx, m.Unrelated, s.cfg.workers, func(ctx context.Context, i int) error {
 		_, err := s.kube.AppsV1().Deployments(unrelatedNamespace).Create(ctx, unrelatedDeployment(i), metav1.CreateOptions{})
 		return err
@@ -227,7 +301,6 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	if err != nil {
 		return fmt.Errorf("creating the unrelated Deployments: %w", err)
 	}
-	progressf("%s: created them in %v", s.name, time.Since(began).Round(time.Millisecond))
 	if m.RSSAfter, _, err = settledRSS(); err != nil {
 		return err
 	}
@@ -237,30 +310,27 @@ func (memoryCase) run(ctx context.Context, s *session) error {
 	return nil
 }
 
-// restartCase stops a converged controller and starts it again on the same cluster.
-// It counts the writes of --steady-window from the new start, which a controller that
-// trusts what it finds makes none of. For ours it also times /readyz against the time
-// the same informers take to fill on this cluster, filled by the bench just before as
-// the watching limit fills them, with clients built as ours.
-type restartCase struct{}
-
-type restartResult struct {
-	Foos          int           `json:"foos"`
-	WindowSeconds float64       `json:"windowSeconds"`
-	Writes        requestCounts `json:"mutating"`
-	WritesTotal   float64       `json:"mutatingTotal"`
-	// CacheSyncSeconds is how long the same informers as ours took to fill.
-	CacheSyncSeconds float64 `json:"cacheSyncSeconds"`
-	// ReadySeconds is, for ours, the time from its start to /readyz answering 200 (on
-	// every replica).
-	ReadySeconds float64 `json:"readySeconds,omitempty"`
+func unrelatedDeployment(i int) *appsv1.Deployment {
+	labels := map[string]string{"app": "unrelated", "index": fmt.Sprint(i)}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i), Labels: labels},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:latest"}}}}},
+	}
 }
 
-func (restartCase) run(ctx context.Context, s *session) error {
-	c, ok := s.driver.(controller)
-	if !ok {
-		return fmt.Errorf("the restart case needs a controller, not %s", s.driver.column())
-	}
+func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }
+
+type restartResult struct {
+	Foos                                                       int
+	WindowSeconds, WritesTotal, CacheSyncSeconds, ReadySeconds float64
+	Writes                                                     requestCounts
+}
+
+// restart stops the controller, starts it again and counts the writes of --steady-window
+// from then; for ours also the time to /readyz beside that of informers built as ours.
+func restart(ctx context.Context, s *session) error {
 	kube, sample, closeIdle, err := clientsAsOurs(s.cluster, "sample-controller-bench-informers")
 	if err != nil {
 		return err
@@ -273,91 +343,62 @@ func (restartCase) run(ctx context.Context, s *session) error {
 	r := restartResult{Foos: len(s.foos), CacheSyncSeconds: time.Since(began).Seconds()}
 	stopInformers()
 	closeIdle()
-
 	progressf("%s: restarting the controller (the same informers filled in %.2f s)", s.name, r.CacheSyncSeconds)
 	if err := s.stopController(); err != nil {
 		return err
 	}
-	requests, err := countRequests(ctx, s.cluster)
+	before, err := s.requests(ctx)
 	if err != nil {
 		return err
 	}
 	s.restarts++
 	start := time.Now()
-	if err := c.start(ctx, s); err != nil {
+	if err := s.side.start(ctx, s); err != nil {
 		return err
 	}
-	if c.Ours {
+	if len(s.ctrls) > 0 {
 		ready, cancel := context.WithTimeout(ctx, s.cfg.steadyWindow)
+		defer cancel()
 		for _, ctrl := range s.ctrls {
-			if err = ctrl.WaitReady(ready); err != nil {
-				break
+			if err := ctrl.WaitReady(ready); err != nil {
+				return fmt.Errorf("after the restart: %w", err)
 			}
-		}
-		cancel()
-		if err != nil {
-			return fmt.Errorf("after the restart: %w", err)
 		}
 		r.ReadySeconds = time.Since(start).Seconds()
 	}
-	if err := sleep(ctx, s.cfg.steadyWindow-time.Since(start)); err != nil {
-		return err
-	}
-	counts, err := requests(ctx)
+	counts, seconds, err := s.window(ctx, start, before)
 	if err != nil {
 		return err
 	}
-	r.WindowSeconds = time.Since(start).Seconds()
-	r.Writes = counts.mutating()
-	r.WritesTotal = r.Writes.total()
+	r.WindowSeconds, r.Writes, r.WritesTotal = seconds, counts.writes(""), counts.writes("").total()
 	s.result.Restart = &r
 	progressf("%s: %.0f writes in %.0f s after the restart; ready after %.2f s", s.name, r.WritesTotal, r.WindowSeconds, r.ReadySeconds)
 	return nil
 }
 
-// relistCase restarts kube-apiserver under a converged controller, whose informers
-// then list every Foo and Deployment again. It counts the writes of --steady-window
-// from the restart, which a controller that trusts what it finds makes none of, and
-// reads the controller's CPU over the window and its RSS at the peak, which comes
-// while it holds the old cache and decodes the new list.
-type relistCase struct{}
-
 type relistResult struct {
-	Foos int `json:"foos"`
-	// APIServerReadySeconds is how long kube-apiserver took from its stop to ready.
-	APIServerReadySeconds float64 `json:"apiserverReadySeconds"`
-	WindowSeconds         float64 `json:"windowSeconds"`
-	// Requests counts what the new kube-apiserver served in the window, the lists of
-	// the controller's informers and of the bench's watch among them.
-	Requests    requestCounts `json:"requests"`
-	Writes      requestCounts `json:"mutating"`
-	WritesTotal float64       `json:"mutatingTotal"`
-	// The controller's (every replica's, summed) RSS before the restart, and the sum
-	// of their peaks over the window, with the CPU they used in it.
-	RSSBefore  int64   `json:"rssBeforeBytes"`
-	RSSPeak    int64   `json:"rssPeakBytes"`
-	CPUSeconds float64 `json:"cpuSeconds"`
+	Foos                                                          int
+	APIServerReadySeconds, WindowSeconds, WritesTotal, CPUSeconds float64
+	RSSBefore, RSSPeak                                            int64
+	Requests, Writes                                              requestCounts
 }
 
-func (relistCase) run(ctx context.Context, s *session) error {
-	if _, ok := s.driver.(controller); !ok {
-		return fmt.Errorf("the relist case needs a controller, not %s", s.driver.column())
-	}
+// relist restarts kube-apiserver under the controller, whose informers list everything
+// again: its writes, CPU and peak RSS over --steady-window from then.
+func relist(ctx context.Context, s *session) error {
 	r := relistResult{Foos: len(s.foos)}
-	var cpuBefore time.Duration
+	var err error
+	if r.RSSBefore, _, err = sumProcs(s.procs, (*localcluster.Process).RSSBytes); err != nil {
+		return err
+	}
+	cpuBefore, _, err := sumProcs(s.procs, (*localcluster.Process).CPUTime)
+	if err != nil {
+		return err
+	}
 	for _, proc := range s.procs {
-		rss, err := proc.RSSBytes()
-		if err != nil {
-			return err
-		}
-		cpu, err := proc.CPUTime()
-		if err != nil {
-			return err
-		}
 		if err := proc.ResetPeakRSS(); err != nil {
 			return err
 		}
-		r.RSSBefore, cpuBefore = r.RSSBefore+rss, cpuBefore+cpu
 	}
 	progressf("%s: restarting kube-apiserver under the controller", s.name)
 	start := time.Now()
@@ -365,29 +406,17 @@ func (relistCase) run(ctx context.Context, s *session) error {
 		return err
 	}
 	r.APIServerReadySeconds = time.Since(start).Seconds()
-	if err := sleep(ctx, s.cfg.steadyWindow-time.Since(start)); err != nil {
+	// The new kube-apiserver counted from zero: every request it served is since.
+	if r.Requests, r.WindowSeconds, err = s.window(ctx, start, nil); err != nil {
 		return err
 	}
-	// The new kube-apiserver counted from zero: every request it served is since.
-	m, err := s.cluster.APIServerMetrics(ctx)
+	r.Writes, r.WritesTotal = r.Requests.writes(""), r.Requests.writes("").total()
+	if r.RSSPeak, _, err = sumProcs(s.procs, (*localcluster.Process).PeakRSSBytes); err != nil {
+		return err
+	}
+	cpuAfter, _, err := sumProcs(s.procs, (*localcluster.Process).CPUTime)
 	if err != nil {
 		return err
-	}
-	r.WindowSeconds = time.Since(start).Seconds()
-	r.Requests = apiserverRequests(m, countedResources)
-	r.Writes = r.Requests.mutating()
-	r.WritesTotal = r.Writes.total()
-	var cpuAfter time.Duration
-	for _, proc := range s.procs {
-		peak, err := proc.PeakRSSBytes()
-		if err != nil {
-			return err
-		}
-		cpu, err := proc.CPUTime()
-		if err != nil {
-			return err
-		}
-		r.RSSPeak, cpuAfter = r.RSSPeak+peak, cpuAfter+cpu
 	}
 	r.CPUSeconds = (cpuAfter - cpuBefore).Seconds()
 	s.result.Relist = &r
@@ -396,48 +425,26 @@ func (relistCase) run(ctx context.Context, s *session) error {
 	return nil
 }
 
-// unrelatedDeployment is the i-th Deployment of the memory case.
-func unrelatedDeployment(i int) *appsv1.Deployment {
-	labels := map[string]string{"app": "unrelated", "index": fmt.Sprint(i)}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i), Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:latest"}}},
-			},
-		},
-	}
-}
-
-func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }
-
 // requestCounts counts API requests by "VERB resource[/subresource]".
 type requestCounts map[string]float64
 
-// countedResources are the resources a Foo's convergence costs requests on.
 var countedResources = []string{"foos", "deployments", "events"}
 
-// mutatingVerbs are the verbs of apiserver_request_total that write.
-var mutatingVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
-
-// countRequests reads apiserver_request_total; the function it returns counts the
-// requests served since on the counted resources.
-func countRequests(ctx context.Context, cluster *localcluster.Cluster) (func(context.Context) (requestCounts, error), error) {
-	m, err := cluster.APIServerMetrics(ctx)
+func (s *session) requests(ctx context.Context) (requestCounts, error) {
+	m, err := s.cluster.APIServerMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	before := apiserverRequests(m, countedResources)
-	return func(ctx context.Context) (requestCounts, error) {
-		m, err := cluster.APIServerMetrics(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return apiserverRequests(m, countedResources).minus(before), nil
-	}, nil
+	return apiserverRequests(m, countedResources), nil
+}
+
+// window returns the requests served from before to --steady-window after start.
+func (s *session) window(ctx context.Context, start time.Time, before requestCounts) (requestCounts, float64, error) {
+	if err := sleep(ctx, s.cfg.steadyWindow-time.Since(start)); err != nil {
+		return nil, 0, err
+	}
+	now, err := s.requests(ctx)
+	return now.minus(before), time.Since(start).Seconds(), err
 }
 
 // apiserverRequests sums apiserver_request_total by verb, resource and subresource,
@@ -462,7 +469,6 @@ func apiserverRequests(m localcluster.Metrics, resources []string) requestCounts
 	return out
 }
 
-// minus returns r - before, leaving out keys that did not change.
 func (r requestCounts) minus(before requestCounts) requestCounts {
 	out := requestCounts{}
 	for k, v := range r {
@@ -473,28 +479,20 @@ func (r requestCounts) minus(before requestCounts) requestCounts {
 	return out
 }
 
-func (r requestCounts) total() float64 {
-	var t float64
+func (r requestCounts) total() (t float64) {
 	for _, v := range r {
 		t += v
 	}
 	return t
 }
 
-func (r requestCounts) mutating() requestCounts {
-	return r.filter(func(verb, _ string) bool { return slices.Contains(mutatingVerbs, verb) })
-}
-
-func (r requestCounts) eventWrites() requestCounts {
-	return r.mutating().filter(func(_, resource string) bool { return resource == "events" })
-}
-
-func (r requestCounts) filter(keep func(verb, resource string) bool) requestCounts {
+// writes keeps the requests that write, on resource, or every one if it is "".
+func (r requestCounts) writes(resource string) requestCounts {
 	out := requestCounts{}
 	for k, v := range r {
-		verb, resource, _ := strings.Cut(k, " ")
-		resource, _, _ = strings.Cut(resource, "/")
-		if keep(verb, resource) {
+		verb, res, _ := strings.Cut(k, " ")
+		res, _, _ = strings.Cut(res, "/")
+		if slices.Contains([]string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}, verb) && (resource == "" || res == resource) {
 			out[k] = v
 		}
 	}
@@ -509,12 +507,192 @@ func (r requestCounts) perFoo(n int) map[string]float64 {
 	return out
 }
 
-// ownCPUTime is the CPU time the bench has used, in user and kernel mode, since it
-// started; its children (the cluster, the controllers) are not in it.
-func ownCPUTime() (time.Duration, error) {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		return 0, fmt.Errorf("reading the bench's CPU time: %w", err)
+// reactionResult: Delivered changes reached the Deployment within the deadline, with
+// their value (Exact) or a later one.
+type reactionResult struct {
+	Foos, Rate, Sent, Failed, Delivered, Exact  int
+	Seconds, DeadlineSeconds, AchievedRate      float64
+	P50Ms, P99Ms, MaxMs                         float64
+	AcceptedP50Ms, AcceptedP99Ms, AcceptedMaxMs float64
+}
+
+// reactionCase times spec.replicas changes at rate per second from the merge patch to
+// the watch event of the Deployment with that value.
+func reactionCase(rate int) benchCase {
+	return benchCase{fmt.Sprintf("reaction %d/s", rate), func(ctx context.Context, s *session) error { return reaction(ctx, s, rate) }}
+}
+
+func reaction(ctx context.Context, s *session, rate int) error {
+	cfg := s.cfg
+	r := reactionResult{Foos: len(s.foos), Rate: rate, Sent: int(float64(rate) * cfg.reactionDuration.Seconds()),
+		Seconds: cfg.reactionDuration.Seconds(), DeadlineSeconds: cfg.reactionDeadline.Seconds()}
+	tracker := newLatencyTracker()
+	s.watch.observe(func(obj any, at time.Time) {
+		if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Replicas != nil {
+			tracker.observe(d.Name, *d.Spec.Replicas, at)
+		}
+	})
+	defer s.watch.observe(nil)
+	progressf("%s: changing %d Foos at %d/s for %v", s.name, len(s.foos), rate, cfg.reactionDuration)
+	if err := s.sendChanges(ctx, tracker, rate, r.Sent); err != nil {
+		return err
 	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano()), nil
+	err := s.waitUntil(ctx, cfg.reactionDeadline, func() bool { return tracker.remaining() == 0 }, func() string {
+		return fmt.Sprintf("%d changes not delivered yet", tracker.remaining())
+	})
+	if err != nil {
+		return err
+	}
+	tracker.record(&r)
+	s.result.Reactions = append(s.result.Reactions, r)
+	progressf("%s: delivered %d of %d changes (sent at %.0f/s); p50 %.0f ms, p99 %.0f ms, max %.0f ms; from the response p50 %.0f ms",
+		s.name, r.Delivered, r.Sent-r.Failed, r.AchievedRate, r.P50Ms, r.P99Ms, r.MaxMs, r.AcceptedP50Ms)
+	return nil
+}
+
+// sendChanges sends change k to Foo k mod N at start + k/rate, by a goroutine per Foo,
+// so that its changes go out in order, with at most --reaction-inflight in flight.
+func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate, total int) error {
+	if s.replicas == nil {
+		s.replicas = slices.Repeat([]int32{initialReplicas}, len(s.foos))
+	}
+	queues := make([]chan struct{}, len(s.foos))
+	inflight := make(chan struct{}, s.cfg.reactionInflight)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan struct{}, 64)
+		wg.Go(func() {
+			name := fooName(i)
+			for range queues[i] {
+				inflight <- struct{}{}
+				s.replicas[i]++
+				c := tracker.sent(name, s.replicas[i], time.Now())
+				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.replicas[i])
+				patched, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				<-inflight
+				if tracker.answered(c, time.Now(), err) == 1 && err != nil && ctx.Err() == nil {
+					progressf("%s: patching Foo %s: %v", s.name, name, err)
+				}
+				if err == nil && s.limit != nil && !s.limit.watching {
+					s.limit.follow(i, patched)
+				}
+			}
+		})
+	}
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for k := 0; k < total && ctx.Err() == nil; k++ {
+		if wait := time.Until(start.Add(time.Duration(k) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		queues[k%len(queues)] <- struct{}{}
+	}
+	for _, q := range queues {
+		close(q)
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// change is one spec.replicas change of one Foo.
+type change struct {
+	value                     int32
+	sent, accepted, delivered time.Time
+	exact, failed             bool
+}
+
+// latencyTracker matches spec changes to the Deployment watch events that carry them.
+// Each Foo's replicas only grow, so a Deployment showing value v delivers every
+// pending change up to v: a change the controller skipped for a newer one counts as
+// delivered with it, but not as exact.
+type latencyTracker struct {
+	mu       sync.Mutex
+	pending  map[string][]*change // by Deployment name, in increasing value
+	all      []*change
+	failures int
+}
+
+func newLatencyTracker() *latencyTracker {
+	return &latencyTracker{pending: map[string][]*change{}}
+}
+
+// sent records a change before its request goes out, for a watch event before the response.
+func (t *latencyTracker) sent(deployment string, value int32, at time.Time) *change {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := &change{value: value, sent: at}
+	t.pending[deployment] = append(t.pending[deployment], c)
+	t.all = append(t.all, c)
+	return c
+}
+
+// answered records the patch's response, or its failure; it returns the failures so far.
+func (t *latencyTracker) answered(c *change, at time.Time, err error) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		c.failed, t.failures = true, t.failures+1
+	} else {
+		c.accepted = at
+	}
+	return t.failures
+}
+
+func (t *latencyTracker) observe(deployment string, replicas int32, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pending[deployment]
+	for ; len(p) > 0 && p[0].value <= replicas; p = p[1:] {
+		p[0].delivered, p[0].exact = at, p[0].value == replicas
+	}
+	t.pending[deployment] = p
+}
+
+func (t *latencyTracker) remaining() (n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.all {
+		if c.delivered.IsZero() && !c.failed {
+			n++
+		}
+	}
+	return n
+}
+
+// record sets r's figures, given r.Sent; a latency from the response is zero when the
+// event came first.
+func (t *latencyTracker) record(r *reactionResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r.Failed = t.failures
+	var fromSent, fromAccepted, sent []float64
+	for _, c := range t.all {
+		sent = append(sent, c.sent.Sub(t.all[0].sent).Seconds())
+		if c.delivered.IsZero() || c.failed {
+			continue
+		}
+		fromSent = append(fromSent, float64(c.delivered.Sub(c.sent))/1e6)
+		if !c.accepted.IsZero() {
+			fromAccepted = append(fromAccepted, float64(max(0, c.delivered.Sub(c.accepted)))/1e6)
+		}
+		if c.exact {
+			r.Exact++
+		}
+	}
+	if len(sent) > 1 && slices.Max(sent) > slices.Min(sent) {
+		r.AchievedRate = float64(r.Sent-1) / (slices.Max(sent) - slices.Min(sent))
+	}
+	r.Delivered = len(fromSent)
+	r.P50Ms, r.P99Ms, r.MaxMs = percentile(fromSent, 50), percentile(fromSent, 99), percentile(fromSent, 100)
+	r.AcceptedP50Ms, r.AcceptedP99Ms, r.AcceptedMaxMs = percentile(fromAccepted, 50), percentile(fromAccepted, 99), percentile(fromAccepted, 100)
+}
+
+// percentile is the p-th percentile (0 < p <= 100) of values, nearest-rank; 0 for none.
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	return sorted[max(1, min(int(math.Ceil(p/100*float64(len(sorted)))), len(sorted)))-1]
 }

@@ -52,11 +52,11 @@ func TestRequestCounts(t *testing.T) {
 	if got := diff.total(); got != 306 {
 		t.Errorf("total = %v, want 306", got)
 	}
-	if got, want := diff.mutating(), (requestCounts{"POST deployments": 100, "PUT foos/status": 100, "POST events": 100, "PATCH events": 2}); !maps.Equal(got, want) {
-		t.Errorf("mutating = %v, want %v", got, want)
+	if got, want := diff.writes(""), (requestCounts{"POST deployments": 100, "PUT foos/status": 100, "POST events": 100, "PATCH events": 2}); !maps.Equal(got, want) {
+		t.Errorf("writes = %v, want %v", got, want)
 	}
-	if got := diff.eventWrites().total(); got != 102 {
-		t.Errorf("eventWrites total = %v, want 102", got)
+	if got := diff.writes("events").total(); got != 102 {
+		t.Errorf("event writes total = %v, want 102", got)
 	}
 	if got, want := diff.perFoo(100), map[string]float64{"POST deployments": 1, "PUT foos/status": 1, "POST events": 1, "PATCH events": 0.02, "GET foos": 0.04}; !maps.Equal(got, want) {
 		t.Errorf("perFoo = %v, want %v", got, want)

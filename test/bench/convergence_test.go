@@ -71,11 +71,11 @@ func TestStatusRule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ruleReady.satisfied(tt.foo); got != tt.ready {
-				t.Errorf("ruleReady = %v, want %v", got, tt.ready)
+			if got := statusDone(tt.foo, false); got != tt.ready {
+				t.Errorf("statusDone = %v, want %v", got, tt.ready)
 			}
-			if got := ruleWritten.satisfied(tt.foo); got != tt.wrtn {
-				t.Errorf("ruleWritten = %v, want %v", got, tt.wrtn)
+			if got := statusDone(tt.foo, true); got != tt.wrtn {
+				t.Errorf("statusDone with anyStatus = %v, want %v", got, tt.wrtn)
 			}
 		})
 	}
@@ -110,23 +110,23 @@ func TestConvergence(t *testing.T) {
 	a, b := newFoo("a", 1), newFoo("b", 2)
 	start := time.Unix(100, 0)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	c := newConvergence([]*samplev1alpha1.Foo{a, b}, ruleReady, start)
+	c := newConvergence([]*samplev1alpha1.Foo{a, b}, false, false, start)
 
-	c.observeDeployment(newDeploymentOf(a, 1), at(100))
-	c.observeDeployment(newDeploymentOf(b, 1), at(200)) // wrong replicas: arrived, not done
-	c.observeDeployment(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}, at(250))
-	c.observeFoo(withReadyStatus(a, 1), at(300))
-	c.observeFoo(withReadyStatus(b, 1), at(400))
+	c.observe(newDeploymentOf(a, 1), at(100))
+	c.observe(newDeploymentOf(b, 1), at(200)) // wrong replicas: arrived, not done
+	c.observe(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}, at(250))
+	c.observe(withReadyStatus(a, 1), at(300))
+	c.observe(withReadyStatus(b, 1), at(400))
 	if got, want := c.progress(), "1 of 2 Deployments, 2 of 2 statuses"; got != want || c.isDone() {
 		t.Fatalf("progress = %q, done %v; want %q, not done", got, c.isDone(), want)
 	}
-	c.observeFoo(withReadyStatus(a, 0), at(450)) // a status can fall behind again
+	c.observe(withReadyStatus(a, 0), at(450)) // a status can fall behind again
 	if got, want := c.progress(), "1 of 2 Deployments, 1 of 2 statuses"; got != want {
 		t.Fatalf("progress = %q after a status fell behind, want %q", got, want)
 	}
-	c.observeFoo(withReadyStatus(a, 1), at(460))
-	c.observeDeployment(newDeploymentOf(b, 2), at(500))
-	c.observeDeployment(newDeploymentOf(b, 2), at(900)) // later events change nothing
+	c.observe(withReadyStatus(a, 1), at(460))
+	c.observe(newDeploymentOf(b, 2), at(500))
+	c.observe(newDeploymentOf(b, 2), at(900)) // later events change nothing
 	if !c.isDone() {
 		t.Fatal("not done with every Deployment and status in place")
 	}
@@ -141,9 +141,9 @@ func TestConvergence(t *testing.T) {
 
 func TestConvergenceTimedOut(t *testing.T) {
 	a := newFoo("a", 1)
-	c := newConvergence([]*samplev1alpha1.Foo{a, newFoo("b", 1)}, ruleReady, time.Unix(100, 0))
-	c.observeDeployment(newDeploymentOf(a, 1), time.Unix(101, 0))
-	c.observeFoo(withReadyStatus(a, 1), time.Unix(102, 0))
+	c := newConvergence([]*samplev1alpha1.Foo{a, newFoo("b", 1)}, false, false, time.Unix(100, 0))
+	c.observe(newDeploymentOf(a, 1), time.Unix(101, 0))
+	c.observe(withReadyStatus(a, 1), time.Unix(102, 0))
 	r := c.result(time.Minute)
 	if r.Converged || r.Seconds != 60 || r.timedOutText() != "timed out: 1 of 2 after 60 s" {
 		t.Errorf("result = %+v, %q", r, r.timedOutText())
@@ -153,22 +153,21 @@ func TestConvergenceTimedOut(t *testing.T) {
 func TestConvergenceCountsEvents(t *testing.T) {
 	a := newFoo("a", 1)
 	start := time.Unix(100, 0)
-	c := newConvergence([]*samplev1alpha1.Foo{a}, ruleReady, start)
-	c.countEvents()
-	c.observeDeployment(newDeploymentOf(a, 1), start.Add(100*time.Millisecond))
-	c.observeFoo(withReadyStatus(a, 1), start.Add(200*time.Millisecond))
+	c := newConvergence([]*samplev1alpha1.Foo{a}, false, true, start)
+	c.observe(newDeploymentOf(a, 1), start.Add(100*time.Millisecond))
+	c.observe(withReadyStatus(a, 1), start.Add(200*time.Millisecond))
 	if c.isDone() {
 		t.Fatal("done before the Foo's Event")
 	}
 	event := func(reason string) *eventsv1.Event {
 		return &eventsv1.Event{Reason: reason, Regarding: corev1.ObjectReference{UID: a.UID}}
 	}
-	c.observeEvent(event("DeploymentUpdated"), start.Add(300*time.Millisecond))
+	c.observe(event("DeploymentUpdated"), start.Add(300*time.Millisecond))
 	if got, want := c.progress(), "1 of 1 Deployments, 1 of 1 statuses, 0 of 1 Events"; got != want {
 		t.Fatalf("progress = %q, want %q", got, want)
 	}
-	c.observeEvent(event(reconcile.EventDeploymentCreated), start.Add(400*time.Millisecond))
-	c.observeEvent(event(reconcile.EventDeploymentCreated), start.Add(900*time.Millisecond)) // a second one counts once
+	c.observe(event(reconcile.EventDeploymentCreated), start.Add(400*time.Millisecond))
+	c.observe(event(reconcile.EventDeploymentCreated), start.Add(900*time.Millisecond)) // a second one counts once
 	if r := c.result(time.Minute); !r.Converged || r.Seconds != 0.4 || c.nEvent != 1 {
 		t.Errorf("result = %+v, %d Events; want converged at the first Event, 0.4 s, and one Event", r, c.nEvent)
 	}

@@ -3,13 +3,20 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"math"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,35 +30,16 @@ import (
 
 // config is the command line.
 type config struct {
-	cases                              map[string]bool
-	foos, rates                        []int
-	pairs, steadyFoos, unrelated       int
-	workers                            int
-	steadyWindow, settle               time.Duration
-	coldStartTimeout                   time.Duration
-	reactionDuration, reactionDeadline time.Duration
-	reactionInflight                   int
-	ourBinary, controllerBinary        string
-	controllerOurs                     bool
-	controllerName, controllerArgs     string
-	peers                              []string // names in peerNames, in the order given
-	shardReplicas, shardSlots          int
-	outDir                             string
-	docs                               string   // the page the table is written into; "" for none
-	args                               []string // the flags given, but --docs: for the page and results.json
+	cases, peers                                                                       []string
+	foos, rates                                                                        []int
+	pairs, steadyFoos, unrelated, workers, reactionInflight, shardReplicas, shardSlots int
+	steadyWindow, settle, coldStartTimeout, reactionDuration, reactionDeadline         time.Duration
+	controllerArgs, compare, outDir, docs                                              string   // outDir: <repo>/_output/bench
+	args                                                                               []string // the flags given but --docs, for the page and results.json
 }
 
-// The case groups --cases can pick; every session begins with a cold start.
-const (
-	caseLimit    = "limit"    // the two limits, in the pairs beside the controllers
-	caseSteady   = "steady"   // writes per minute once converged
-	caseMemory   = "memory"   // RSS before and after unrelated Deployments
-	caseReaction = "reaction" // spec change to Deployment latency
-	caseRestart  = "restart"  // writes and readiness after a restart with the Foos converged
-	caseRelist   = "relist"   // writes, CPU and peak RSS after kube-apiserver restarts under the controller
-)
-
-var allCases = []string{caseLimit, caseSteady, caseMemory, caseReaction, caseRestart, caseRelist}
+// allCases are what --cases picks from, run after every session's cold start.
+var allCases = []string{"limit", "steady", "memory", "reaction", "restart", "relist"}
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -68,17 +56,11 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after convergence before counting requests or reading memory")
 	fs.IntVar(&cfg.workers, "workers", 32, "requests the limits have in flight (the controller's default --workers), and the bench when it creates objects")
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start after this long and report how far it got")
-	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated ("+strings.Join(peerNames, ", ")+"; empty for none): "+
-		"built by hack/build-peers.sh into <repo>/_output/bin and run at their defaults, with the bench's resync where they take one")
-	fs.StringVar(&cfg.ourBinary, "our-binary", "", "use this build of our controller instead of building it from the repository root")
-	fs.StringVar(&cfg.controllerBinary, "controller-binary", "", "also run every case against this controller, e.g. another build of ours")
-	fs.StringVar(&cfg.controllerName, "controller-name", "", "column name of --controller-binary (default: its file name)")
-	fs.BoolVar(&cfg.controllerOurs, "controller-ours", false, "--controller-binary is another build of ours: it runs as ours (metrics and probes served, its Events awaited, the bench's resync and --controller-args appended), for alternating runs of two builds")
-	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments; {kubeconfig} is replaced by the admin kubeconfig path. "+
-		"With --controller-binary they are that controller's whole command line (default: -kubeconfig={kubeconfig}); without it they are appended to ours")
+	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated (empty for none), built by hack/build-peers.sh")
+	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments appended to ours")
+	fs.StringVar(&cfg.compare, "compare", "", "another build of ours, a binary, run as ours beside it in the same rounds: a change against the build before it")
 	fs.IntVar(&cfg.shardReplicas, "shard-replicas", 1, "run ours as this many replicas in sharded mode (--shard-slots), with the Lease timings of artifacts/deploy/components/sharded; 1 runs one replica, unsharded")
 	fs.IntVar(&cfg.shardSlots, "shard-slots", 16, "with --shard-replicas above 1: the number of slots, as the sharded component sets it")
-	fs.StringVar(&cfg.outDir, "out", "", "directory for results.json and the logs (default: <repo>/_output/bench)")
 	fs.StringVar(&cfg.docs, "docs", "", "also write the table into this markdown page, between its lines <!-- bench --> and <!-- end of bench --> (make bench: docs/performance.md)")
 	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run after the cold starts, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
@@ -88,47 +70,18 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 
-	var err error
-	if cfg.foos, err = parseInts("--foos", *foos); err != nil {
+	var errFoos, errRates, errPeers, err error
+	cfg.foos, errFoos = parseList("--foos", *foos, positive)
+	cfg.rates, errRates = parseList("--rates", *rates, positive)
+	cfg.peers, errPeers = parseList("--peers", *peers, oneOf(peerNames))
+	cfg.cases, err = parseList("--cases", *cases, oneOf(allCases))
+	if err := errors.Join(errFoos, errRates, errPeers, err); err != nil {
 		return cfg, err
-	}
-	if cfg.rates, err = parseInts("--rates", *rates); err != nil {
-		return cfg, err
-	}
-	for _, p := range strings.Split(*peers, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		if !slices.Contains(peerNames, p) {
-			return cfg, fmt.Errorf("--peers: unknown peer %q; known: %s", p, strings.Join(peerNames, ", "))
-		}
-		if !slices.Contains(cfg.peers, p) {
-			cfg.peers = append(cfg.peers, p)
-		}
-	}
-	cfg.cases = map[string]bool{}
-	for _, c := range strings.Split(*cases, ",") {
-		if c = strings.TrimSpace(c); c == "" {
-			continue
-		}
-		if !slices.Contains(allCases, c) {
-			return cfg, fmt.Errorf("--cases: unknown case %q; known: %s", c, strings.Join(allCases, ", "))
-		}
-		cfg.cases[c] = true
 	}
 	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--unrelated-deployments": cfg.unrelated} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
-	}
-	if cfg.controllerOurs && cfg.controllerBinary == "" {
-		return cfg, errors.New("--controller-ours needs --controller-binary")
-	}
-	if cfg.controllerName == "" && cfg.controllerBinary != "" {
-		cfg.controllerName = filepath.Base(cfg.controllerBinary)
-	}
-	if taken := append([]string{ourName, limit{}.column(), limit{Watching: true}.column()}, peerNames...); cfg.controllerBinary != "" && slices.Contains(taken, cfg.controllerName) {
-		return cfg, fmt.Errorf("--controller-name %q is another side's column", cfg.controllerName)
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name != "docs" {
@@ -138,42 +91,65 @@ func parseFlags(args []string) (config, error) {
 	return cfg, nil
 }
 
-// parseInts parses a comma-separated list of positive integers.
-func parseInts(flagName, s string) ([]int, error) {
-	var out []int
+func parseList[T comparable](flagName, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%s: %q is not a positive integer", flagName, f)
+		v, err := parse(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
 		}
-		out = append(out, n)
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
 	}
 	return out, nil
 }
 
-// sessionPlan is one session: a side on a fresh cluster with foos Foos, and its cases.
-type sessionPlan struct {
-	driver driver
-	foos   int
-	pair   int
-	cases  []benchCase
+func positive(s string) (int, error) {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%q is not a positive integer", s)
 }
 
-// plan is the table of sessions: for every size, --pairs rounds of every side (the
-// controllers, the watching limit, the limit), the order rotating from round to round
-// so that a drift of the machine falls on every side alike. At --steady-foos the
-// reactions follow every side's cold start, then the controllers' steady state and
-// memory.
-func plan(cfg config, controllers []driver) []sessionPlan {
-	sides := slices.Clone(controllers)
-	if cfg.cases[caseLimit] {
-		sides = append(sides, limit{Watching: true}, limit{})
+func oneOf(known []string) func(string) (string, error) {
+	return func(s string) (string, error) {
+		if !slices.Contains(known, s) {
+			return "", fmt.Errorf("unknown %q; known: %s", s, strings.Join(known, ", "))
+		}
+		return s, nil
 	}
-	sizes := slices.Clone(cfg.foos)
-	if cfg.cases[caseSteady] || cfg.cases[caseMemory] || cfg.cases[caseReaction] || cfg.cases[caseRestart] || cfg.cases[caseRelist] {
+}
+
+type sessionPlan struct {
+	side       side
+	foos, pair int
+	cases      []benchCase
+}
+
+// plan is the sessions: for every size, --pairs rounds of every side, the order rotating
+// so that a drift of the machine falls on every side alike; at --steady-foos the later
+// cases follow the cold start.
+func plan(cfg config, controllers []side) []sessionPlan {
+	var reactions, later []benchCase
+	if slices.Contains(cfg.cases, "reaction") {
+		for _, rate := range cfg.rates {
+			reactions = append(reactions, reactionCase(rate))
+		}
+	}
+	for _, c := range laterCases {
+		if slices.Contains(cfg.cases, c.name) {
+			later = append(later, c)
+		}
+	}
+	sides, sizes := slices.Clone(controllers), slices.Clone(cfg.foos)
+	if slices.Contains(cfg.cases, "limit") {
+		sides = append(sides, limits...)
+	}
+	if len(reactions)+len(later) > 0 {
 		sizes = append(sizes, cfg.steadyFoos)
 	}
 	slices.Sort(sizes)
@@ -183,43 +159,19 @@ func plan(cfg config, controllers []driver) []sessionPlan {
 		for pair := 1; pair <= cfg.pairs; pair++ {
 			first := (pair - 1) % len(sides)
 			for _, d := range slices.Concat(sides[first:], sides[:first]) {
-				if c, ok := d.(controller); ok && c.MaxFoos > 0 && n > c.MaxFoos {
+				if d.MaxFoos > 0 && n > d.MaxFoos {
 					continue
 				}
-				cases := []benchCase{coldStartCase{}}
+				cases := []benchCase{{"cold start", coldStart}}
 				if n == cfg.steadyFoos {
-					cases = append(cases, laterCases(cfg, d)...)
+					cases = append(cases, reactions...)
+					if !d.Limit {
+						cases = append(cases, later...)
+					}
 				}
-				out = append(out, sessionPlan{driver: d, foos: n, pair: pair, cases: cases})
+				out = append(out, sessionPlan{side: d, foos: n, pair: pair, cases: cases})
 			}
 		}
-	}
-	return out
-}
-
-// laterCases are the cases after the cold start at --steady-foos; a limit has no
-// steady state and no process of its own.
-func laterCases(cfg config, d driver) []benchCase {
-	var out []benchCase
-	if cfg.cases[caseReaction] {
-		for _, rate := range cfg.rates {
-			out = append(out, reactionCase{rate: rate})
-		}
-	}
-	if _, isLimit := d.(limit); isLimit {
-		return out
-	}
-	if cfg.cases[caseSteady] {
-		out = append(out, steadyCase{})
-	}
-	if cfg.cases[caseMemory] {
-		out = append(out, memoryCase{})
-	}
-	if cfg.cases[caseRestart] {
-		out = append(out, restartCase{})
-	}
-	if cfg.cases[caseRelist] {
-		out = append(out, relistCase{})
 	}
 	return out
 }
@@ -233,15 +185,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)
 	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
 		stop() // a second Ctrl-C ends the bench at once, and its processes with it
 	}()
-	ctx = klog.NewContext(ctx, klog.Background())
-
-	if err := run(ctx, cfg); err != nil {
+	if err := run(klog.NewContext(ctx, klog.Background()), cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
@@ -252,15 +201,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	if cfg.outDir == "" {
-		cfg.outDir = filepath.Join(root, "_output", "bench")
-	}
-	// The controller is built, and run, from other directories.
-	for _, path := range []*string{&cfg.outDir, &cfg.controllerBinary, &cfg.ourBinary, &cfg.docs} {
-		if *path != "" {
-			*path, _ = filepath.Abs(*path) // fails only without a working directory, which RepoRoot had
-		}
-	}
+	cfg.outDir = filepath.Join(root, "_output", "bench")
 	if err := os.MkdirAll(cfg.outDir, 0o755); err != nil {
 		return err
 	}
@@ -271,20 +212,28 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 
-	// Read before the build: the tree may change while the bench runs.
-	builtFrom := commit(ctx, root)
-	ours, err := ourController(ctx, cfg, root)
-	if err != nil {
+	builtFrom := commit(ctx, root) // before the build: the tree may change while the bench runs
+	ours := ourController(cfg, filepath.Join(cfg.outDir, "sample-controller"))
+	progressf("building the controller into %s", ours.Binary)
+	if err := localcluster.BuildController(ctx, root, ours.Binary); err != nil {
 		return err
 	}
-	controllers := []driver{ours}
-	peers, err := buildPeers(ctx, root, cfg.peers)
-	if err != nil {
-		return err
+	controllers := []side{ours}
+	if cfg.compare != "" {
+		other := ourController(cfg, cfg.compare)
+		other.Name += " " + filepath.Base(cfg.compare)
+		controllers = append(controllers, other)
 	}
-	controllers = append(controllers, peers...)
-	if cfg.controllerBinary != "" {
-		controllers = append(controllers, foreignController(cfg))
+	if len(cfg.peers) > 0 {
+		progressf("building the peers %s", strings.Join(cfg.peers, ", "))
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-peers.sh"), cfg.peers...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("hack/build-peers.sh: %w\n%s", err, out)
+		}
+	}
+	for _, name := range cfg.peers {
+		controllers = append(controllers, peer(name, filepath.Join(root, "_output", "bin")))
 	}
 
 	res := &results{Started: time.Now(), Args: cfg.args}
@@ -293,20 +242,349 @@ func run(ctx context.Context, cfg config) error {
 		r, err := runSession(ctx, cfg, root, p)
 		res.Runs = append(res.Runs, r)
 		if err != nil {
-			runErr = fmt.Errorf("%s, %d Foos, pair %d: %w", p.driver.column(), p.foos, p.pair, err)
+			runErr = fmt.Errorf("%s, %d Foos, pair %d: %w", p.side.Name, p.foos, p.pair, err)
 			break
 		}
 	}
 
 	// What was measured is printed also after an error; only a whole run goes to the page.
 	res.Finished = time.Now()
-	if err := writeResults(cfg.outDir, res); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
+	data, err := json.MarshalIndent(res, "", "  ")
+	runErr = errors.Join(runErr, err, os.WriteFile(filepath.Join(cfg.outDir, "results.json"), append(data, '\n'), 0o644))
 	table := buildTable(res).markdown()
 	fmt.Print(table)
 	if cfg.docs != "" && runErr == nil {
 		runErr = writeDocs(cfg.docs, strings.Join(cfg.args, " "), table, res.Finished, builtFrom)
 	}
 	return runErr
+}
+
+// results is everything measured, as written to results.json.
+type results struct {
+	Started, Finished time.Time
+	Args              []string
+	Runs              []runResult
+}
+
+type runResult struct {
+	Column      string
+	Limit, Peer bool
+	Side        side
+	Foos, Pair  int
+	ColdStart   *coldStartResult `json:",omitempty"`
+	Steady      *steadyResult    `json:",omitempty"`
+	Memory      *memoryResult    `json:",omitempty"`
+	Restart     *restartResult   `json:",omitempty"`
+	Relist      *relistResult    `json:",omitempty"`
+	Reactions   []reactionResult `json:",omitempty"`
+}
+
+const sectionColdStart, sectionSteady, sectionMemory, sectionRestart, sectionRelist, sectionReaction = 0, 1, 2, 3, 4, 5
+
+// rowKey names a row and places it: by section, size or rate, place, then name.
+type rowKey struct {
+	section, n, sub int
+	name            string
+}
+
+func row(section, n, sub int, format string, args ...any) rowKey {
+	return rowKey{section, n, sub, fmt.Sprintf(format, args...)}
+}
+
+// table is the report: one row per figure, one column per side. A ratio row is each
+// side's figure in another row ÷ a limit's or a peer's, pair by pair.
+type table struct {
+	columns []string // in the order of the runs
+	limits  map[string]bool
+	cells   map[rowKey]map[string]*cell
+	ratios  map[rowKey]ratioOf
+}
+
+type ratioOf struct {
+	row rowKey
+	to  string
+}
+
+// cell is one side's figures in one row by pair, or why a pair has none.
+type cell struct {
+	pairs map[int]float64
+	texts map[int]string
+}
+
+const timedOut = "n/a (timed out)"
+
+func buildTable(res *results) *table {
+	t := &table{limits: map[string]bool{}, cells: map[rowKey]map[string]*cell{}, ratios: map[rowKey]ratioOf{}}
+	// Every request key of a size, and the bench's CPU on ours' side: its watching.
+	keys, watching := map[int][]string{}, map[[2]int]float64{}
+	for _, r := range res.Runs {
+		if cs := r.ColdStart; cs != nil {
+			keys[cs.Foos] = slices.AppendSeq(keys[cs.Foos], maps.Keys(cs.PerFoo))
+			if r.Column == ourName && cs.Converged && cs.BenchCPUSeconds > 0 {
+				watching[[2]int{cs.Foos, r.Pair}] = cs.BenchCPUSeconds
+			}
+		}
+	}
+	for _, r := range res.Runs {
+		if !slices.Contains(t.columns, r.Column) {
+			t.columns = append(t.columns, r.Column)
+			t.limits[r.Column] = r.Limit
+		}
+		// set records the pair's figure in row k, or if not ok, why there is none.
+		set := func(k rowKey, v float64, ok bool, otherwise string) {
+			if t.cells[k] == nil {
+				t.cells[k] = map[string]*cell{}
+			}
+			c := cmp.Or(t.cells[k][r.Column], &cell{pairs: map[int]float64{}, texts: map[int]string{}})
+			t.cells[k][r.Column] = c
+			if ok {
+				c.pairs[r.Pair] = v
+			} else {
+				c.texts[r.Pair] = otherwise
+			}
+		}
+		put := func(k rowKey, v float64) { set(k, v, true, "") }
+		ratio := func(k, of rowKey, to bool) {
+			if to {
+				t.ratios[k] = ratioOf{of, r.Column}
+			}
+		}
+		if cs := r.ColdStart; cs != nil {
+			n, ok := cs.Foos, cs.Converged
+			at := func(sub int, format string, args ...any) rowKey {
+				return row(sectionColdStart, n, sub, format, append([]any{n}, args...)...)
+			}
+			seconds := at(0, "cold start, %d Foos (s)")
+			set(seconds, cs.Seconds, ok, cs.timedOutText())
+			ratio(at(1, "cold start, %d Foos ÷ %s (×)", r.Column), seconds, r.Limit && ok && cs.Seconds > 0)
+			lastDeployment, lastStatus := at(2, "cold start, %d Foos: the last Deployment (s)"), at(3, "cold start, %d Foos: the last status (s)")
+			set(lastDeployment, cs.DeploymentsSeconds, ok, timedOut)
+			set(lastStatus, cs.StatusesSeconds, ok, timedOut)
+			ratio(at(2, "cold start, %d Foos: the last Deployment ÷ %s (×)", r.Column), lastDeployment, r.Peer && ok)
+			ratio(at(3, "cold start, %d Foos: the last status ÷ %s (×)", r.Column), lastStatus, r.Peer && ok)
+			set(at(4, "requests per Foo, %d Foos: total"), cs.PerFooTotal, ok, timedOut)
+			for _, k := range keys[n] {
+				set(at(5, "requests per Foo, %d Foos: %s", k), cs.PerFoo[k], ok, timedOut)
+			}
+			set(at(6, "events written per Foo, %d Foos"), cs.EventWritesPerFoo, ok, timedOut)
+			own := cs.ControllerCPUSeconds // or the limit's: the bench's beyond its watching
+			if w, found := watching[[2]int{n, r.Pair}]; found && r.Limit && cs.BenchCPUSeconds > 0 {
+				own = cs.BenchCPUSeconds - w
+			}
+			if own != 0 {
+				ownCPU := at(7, "CPU per Foo, %d Foos: the controller, or the limit's writes and informers (ms)")
+				set(ownCPU, 1000*own/float64(n), ok, timedOut)
+				ratio(at(8, "CPU per Foo, %d Foos: the controller ÷ %s (×)", r.Column), ownCPU, r.Limit && ok)
+				// Every process's CPU moves with the pace of the round, kube-apiserver's too.
+				set(at(9, "CPU per Foo, %d Foos: the controller, or the limit's own, ÷ kube-apiserver's (×)"), own/cs.APIServerCPUSeconds, ok && cs.APIServerCPUSeconds > 0, "n/a")
+			}
+			if cs.BenchCPUSeconds > 0 {
+				set(at(10, "CPU per Foo, %d Foos: the bench, which watches every side and runs the limits (ms)"), 1000*cs.BenchCPUSeconds/float64(n), ok, timedOut)
+			}
+			if cs.APIServerCPUSeconds > 0 {
+				apiserverCPU := at(11, "CPU per Foo, %d Foos: kube-apiserver (ms)")
+				set(apiserverCPU, 1000*cs.APIServerCPUSeconds/float64(n), ok, timedOut)
+				ratio(at(12, "CPU per Foo, %d Foos: kube-apiserver ÷ %s (×)", r.Column), apiserverCPU, r.Limit && ok)
+			}
+		}
+		if st := r.Steady; st != nil {
+			put(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", st.Foos), st.PerMinute)
+		}
+		if m := r.Memory; m != nil {
+			put(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore))
+			if len(m.RSSReplicas) > 1 {
+				put(row(sectionMemory, 0, 0, "RSS, %d Foos: the largest replica (MiB)", m.Foos), mib(slices.Max(m.RSSReplicas)))
+			}
+			if m.RSSFileBefore > 0 {
+				put(row(sectionMemory, 0, 0, "RSS, %d Foos: of it mapped from files, the binary mostly (MiB)", m.Foos), mib(m.RSSFileBefore))
+			}
+			put(row(sectionMemory, 0, 1, "RSS, %d Foos + %d unrelated Deployments (MiB)", m.Foos, m.Unrelated), mib(m.RSSAfter))
+			put(row(sectionMemory, 0, 2, "RSS per 10000 unrelated Deployments (MiB)"), mib(m.RSSPer10k))
+			if m.APIServerRSS > 0 && m.EtcdRSS > 0 {
+				put(row(sectionMemory, 0, 3, "RSS of kube-apiserver, %d Foos (MiB)", m.Foos), mib(m.APIServerRSS))
+				put(row(sectionMemory, 0, 4, "RSS of etcd, %d Foos (MiB)", m.Foos), mib(m.EtcdRSS))
+			}
+		}
+		if rs := r.Restart; rs != nil {
+			put(row(sectionRestart, 0, 0, "restart, %d Foos converged: writes in the steady-state window after it", rs.Foos), rs.WritesTotal)
+			set(row(sectionRestart, 0, 1, "restart, %d Foos converged: /readyz (s)", rs.Foos), rs.ReadySeconds, rs.ReadySeconds > 0, "no /readyz")
+			put(row(sectionRestart, 0, 2, "restart, %d Foos converged: the same informers filled (s)", rs.Foos), rs.CacheSyncSeconds)
+			set(row(sectionRestart, 0, 3, "restart, %d Foos converged: /readyz ÷ informers filled (×)", rs.Foos), rs.ReadySeconds/rs.CacheSyncSeconds, rs.ReadySeconds > 0 && rs.CacheSyncSeconds > 0, "")
+		}
+		if rl := r.Relist; rl != nil {
+			put(row(sectionRelist, 0, 0, "kube-apiserver restarted, %d Foos converged: writes in the steady-state window after it", rl.Foos), rl.WritesTotal)
+			put(row(sectionRelist, 0, 1, "kube-apiserver restarted, %d Foos converged: kube-apiserver ready (s)", rl.Foos), rl.APIServerReadySeconds)
+			put(row(sectionRelist, 0, 2, "kube-apiserver restarted, %d Foos converged: the controller's CPU in the window (s)", rl.Foos), rl.CPUSeconds)
+			set(row(sectionRelist, 0, 3, "kube-apiserver restarted, %d Foos converged: the controller's peak RSS ÷ its RSS before (×)", rl.Foos), float64(rl.RSSPeak)/float64(rl.RSSBefore), rl.RSSBefore > 0, "")
+		}
+		for _, rr := range r.Reactions {
+			at := func(sub int, format string, args ...any) rowKey {
+				return row(sectionReaction, rr.Rate, sub, "reaction, %d changes/s: %s", rr.Rate, fmt.Sprintf(format, args...))
+			}
+			delivered, sent := rr.Delivered > 0, rr.Sent-rr.Failed
+			put(at(0, "sent per second"), rr.AchievedRate)
+			set(at(1, "delivered within %.0f s (%%)", rr.DeadlineSeconds), 100*float64(rr.Delivered)/float64(max(sent, 1)), sent > 0, "none sent")
+			p99 := at(3, "p99 (ms)")
+			for k, v := range map[rowKey]float64{at(2, "p50 (ms)"): rr.P50Ms, p99: rr.P99Ms, at(4, "max (ms)"): rr.MaxMs,
+				at(6, "p50 from the patch's response (ms)"): rr.AcceptedP50Ms, at(7, "p99 from the patch's response (ms)"): rr.AcceptedP99Ms} {
+				set(k, v, delivered, "none delivered")
+			}
+			ratio(at(5, "p99 ÷ %s (×)", r.Column), p99, r.Limit && delivered && rr.P99Ms > 0)
+		}
+	}
+	return t
+}
+
+// markdown renders the table: the controllers' columns, then the limits'.
+func (t *table) markdown() string {
+	isLimit := func(c string) bool { return t.limits[c] }
+	notLimit := func(c string) bool { return !t.limits[c] }
+	columns := slices.Concat(slices.DeleteFunc(slices.Clone(t.columns), isLimit), slices.DeleteFunc(slices.Clone(t.columns), notLimit))
+	var b strings.Builder
+	writeLine := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	writeLine(append([]string{"case"}, columns...))
+	writeLine(append([]string{"---"}, slices.Repeat([]string{"--:"}, len(columns))...))
+
+	rows := slices.AppendSeq(slices.Collect(maps.Keys(t.cells)), maps.Keys(t.ratios))
+	slices.SortFunc(rows, func(a, b rowKey) int {
+		return cmp.Or(cmp.Compare(a.section, b.section), cmp.Compare(a.n, b.n), cmp.Compare(a.sub, b.sub), strings.Compare(a.name, b.name))
+	})
+	for _, k := range rows {
+		cells := t.cells[k]
+		if r, ok := t.ratios[k]; ok {
+			cells = map[string]*cell{}
+			for _, c := range columns[:slices.Index(columns, r.to)] {
+				cells[c] = divide(t.cells[r.row][c], t.cells[r.row][r.to])
+			}
+		}
+		line := []string{k.name}
+		for _, c := range columns {
+			line = append(line, strings.ReplaceAll(cells[c].String(), "|", `\|`))
+		}
+		writeLine(line)
+	}
+	return b.String()
+}
+
+// String is the median of the pairs' figures and their range, "1.21 (1.08-1.40)", then
+// the texts.
+func (c *cell) String() string {
+	if c == nil {
+		return ""
+	}
+	var parts []string
+	if len(c.pairs) > 0 {
+		sorted := slices.Sorted(maps.Values(c.pairs))
+		n := len(sorted)
+		parts = append(parts, formatNumber((sorted[(n-1)/2]+sorted[n/2])/2))
+		if sorted[0] != sorted[n-1] {
+			parts[0] += fmt.Sprintf(" (%s-%s)", formatNumber(sorted[0]), formatNumber(sorted[n-1]))
+		}
+	}
+	for _, pair := range slices.Sorted(maps.Keys(c.texts)) {
+		if text := c.texts[pair]; len(c.pairs)+len(c.texts) > 1 {
+			parts = append(parts, fmt.Sprintf("pair %d: %s", pair, text))
+		} else {
+			parts = append(parts, text)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func divide(a, b *cell) *cell {
+	if a == nil || b == nil {
+		return nil
+	}
+	out := &cell{pairs: map[int]float64{}}
+	for pair, v := range a.pairs {
+		if d := b.pairs[pair]; d != 0 {
+			out.pairs[pair] = v / d
+		}
+	}
+	if len(out.pairs) == 0 {
+		return nil
+	}
+	return out
+}
+
+// formatNumber prints about three significant digits.
+func formatNumber(v float64) string {
+	if v == 0 {
+		return "0"
+	}
+	decimals := 3
+	for limit := 1.0; decimals > 0 && math.Abs(v) >= limit; limit *= 10 {
+		decimals--
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64)
+}
+
+const docsBegin, docsEnd = "<!-- bench -->", "<!-- end of bench -->"
+
+func docsBlock(args, table string, finished time.Time, machine, commit string) string {
+	command := "make bench"
+	if args != "" {
+		command += " BENCH_ARGS='" + args + "'"
+	}
+	return fmt.Sprintf("\n`%s` on %s, %s, commit %s; each figure is the median of its rounds (--pairs), with their range. Written by the bench; run it again to replace it.\n\n%s\n\n",
+		command, finished.UTC().Format("2006-01-02 15:04 MST"), machine, commit, strings.TrimRight(table, "\n"))
+}
+
+// replaceBlock puts block into page between the marker lines, each once on a line of
+// its own and in this order, in place of what was there.
+func replaceBlock(page []byte, block string) ([]byte, error) {
+	lines := bytes.SplitAfter(page, []byte("\n"))
+	var begins, ends []int
+	for i, line := range lines {
+		switch string(bytes.TrimRight(line, "\r\n")) {
+		case docsBegin:
+			begins = append(begins, i)
+		case docsEnd:
+			ends = append(ends, i)
+		}
+	}
+	if len(begins) != 1 || len(ends) != 1 || ends[0] < begins[0] {
+		return nil, fmt.Errorf("the bench writes its table only between the lines %s and %s, once each and in this order; the page has %d and %d",
+			docsBegin, docsEnd, len(begins), len(ends))
+	}
+	return slices.Concat(slices.Concat(lines[:begins[0]+1]...), []byte(block), slices.Concat(lines[ends[0]:]...)), nil
+}
+
+func writeDocs(path, args, table string, finished time.Time, commit string) error {
+	page, err := os.ReadFile(path)
+	if err == nil {
+		page, err = replaceBlock(page, docsBlock(args, table, finished, machine(), commit))
+	}
+	if err == nil {
+		err = os.WriteFile(path, page, 0o644)
+	}
+	return err
+}
+
+func machine() string {
+	out := fmt.Sprintf("%s/%s, %d cores", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	if _, rest, ok := strings.Cut(string(cpuinfo), "\nmodel name"); ok {
+		line, _, _ := strings.Cut(rest, "\n")
+		out += " (" + strings.TrimSpace(strings.TrimLeft(line, " \t:")) + ")"
+	}
+	meminfo, _ := os.ReadFile("/proc/meminfo")
+	var kib int64
+	if _, err := fmt.Sscanf(string(meminfo), "MemTotal: %d kB", &kib); err == nil {
+		out += fmt.Sprintf(", %.0f GiB", float64(kib)/(1<<20))
+	}
+	return out
+}
+
+// commit is the repository's commit, "-dirty" with uncommitted changes.
+func commit(ctx context.Context, root string) string {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if exec.CommandContext(ctx, "git", "-C", root, "diff", "--quiet", "HEAD", "--").Run() != nil {
+		c += "-dirty"
+	}
+	return c
 }

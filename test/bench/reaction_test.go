@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -59,7 +60,7 @@ func TestLatencyTracker(t *testing.T) {
 	t.Run("an exact value delivers its change", func(t *testing.T) {
 		tr := newLatencyTracker()
 		c := tr.sent("a", 2, ms(0))
-		tr.accepted(c, ms(10))
+		tr.answered(c, ms(10), nil)
 		tr.observe("a", 2, ms(30))
 		got := recorded(tr, 1)
 		if got.Delivered != 1 || got.MaxMs != 30 || got.AcceptedMaxMs != 20 || got.Exact != 1 || tr.remaining() != 0 {
@@ -70,7 +71,7 @@ func TestLatencyTracker(t *testing.T) {
 		tr := newLatencyTracker()
 		c := tr.sent("a", 2, ms(0))
 		tr.observe("a", 2, ms(5))
-		tr.accepted(c, ms(8))
+		tr.answered(c, ms(8), nil)
 		if got := recorded(tr, 1); got.MaxMs != 5 || got.AcceptedMaxMs != 0 || got.AcceptedP50Ms != 0 {
 			t.Errorf("got %+v", got)
 		}
@@ -106,7 +107,7 @@ func TestLatencyTracker(t *testing.T) {
 		tr := newLatencyTracker()
 		c := tr.sent("a", 2, ms(0))
 		tr.sent("a", 3, ms(1))
-		if n := tr.failed("a", c); n != 1 || tr.remaining() != 1 {
+		if n := tr.answered(c, ms(0), errors.New("conflict")); n != 1 || tr.remaining() != 1 {
 			t.Fatalf("failed %d, remaining %d, want 1 and 1", n, tr.remaining())
 		}
 		tr.observe("a", 3, ms(4))
@@ -128,7 +129,7 @@ func TestLatencyTracker(t *testing.T) {
 		tr := newLatencyTracker()
 		tr.sent("b", 2, ms(500))
 		c := tr.sent("a", 2, ms(0))
-		tr.failed("a", c)
+		tr.answered(c, ms(0), errors.New("conflict"))
 		if got := recorded(tr, 2); got.AchievedRate != 2 {
 			t.Errorf("achieved rate %v, want 2 per second", got.AchievedRate)
 		}

@@ -1,41 +1,50 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	eventsinformers "k8s.io/client-go/informers/events/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/cached"
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
-	sampleinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions"
+	fooinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 const (
 	benchNamespace     = "bench"     // the Foos and their Deployments
 	unrelatedNamespace = "unrelated" // the memory case's Deployments, which no Foo owns
-	initialReplicas    = 1           // every Foo's spec.replicas when created
-	progressInterval   = 10 * time.Second
+	initialReplicas    = 1
 )
 
-// session is one planned run on a fresh cluster (etcd and kube-apiserver only) with
-// the CRD, the Foos, the bench's clients and watch, and the driver.
+// session is one side on a fresh cluster (etcd and kube-apiserver only).
 type session struct {
 	cfg     config
 	name    string // side, size and pair, for progress and file names: "ours-1000-2"
@@ -44,20 +53,17 @@ type session struct {
 	sample  clientset.Interface
 	watch   *watcher
 	foos    []*samplev1alpha1.Foo
+	side    side
 
-	driver   driver
-	procs    []*localcluster.Process    // the controller's processes; none for a limit
-	ctrls    []*localcluster.Controller // ours, with their endpoints; none for the others
-	restarts int                        // how often the controller was started again
-	limit    *limitRun                  // the limit's writers; nil for a controller
-	fail     func(error)                // ends the cases with this error: the controller exited, say
-
-	mu           sync.Mutex
-	stoppedProcs map[*localcluster.Process]bool // the controller processes the bench stopped
-
-	converged bool      // the cold start converged
-	replicas  []int32   // the last spec.replicas the reaction case set on each Foo
-	result    runResult // what the cases measured
+	procs     []*localcluster.Process    // the controller's processes
+	ctrls     []*localcluster.Controller // ours, with their endpoints
+	stopping  *atomic.Bool               // the bench stops procs: their exits end nothing
+	restarts  int                        // how often the controller was started again
+	limit     *limitRun                  // the limit's writers
+	fail      func(error)                // ends the cases with this error: the controller exited, say
+	converged bool                       // the cold start converged
+	replicas  []int32                    // the last spec.replicas the reaction case set on each Foo
+	result    runResult
 }
 
 // sessionName makes a description a file name: runs of letters and digits, dashed.
@@ -66,20 +72,11 @@ func sessionName(description string) string {
 	return strings.Join(strings.FieldsFunc(strings.ToLower(description), other), "-")
 }
 
-// runSession runs p's cases in order on a fresh cluster and returns what they
-// measured, also when one failed.
 func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (runResult, error) {
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	_, isLimit := p.driver.(limit)
-	c, isController := p.driver.(controller)
-	s := &session{
-		cfg:    cfg,
-		name:   sessionName(fmt.Sprintf("%s %d %d", p.driver.column(), p.foos, p.pair)),
-		driver: p.driver,
-		fail:   fail,
-		result: runResult{Column: p.driver.column(), Limit: isLimit, Peer: isController && c.Peer, Driver: p.driver, Foos: p.foos, Pair: p.pair},
-	}
+	s := &session{cfg: cfg, name: sessionName(fmt.Sprintf("%s %d %d", p.side.Name, p.foos, p.pair)), side: p.side, fail: fail,
+		result: runResult{Column: p.side.Name, Limit: p.side.Limit, Peer: p.side.Peer, Side: p.side, Foos: p.foos, Pair: p.pair}}
 	defer s.stop()
 	if err := s.setUp(ctx, root, p.foos); err != nil {
 		return s.result, err
@@ -100,28 +97,23 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 func (s *session) setUp(ctx context.Context, root string, n int) error {
 	progressf("%s: starting a fresh cluster", s.name)
 	var err error
-	s.cluster, err = localcluster.Start(ctx, localcluster.Options{
-		Dir:                   filepath.Join(s.cfg.outDir, "clusters", s.name),
-		SkipControllerManager: true,
-		SkipScheduler:         true,
-		SkipKwok:              true,
-	})
+	s.cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(s.cfg.outDir, "clusters", s.name),
+		SkipControllerManager: true, SkipScheduler: true, SkipKwok: true})
 	if err != nil {
 		return err
 	}
 	// No client-side limit: the bench sends up to 1000 patches per second.
 	cfg := s.cluster.RESTConfig()
 	cfg.QPS, cfg.UserAgent = -1, "sample-controller-bench"
-	if s.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return err
-	}
-	if s.sample, err = clientset.NewForConfig(cfg); err != nil {
-		return err
-	}
+	s.kube, s.sample = kubernetes.NewForConfigOrDie(cfg), clientset.NewForConfigOrDie(cfg)
 	if err := localcluster.InstallCRD(ctx, s.cluster.RESTConfig(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
 		return err
 	}
-	for _, ns := range []string{benchNamespace, unrelatedNamespace} {
+	namespaces := []string{benchNamespace, unrelatedNamespace}
+	if s.side.Replicas > 1 {
+		namespaces = append(namespaces, shardLeaseNamespace) // the sharded replicas' Leases
+	}
+	for _, ns := range namespaces {
 		if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
@@ -129,14 +121,10 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
 		return err
 	}
-	return s.createFoos(ctx, n)
-}
 
-// createFoos creates n Foos and waits until the watch has seen them all.
-func (s *session) createFoos(ctx context.Context, n int) error {
 	began := time.Now()
 	s.foos = make([]*samplev1alpha1.Foo, n)
-	err := parallel(ctx, n, s.cfg.workers, func(ctx context.Context, i int) error {
+	err = parallel(ctx, n, s.cfg.workers, func(ctx context.Context, i int) error {
 		foo := &samplev1alpha1.Foo{
 			ObjectMeta: metav1.ObjectMeta{Name: fooName(i), Namespace: benchNamespace},
 			Spec:       samplev1alpha1.FooSpec{DeploymentName: fooName(i), Replicas: ptr.To[int32](initialReplicas)},
@@ -151,26 +139,15 @@ func (s *session) createFoos(ctx context.Context, n int) error {
 		return err
 	}
 	seen := func() int { return len(s.watch.foos.ListKeys()) }
-	if err := s.waitUntil(ctx, time.Minute, func() bool { return seen() >= n }, nil); err != nil {
-		return err
-	}
-	if seen() < n {
-		return fmt.Errorf("the watch saw only %d of the %d Foos created", seen(), n)
+	if err := s.waitUntil(ctx, time.Minute, func() bool { return seen() >= n }, nil); err != nil || seen() < n {
+		return cmp.Or(err, fmt.Errorf("the watch saw only %d of the %d Foos created", seen(), n))
 	}
 	progressf("%s: created %d Foos in %v", s.name, n, time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
-// stopController stops the controller's processes, whose exits then end nothing.
 func (s *session) stopController() error {
-	s.mu.Lock()
-	if s.stoppedProcs == nil {
-		s.stoppedProcs = map[*localcluster.Process]bool{}
-	}
-	for _, proc := range s.procs {
-		s.stoppedProcs[proc] = true
-	}
-	s.mu.Unlock()
+	s.stopping.Store(true)
 	var errs []error
 	for _, proc := range s.procs {
 		errs = append(errs, proc.Stop(localcluster.ControllerStopGrace))
@@ -178,20 +155,11 @@ func (s *session) stopController() error {
 	return errors.Join(errs...)
 }
 
-// stopped tells whether the bench stopped proc.
-func (s *session) stopped(proc *localcluster.Process) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stoppedProcs[proc]
-}
-
-// stop stops the driver, the watch and the cluster, and removes its etcd data; the
-// logs stay.
+// stop stops everything and removes the cluster's etcd data; the logs stay.
 func (s *session) stop() {
+	var errs []error
 	if len(s.procs) > 0 {
-		if err := s.stopController(); err != nil {
-			progressf("%s: %v", s.name, err)
-		}
+		errs = append(errs, s.stopController())
 	}
 	if s.limit != nil {
 		s.limit.stop()
@@ -199,51 +167,39 @@ func (s *session) stop() {
 	if s.watch != nil {
 		s.watch.stop()
 	}
-	if s.cluster == nil {
-		return
+	if s.cluster != nil {
+		errs = append(errs, s.cluster.Stop(), os.RemoveAll(filepath.Join(s.cluster.Dir(), "etcd")))
 	}
-	if err := s.cluster.Stop(); err != nil {
-		progressf("%s: stopping the cluster: %v", s.name, err)
-	}
-	if err := os.RemoveAll(filepath.Join(s.cluster.Dir(), "etcd")); err != nil {
-		progressf("%s: %v", s.name, err)
+	if err := errors.Join(errs...); err != nil {
+		progressf("%s: stopping: %v", s.name, err)
 	}
 }
 
-// waitUntil polls done until it holds, timeout passes (no error: the caller says how
-// far it got) or ctx ends, and prints progress() every progressInterval.
+// waitUntil polls done until it holds or timeout passes (no error: the caller says how
+// far it got), and prints progress() every 10 s.
 func (s *session) waitUntil(ctx context.Context, timeout time.Duration, done func() bool, progress func() string) error {
-	deadline := time.Now().Add(timeout)
 	lastReport := time.Now()
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
-	for !done() && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-poll.C:
-		}
-		if progress != nil && time.Since(lastReport) >= progressInterval {
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if progress != nil && time.Since(lastReport) >= 10*time.Second {
 			progressf("%s: %s", s.name, progress())
 			lastReport = time.Now()
 		}
-	}
-	return nil
+		return done(), nil
+	})
+	return context.Cause(ctx)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
 	select {
 	case <-time.After(d):
-		return nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
+	return context.Cause(ctx)
 }
 
-// fooName names the i-th Foo of the bench; its Deployment has the same name.
+// fooName names the i-th Foo, and its Deployment.
 func fooName(i int) string { return fmt.Sprintf("foo-%05d", i) }
 
-// fooIndex is the index of the session's Foo named name, if it is one of them.
 func (s *session) fooIndex(name string) (int, bool) {
 	var i int
 	if _, err := fmt.Sscanf(name, "foo-%d", &i); err != nil || i < 0 || i >= len(s.foos) || s.foos[i].Name != name {
@@ -252,8 +208,7 @@ func (s *session) fooIndex(name string) (int, bool) {
 	return i, true
 }
 
-// parallel calls fn for 0..n-1 from at most workers goroutines and stops at the first
-// error.
+// parallel calls fn for 0..n-1 from workers goroutines until the first error.
 func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -269,52 +224,55 @@ func progressf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// runInformers runs informers, until stop, once their caches are filled.
+func runInformers(ctx context.Context, what string, informers ...cache.SharedIndexInformer) (stop func(), err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	var synced []cache.InformerSynced
+	for _, informer := range informers {
+		wg.Go(func() { informer.RunWithContext(ctx) })
+		synced = append(synced, informer.HasSynced)
+	}
+	stop = func() { cancel(nil); wg.Wait() }
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		err := fmt.Errorf("%s: the caches did not fill: %w", what, context.Cause(ctx))
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
 // watcher hands every change of the Foos, Deployments and Events, with the time it
-// arrived, to the observer. It only watches: the bench adds no requests meanwhile.
+// arrived, to the function observe set. It only watches: the bench adds no requests.
 type watcher struct {
 	stop func()
 	foos cache.Store
-
-	mu sync.Mutex
-	to observer
-}
-
-// observer takes the changes of each kind; a nil func ignores that kind.
-type observer struct {
-	deployment func(*appsv1.Deployment, time.Time)
-	foo        func(*samplev1alpha1.Foo, time.Time)
-	event      func(*eventsv1.Event, time.Time)
+	to   atomic.Pointer[func(obj any, at time.Time)]
 }
 
 func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (*watcher, error) {
-	// Foos keep their managedFields, which tell whether a status was written.
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
-		kubeinformers.WithNamespace(benchNamespace), kubeinformers.WithTransform(dropManagedFields))
-	sampleFactory := sampleinformers.NewSharedInformerFactoryWithOptions(sample, 0, sampleinformers.WithNamespace(benchNamespace))
-	deployments := kubeFactory.Apps().V1().Deployments().Informer()
-	foos := sampleFactory.Samplecontroller().V1alpha1().Foos().Informer()
-	events := kubeFactory.Events().V1().Events().Informer()
-	ctx, cancel := context.WithCancel(ctx)
-	w := &watcher{foos: foos.GetStore(), stop: func() {
-		cancel()
-		kubeFactory.Shutdown()
-		sampleFactory.Shutdown()
-	}}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.deliver(obj, time.Now()) },
-		UpdateFunc: func(_, obj any) { w.deliver(obj, time.Now()) },
+	index := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	deployments := appsinformers.NewDeploymentInformer(kube, benchNamespace, 0, index)
+	events := eventsinformers.NewEventInformer(kube, benchNamespace, 0, index)
+	foos := fooinformers.NewFooInformer(sample, benchNamespace, 0, index)
+	w := &watcher{foos: foos.GetStore()}
+	deliver := func(obj any) {
+		if to := w.to.Load(); to != nil && *to != nil {
+			(*to)(obj, time.Now())
+		}
 	}
-	for _, informer := range []cache.SharedIndexInformer{deployments, foos, events} {
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: deliver, UpdateFunc: func(_, obj any) { deliver(obj) }}
+	for _, informer := range []cache.SharedIndexInformer{deployments, events, foos} {
+		if informer != foos { // the Foos keep their managedFields, which tell whether a status was written
+			informer.SetTransform(dropManagedFields)
+		}
 		if _, err := informer.AddEventHandler(handler); err != nil {
-			cancel()
 			return nil, err
 		}
 	}
-	kubeFactory.Start(ctx.Done())
-	sampleFactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), deployments.HasSynced, foos.HasSynced, events.HasSynced) {
-		w.stop()
-		return nil, fmt.Errorf("watching the Foos, Deployments and Events: caches did not sync: %w", context.Cause(ctx))
+	var err error
+	if w.stop, err = runInformers(ctx, "the bench's watch", deployments, events, foos); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
@@ -326,29 +284,308 @@ func dropManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// observe hands later changes to o.
-func (w *watcher) observe(o observer) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.to = o
+// observe hands later changes to fn; nil drops them.
+func (w *watcher) observe(fn func(obj any, at time.Time)) { w.to.Store(&fn) }
+
+// side is a column of the table: a controller, or a limit, the bench making our
+// controller's writes itself (README.md). The watching limit learns of a change from
+// its Foo informer, where the plain limit takes the patch's response.
+type side struct {
+	Name            string
+	Binary          string   `json:",omitempty"`
+	Args            []string `json:",omitempty"`
+	AnyStatus       bool     `json:",omitempty"` // a Foo's status counts as done once written at all
+	Ours, Peer      bool     `json:"-"`          // ours serves metrics and probes and records Events
+	Limit, Watching bool     `json:",omitempty"`
+	MaxFoos         int      `json:",omitempty"` // more would take it past any cold-start timeout
+	Replicas        int      `json:",omitempty"` // above 1: ours in sharded mode
 }
 
-func (w *watcher) deliver(obj any, at time.Time) {
-	w.mu.Lock()
-	to := w.to
-	w.mu.Unlock()
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		if to.deployment != nil {
-			to.deployment(o, at)
+var limits = []side{{Name: "limit watching", Limit: true, Watching: true}, {Name: "limit", Limit: true}}
+
+const (
+	ourName             = "ours"
+	resync              = 30 * time.Second // on every side with informers; the steady-state window covers one
+	shardLeaseNamespace = "sample-controller-system"
+)
+
+// events tells whether a cold start waits for every DeploymentCreated Event too.
+func (d side) events() bool { return d.Ours || d.Limit }
+
+// command is the side's arguments; ours is given the kubeconfig by StartController.
+func (d side) command(kubeconfig string) []string {
+	if d.Ours {
+		return d.Args
+	}
+	return append([]string{"--kubeconfig=" + kubeconfig}, d.Args...)
+}
+
+// start starts the limit, or the controller's processes, whose exit ends the session's
+// cases unless the bench stopped them.
+func (d side) start(ctx context.Context, s *session) error {
+	if d.Limit {
+		return startLimit(ctx, s, d.Watching)
+	}
+	kubeconfig := s.cluster.KubeconfigPath()
+	stopping := new(atomic.Bool)
+	s.procs, s.ctrls, s.stopping = nil, nil, stopping
+	for i := range max(1, d.Replicas) {
+		name := s.name + "-controller"
+		if d.Replicas > 1 {
+			name += fmt.Sprintf("-%d", i)
 		}
-	case *samplev1alpha1.Foo:
-		if to.foo != nil {
-			to.foo(o, at)
+		if s.restarts > 0 {
+			name += fmt.Sprintf("-restart-%d", s.restarts)
 		}
-	case *eventsv1.Event:
-		if to.event != nil {
-			to.event(o, at)
+		var proc *localcluster.Process
+		var err error
+		if d.Ours {
+			var ctrl *localcluster.Controller
+			ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: d.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: d.command(kubeconfig)})
+			if err == nil {
+				s.ctrls, proc = append(s.ctrls, ctrl), ctrl.Process
+			}
+		} else { // a peer may read $KUBECONFIG too
+			proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: d.Binary, Args: d.command(kubeconfig), Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
 		}
+		if err != nil {
+			return err
+		}
+		s.procs = append(s.procs, proc)
+		go func() {
+			<-proc.Exited()
+			if !stopping.Load() {
+				s.fail(proc.ExitError())
+			}
+		}()
+	}
+	return nil
+}
+
+// ourController runs our controller with the bench's resync, --controller-args and,
+// sharded, the sharded component's Lease timings.
+func ourController(cfg config, binary string) side {
+	d := side{Name: ourName, Binary: binary, Ours: true,
+		Args: append([]string{"--resync-period=" + resync.String()}, strings.Fields(cfg.controllerArgs)...)}
+	if cfg.shardReplicas > 1 {
+		d.Name = fmt.Sprintf("%s, %d sharded replicas", ourName, cfg.shardReplicas)
+		d.Replicas = cfg.shardReplicas
+		d.Args = append(d.Args, "--leader-elect-resource-namespace="+shardLeaseNamespace, "--leader-elect-lease-duration=15s",
+			"--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s", fmt.Sprintf("--shard-slots=%d", cfg.shardSlots))
+	}
+	return d
+}
+
+// peerNames are the controllers a user would pick instead of ours.
+var peerNames = []string{"classic", "controller-runtime"}
+
+// peer runs a peer at its defaults, with the bench's resync where it takes one (the
+// classic one's is 30 s already).
+func peer(name, binDir string) side {
+	c := side{Name: name, Binary: filepath.Join(binDir, "peer-"+name), Peer: true}
+	switch name {
+	case "classic":
+		// Its status has no conditions; at 5 requests a second 10000 Foos take an hour.
+		c.AnyStatus, c.MaxFoos = true, 1000
+	case "controller-runtime":
+		c.Args = []string{"--health-probe-bind-address=0", "--sync-period=" + resync.String()}
+	}
+	return c
+}
+
+func startLimit(ctx context.Context, s *session, watching bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	run := &limitRun{s: s, watching: watching, cancel: cancel, queue: workqueue.NewTyped[int](),
+		deployments: make([]*appsv1.Deployment, len(s.foos)), latest: map[int]*samplev1alpha1.Foo{}}
+	s.limit = run // stopped with the session, also after an error here
+	var err error
+	if run.kube, run.sample, run.closeIdle, err = clientsAsOurs(s.cluster, "sample-controller-bench-limit"); err != nil {
+		return err
+	}
+	if watching {
+		stopInformers, err := startInformers(ctx, run.kube, run.sample, run.specChanged)
+		if err != nil {
+			return err
+		}
+		run.cancel = func() { cancel(); stopInformers() }
+	}
+	progressf("%s: writing a Deployment, an Event and a status per Foo with %d requests in flight", s.name, s.cfg.workers)
+	run.wg.Go(func() {
+		if err := parallel(ctx, len(s.foos), s.cfg.workers, run.create); err != nil && ctx.Err() == nil {
+			s.fail(err)
+		}
+	})
+	for range s.cfg.workers {
+		run.wg.Go(func() {
+			for run.work(ctx) {
+			}
+		})
+	}
+	return nil
+}
+
+// limitRun is a limit's writers, with clients of their own built as ours.
+type limitRun struct {
+	s         *session
+	kube      kubernetes.Interface
+	sample    clientset.Interface
+	closeIdle func()
+	cancel    context.CancelFunc
+	watching  bool // it follows its Foo informer (specChanged), not the patches' responses
+	wg        sync.WaitGroup
+	queue     workqueue.TypedInterface[int] // Foos to follow, by index
+	failed    atomic.Bool                   // a write failed, and was reported
+
+	mu          sync.Mutex
+	deployments []*appsv1.Deployment        // by index, as last written
+	latest      map[int]*samplev1alpha1.Foo // by index, as the last change followed left it
+}
+
+// clientsAsOurs builds clients as our controller builds its own: built-in types as
+// protobuf, Foos as JSON, on one connection of their own (the Dial function keeps
+// client-go from sharing its cached transport), with no rate limit.
+func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubernetes.Interface, sample clientset.Interface, closeIdle func(), err error) {
+	cfg := cluster.RESTConfig()
+	cfg.QPS, cfg.UserAgent = -1, userAgent
+	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if sample, err = clientset.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, nil, nil, err
+	}
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, nil, nil, err
+	}
+	return kube, sample, httpClient.CloseIdleConnections, nil
+}
+
+// startInformers fills informers of the Foos and their Deployments built as ours (no
+// index: ours keeps only those it reads), and calls changed on a change of a spec.
+func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
+	deployments := appsinformers.NewFilteredDeploymentInformer(kube, benchNamespace, resync, nil,
+		func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel })
+	deployments.SetTransform(cached.TrimDeployment)
+	foos := fooinformers.NewFooInformer(sample, benchNamespace, resync, nil)
+	foos.SetTransform(cached.TrimFoo)
+	// An informer resyncs only for its handlers, and ours has them.
+	_, errDeployments := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{})
+	_, err = foos.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
+		if old, foo := oldObj.(*samplev1alpha1.Foo), newObj.(*samplev1alpha1.Foo); foo.Generation != old.Generation {
+			changed(foo)
+		}
+	}})
+	if err = errors.Join(errDeployments, err); err != nil {
+		return nil, err
+	}
+	return runInformers(ctx, "the limit's informers", deployments, foos)
+}
+
+func (l *limitRun) create(ctx context.Context, i int) error {
+	foo := l.s.foos[i]
+	d, err := l.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
+	}
+	l.store(i, d)
+	if _, err := l.kube.EventsV1().Events(foo.Namespace).Create(ctx, createdEvent(foo, d, time.Now()), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("recording the creation of Deployment %s: %w", d.Name, err)
+	}
+	return l.writeStatus(ctx, foo, d)
+}
+
+func (l *limitRun) writeStatus(ctx context.Context, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
+	withStatus := foo.DeepCopy()
+	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
+	_, err := l.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
+	return err
+}
+
+// createdEvent is our controller's Event, as client-go's events.EventRecorder builds it.
+func createdEvent(foo *samplev1alpha1.Foo, d *appsv1.Deployment, now time.Time) *eventsv1.Event {
+	ref := func(apiVersion, kind string, m *metav1.ObjectMeta) corev1.ObjectReference {
+		return corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
+	}
+	return &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", foo.Name, now.UnixNano()), Namespace: foo.Namespace},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: "sample-controller",
+		ReportingInstance:   "sample-controller-bench",
+		Action:              "Create",
+		Reason:              reconcile.EventDeploymentCreated,
+		Regarding:           ref(reconcile.FooGVK.GroupVersion().String(), "Foo", &foo.ObjectMeta),
+		Related:             ptr.To(ref("apps/v1", "Deployment", &d.ObjectMeta)),
+		Note:                fmt.Sprintf("Created Deployment %q", d.Name),
+		Type:                corev1.EventTypeNormal,
+	}
+}
+
+// follow queues the writes for the i-th Foo, as a change made it.
+func (l *limitRun) follow(i int, foo *samplev1alpha1.Foo) {
+	l.mu.Lock()
+	l.latest[i] = foo
+	l.mu.Unlock()
+	l.queue.Add(i)
+}
+
+func (l *limitRun) specChanged(foo *samplev1alpha1.Foo) {
+	if i, ok := l.s.fooIndex(foo.Name); ok {
+		l.follow(i, foo)
+	}
+}
+
+// work makes the writes for one queued Foo as ours does: a patch, then the status.
+func (l *limitRun) work(ctx context.Context) bool {
+	i, shutdown := l.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer l.queue.Done(i)
+	l.mu.Lock()
+	foo, d := l.latest[i], l.deployments[i]
+	l.mu.Unlock()
+	if d == nil { // not created: no change comes before the cold start converged
+		return true
+	}
+	changed, _ := reconcile.UpdateDeployment(foo, d)
+	deployments := l.kube.AppsV1().Deployments(foo.Namespace)
+	patch, err := reconcile.DeploymentPatch(d, changed)
+	if err == nil {
+		var updated *appsv1.Deployment
+		if updated, err = deployments.Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err == nil {
+			l.store(i, updated)
+			// A conflict: a newer change queued the Foo again, and supersedes this one.
+			if err = l.writeStatus(ctx, foo, updated); apierrors.IsConflict(err) {
+				err = nil
+			}
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		if !l.failed.Swap(true) {
+			progressf("%s: %v (the first of the limit's writes to fail)", l.s.name, err)
+		}
+		// Read it again, so that one failure does not make every later update conflict.
+		if fresh, getErr := deployments.Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
+			l.store(i, fresh)
+		}
+	}
+	return true
+}
+
+func (l *limitRun) store(i int, d *appsv1.Deployment) {
+	l.mu.Lock()
+	l.deployments[i] = d
+	l.mu.Unlock()
+}
+
+func (l *limitRun) stop() {
+	l.cancel()
+	l.queue.ShutDown()
+	l.wg.Wait()
+	if l.closeIdle != nil { // nil if the clients were not built
+		l.closeIdle()
 	}
 }

@@ -1,14 +1,7 @@
-// Command controllerruntime is the bench's controller-runtime peer: the Foo ->
-// Deployment job written the way a kubebuilder user writes it, to measure ours against
-// what a user would pick instead. It is what kubebuilder scaffolds, cut to the job:
-// controller-runtime's manager at its defaults (one worker, its cached client, no
-// client-side rate limit), a reconciler that creates or updates the Deployment with
-// controllerutil.CreateOrUpdate and writes the Foo's status when it changes (the
-// fields the CRD declares, with a Ready condition), and no Events. It uses this repository's Foo types, as a kubebuilder project
-// uses its own generated ones: the same JSON either way.
-//
-// It is a module of its own, so that controller-runtime stays out of the product's and
-// the test module's go.mod; hack/build-peers.sh builds it.
+// Command controllerruntime is the bench's controller-runtime peer: the Foo job as a
+// kubebuilder user writes it, with the manager at its defaults, CreateOrUpdate of the
+// Deployment, the status written when it changed, and no Events (../README.md). A
+// module of its own, so that controller-runtime stays out of the other go.mod files.
 package main
 
 import (
@@ -30,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -39,18 +31,20 @@ import (
 
 func main() {
 	var metricsAddr, probeAddr string
-	var leaderElect bool
 	var syncPeriod time.Duration
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint; 0 turns it off")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the probe endpoints; 0 turns them off")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "run only while holding the Lease")
 	// Not in kubebuilder's scaffold: the bench gives every side the same resync.
 	flag.DurationVar(&syncPeriod, "sync-period", 10*time.Hour, "how often the cache replays its objects (controller-runtime's default)")
-	opts := zap.Options{Development: true}
-	opts.BindFlags(flag.CommandLine)
 	flag.Parse() // with controller-runtime's --kubeconfig
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
 	log := ctrl.Log.WithName("setup")
+	must := func(err error, what string) {
+		if err != nil {
+			log.Error(err, what)
+			os.Exit(1)
+		}
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -61,31 +55,13 @@ func main() {
 		Cache:                  cache.Options{SyncPeriod: &syncPeriod},
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         leaderElect,
-		LeaderElectionID:       "foo-peer.samplecontroller.k8s.io",
 	})
-	if err != nil {
-		log.Error(err, "unable to create the manager")
-		os.Exit(1)
-	}
-	r := &FooReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
-	if err := r.SetupWithManager(mgr); err != nil {
-		log.Error(err, "unable to create the controller")
-		os.Exit(1)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "unable to set up the health check")
-		os.Exit(1)
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		log.Error(err, "unable to set up the ready check")
-		os.Exit(1)
-	}
+	must(err, "unable to create the manager")
+	// Foos and the Deployments they own, as kubebuilder's SetupWithManager watches them.
+	must(ctrl.NewControllerManagedBy(mgr).For(&samplev1alpha1.Foo{}).Owns(&appsv1.Deployment{}).Named("foo").
+		Complete(&FooReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}), "unable to create the controller")
 	log.Info("starting the manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "the manager failed")
-		os.Exit(1)
-	}
+	must(mgr.Start(ctrl.SetupSignalHandler()), "the manager failed")
 }
 
 // FooReconciler makes each Foo's Deployment and reports it in the Foo's status.
@@ -94,17 +70,7 @@ type FooReconciler struct {
 	Scheme *runtime.Scheme
 }
 
-// SetupWithManager watches Foos and the Deployments they own.
-func (r *FooReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&samplev1alpha1.Foo{}).
-		Owns(&appsv1.Deployment{}).
-		Named("foo").
-		Complete(r)
-}
-
-// Reconcile creates or updates the Foo's Deployment, then writes the Foo's status if
-// it changed.
+// Reconcile creates or updates the Foo's Deployment, then writes its status if changed.
 func (r *FooReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var foo samplev1alpha1.Foo
 	if err := r.Get(ctx, req.NamespacedName, &foo); err != nil {
@@ -127,11 +93,8 @@ func (r *FooReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, err
 	}
 
-	status := *foo.Status.DeepCopy()
-	status.ObservedGeneration = foo.Generation
-	status.Replicas = deployment.Status.Replicas
-	status.ReadyReplicas = deployment.Status.ReadyReplicas
-	status.AvailableReplicas = deployment.Status.AvailableReplicas
+	status, d := *foo.Status.DeepCopy(), deployment.Status
+	status.ObservedGeneration, status.Replicas, status.ReadyReplicas, status.AvailableReplicas = foo.Generation, d.Replicas, d.ReadyReplicas, d.AvailableReplicas
 	status.Selector = metav1.FormatLabelSelector(deployment.Spec.Selector)
 	meta.SetStatusCondition(&status.Conditions, readyCondition(&foo, deployment))
 	if equality.Semantic.DeepEqual(status, foo.Status) {
@@ -141,8 +104,7 @@ func (r *FooReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return ctrl.Result{}, r.Status().Update(ctx, &foo)
 }
 
-// readyCondition is True once the Deployment has rolled out with every replica
-// available.
+// readyCondition is True once the Deployment has rolled out every replica available.
 func readyCondition(foo *samplev1alpha1.Foo, d *appsv1.Deployment) metav1.Condition {
 	ready := metav1.Condition{Type: samplev1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: samplev1alpha1.ReasonDeploymentProgressing, ObservedGeneration: foo.Generation}

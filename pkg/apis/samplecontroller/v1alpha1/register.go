@@ -1,3 +1,5 @@
+// Registration of the v1alpha1 types with a scheme, for the generated clientset.
+
 package v1alpha1
 
 import (

@@ -1,3 +1,6 @@
+// The Foo type and its spec and status: the API this controller serves, from which the
+// clients, listers, informers, apply configurations and the CRD are generated.
+
 package v1alpha1
 
 import (
