@@ -263,11 +263,12 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: deliver, UpdateFunc: func(_, obj any) { deliver(obj) }}
 	for _, informer := range []cache.SharedIndexInformer{deployments, events, foos} {
+		var err error
 		if informer != foos { // the Foos keep their managedFields, which tell whether a status was written
-			informer.SetTransform(dropManagedFields)
+			err = informer.SetTransform(dropManagedFields)
 		}
-		if _, err := informer.AddEventHandler(handler); err != nil {
-			return nil, err
+		if _, errHandler := informer.AddEventHandler(handler); err != nil || errHandler != nil {
+			return nil, errors.Join(err, errHandler)
 		}
 	}
 	var err error
@@ -468,9 +469,8 @@ func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubern
 func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
 	deployments := appsinformers.NewFilteredDeploymentInformer(kube, benchNamespace, resync, nil,
 		func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel })
-	deployments.SetTransform(cached.TrimDeployment)
 	foos := fooinformers.NewFooInformer(sample, benchNamespace, resync, nil)
-	foos.SetTransform(cached.TrimFoo)
+	errTransforms := errors.Join(deployments.SetTransform(cached.TrimDeployment), foos.SetTransform(cached.TrimFoo))
 	// An informer resyncs only for its handlers, and ours has them.
 	_, errDeployments := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{})
 	_, err = foos.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
@@ -478,7 +478,7 @@ func startInformers(ctx context.Context, kube kubernetes.Interface, sample clien
 			changed(foo)
 		}
 	}})
-	if err = errors.Join(errDeployments, err); err != nil {
+	if err = errors.Join(errTransforms, errDeployments, err); err != nil {
 		return nil, err
 	}
 	return runInformers(ctx, "the limit's informers", deployments, foos)
