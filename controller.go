@@ -60,10 +60,8 @@ const defaultShutdownTimeout = 30 * time.Second
 // rejection was reported on the Foo.
 var errRejected = errors.New("deployment write rejected")
 
-// errStaleCache marks a sync skipped because the informer caches do not yet hold what
-// the controller expects of them for the Foo (c.writes): its own last writes, a newer
-// version the API server showed it, or the deletion of a Foo the API server no longer
-// has. The event that brings them in requeues it.
+// errStaleCache marks a sync skipped because the informer caches do not meet the Foo's
+// expectations (c.writes). The event that meets them requeues it.
 var errStaleCache = errors.New("the cache is stale")
 
 // Controller keeps, for every Foo, a Deployment that matches the Foo's spec, and
@@ -82,33 +80,25 @@ type Controller struct {
 	// every object of the initial lists.
 	synced []cache.DoneChecker
 
-	// workqueue holds the names of Foos to sync. It is rate limited so that a Foo
-	// that keeps failing backs off, and it never holds one name twice, so a burst of
-	// events for one Foo costs a single sync.
+	// workqueue holds the names of Foos to sync, each once, rate limited so that a
+	// Foo that keeps failing backs off.
 	workqueue workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	// rateLimiter is the workqueue's (see newRateLimiter).
 	rateLimiter workqueue.TypedRateLimiter[cache.ObjectName]
 	recorder    events.EventRecorder
 	clock       clock.PassiveClock
 
-	// writes holds the controller's expectations of its caches for each Foo: its own
-	// last writes, so that it neither acts on a cache older than them nor requeues a
-	// Foo on their echo; newer versions it read; the Foo's deletion; and the refusal it
-	// last reported.
+	// writes holds, for each Foo, what the caches must show before it syncs: the
+	// controller's expectations (internal/writes).
 	writes *writes.Tracker
 	// nameWatches wakes the Foos whose Deployment name is taken by a Deployment
 	// outside the cache when it goes away.
 	nameWatches *namewatch.Watcher
-	// sync is syncHandler, in a field so that a test can wrap it, as
-	// kube-controller-manager's controllers let theirs.
+	// sync is syncHandler, in a field so that a test can wrap it.
 	sync func(ctx context.Context, key cache.ObjectName) error
 
-	// shutdownTimeout bounds how long Run lets in-flight syncs finish once its
-	// context is cancelled.
-	shutdownTimeout time.Duration
-
-	// deploymentLabels are put on every Deployment it writes (Config.DeploymentLabels).
-	deploymentLabels map[string]string
+	shutdownTimeout  time.Duration     // Config.ShutdownTimeout
+	deploymentLabels map[string]string // Config.DeploymentLabels
 }
 
 // Config is what a Controller is made of.
@@ -404,9 +394,8 @@ func (c *Controller) HasSynced() bool {
 	return true
 }
 
-// waitForCaches returns once HasSynced would say true, and false if ctx ends first.
-// It wakes on the informers' own signal, not on a poll, so the workers start the
-// moment the caches are filled.
+// waitForCaches returns once HasSynced would say true, and false if ctx ends first:
+// on the informers' own signal, not a poll, so the workers start at once.
 func (c *Controller) waitForCaches(ctx context.Context) bool {
 	return cache.WaitFor(ctx, "", c.synced...)
 }
@@ -440,14 +429,12 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		syncsTotal.WithLabelValues(syncSuccess).Inc()
 		c.workqueue.Forget(key)
 	case errors.Is(err, errStaleCache):
-		// Nothing was done and nothing failed: the Foo keeps its backoff, and the
-		// informer event it waits for enqueues it.
+		// Nothing done, nothing failed: the Foo keeps its backoff until the event.
 		syncsTotal.WithLabelValues(syncStale).Inc()
 		klog.FromContext(ctx).V(4).Info("Skipped a sync until the cache catches up", "foo", key, "err", err)
 	case errors.Is(err, errRejected):
-		// Reported on the Foo by the sync. The cause (a policy, a quota, a permission)
-		// can go away without any event that would bring the Foo back, so its backoff
-		// stops growing at rejectedRecheckInterval.
+		// Reported on the Foo by the sync. The cause (a policy, a quota) can go with no
+		// event that brings the Foo back: its backoff stops at rejectedRecheckInterval.
 		syncsTotal.WithLabelValues(syncRejected).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Requeuing with backoff", "foo", key)
 		c.workqueue.AddAfter(key, c.rejectedBackoff(key))
@@ -493,10 +480,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	if err != nil {
 		return err
 	}
-	// Deciding on a Foo or a Deployment older than what this controller last wrote
-	// for this Foo, or than the API server showed it, would redo or undo that write.
-	// The echo of a write this sync makes can reach the handlers before the sync has
-	// read the answer and recorded the write: the Foo's events wait until it ends.
+	// A cache older than what this controller wrote or read for the Foo would have
+	// the sync redo or undo it; the Foo's events wait for the sync's end (End).
 	behind, ok := c.writes.Begin(key, foo.UID)
 	if !ok {
 		staleSkipsTotal.WithLabelValues(behind).Inc()
@@ -509,9 +494,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return nil
 	}
 
-	// A Deployment write that a cached Foo older than the API server's would get wrong
-	// is made only once the API server confirms the Foo (confirmFoo), at most once a
-	// sync.
+	// A write that a cached Foo older than the API server's would get wrong waits for
+	// the API server to confirm the Foo (confirmFoo), at most once a sync.
 	confirmed := false
 	confirm := func(ctx context.Context) error {
 		if confirmed {
@@ -533,8 +517,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	case errors.Is(syncErr, reconcile.ErrNotOwned):
 		c.reportNotOwned(ctx, foo, deployment)
 	case tenure.Fenced(syncErr):
-		// The API server's fencing policy: the Lease names another Pod now. Nothing to
-		// tell the Foo's author; the next tenure, most likely another replica's, retries.
+		// The Lease names another Pod now: nothing to tell the Foo's author.
 		return syncErr
 	case reconcile.IsRejected(syncErr) && !apierrors.HasStatusCause(syncErr, corev1.NamespaceTerminatingCause):
 		// A namespace being deleted refuses creates, events included, and takes the
@@ -579,12 +562,10 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	if !changed {
 		return deployment, nil
 	}
-	// A cached Foo older than the Deployment would scale it back, or take back what
-	// its author, or the leader before this one, asked for: a patch back to a spec the
-	// status says was applied (drift, or an old Foo) waits for the API server to
-	// confirm the Foo. A spec not applied yet, the change a user waits for, goes at
-	// once: a cache behind this process's own writes waits for them (c.writes), and a
-	// new leader's behind its predecessor's waited at the start (catchUp).
+	// A patch back to a spec the status says was applied (drift, or a cached Foo older
+	// than the Deployment, which would undo what its author asked for) waits for the
+	// API server to confirm the Foo. A spec not applied yet, the change a user waits
+	// for, goes at once: the expectations and catchUp cover a cache behind it.
 	if foo.Status.ObservedGeneration == foo.Generation {
 		if err := confirm(ctx); err != nil {
 			return deployment, err
@@ -601,10 +582,8 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 		return deployment, fmt.Errorf("updating Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
 	}
 	c.writes.ExpectWrite(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, updated.ResourceVersion)
-	// An update that carries a new spec of the Foo is what its author asked for, and
-	// status.observedGeneration tells them it was acted on. An event, which costs a
-	// write per change, is kept for the surprise: a Deployment changed by someone else
-	// after the controller had applied this spec.
+	// A new spec's update is told by status.observedGeneration; an Event, a write per
+	// change, is kept for the surprise: drift after the spec was applied.
 	drifted := reconcile.SpecApplied(foo)
 	klog.FromContext(ctx).Info("Updated Deployment to match the Foo", "deployment", klog.KObj(updated), "drifted", drifted)
 	if drifted {
