@@ -187,6 +187,9 @@ func sharedOwners(owners []metav1.OwnerReference, name string) []metav1.OwnerRef
 // reasons) are shared. Go's unique package would let a string go at the next garbage
 // collection once no Handle holds it, and the caches keep strings, not Handles.
 func shared(s string) string {
+	if len(s) > maxSharedLen {
+		return s
+	}
 	sharedStrings.RLock()
 	c, ok := sharedStrings.m[s]
 	sharedStrings.RUnlock()
@@ -205,8 +208,13 @@ func shared(s string) string {
 	return s
 }
 
-// maxShared bounds the strings shared, in case a field thought to repeat does not.
-const maxShared = 4096
+// maxShared bounds the strings shared, in case a field thought to repeat does not,
+// and maxSharedLen their length, so that the table holds at most 4096 x 256 bytes
+// whatever a tenant writes (a container image can be as long as the object).
+const (
+	maxShared    = 4096
+	maxSharedLen = 256
+)
 
 var sharedStrings = struct {
 	sync.RWMutex
@@ -247,24 +255,37 @@ func (c *Deployment) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// TrimFoo is the Foo informer's transform. It drops managedFields, which the
-// controller never reads and which are often the largest part of an object (an update
-// sent without them leaves the stored ones as they are), and has the Foo share the
-// strings that every Foo repeats: its kind, namespace, and its conditions' types,
-// statuses and reasons. Anything else (a tombstone) it leaves as it is.
+// TrimFoo is the Foo informer's transform: it keeps of each Foo only what the
+// controller reads (name, namespace, UID, resourceVersion, generation,
+// deletionTimestamp, spec and status), so that a Foo costs the cache the same whatever
+// a tenant puts in its labels, annotations, finalizers or owner references (the status
+// update the controller sends without them leaves the stored ones as they are). The
+// strings that every Foo repeats (its kind, namespace, and its conditions' types,
+// statuses and reasons) are shared. Anything else (a tombstone) it leaves as it is.
 func TrimFoo(obj any) (any, error) {
 	foo, ok := obj.(*samplev1alpha1.Foo)
 	if !ok {
 		return obj, nil
 	}
-	foo.ManagedFields = nil
-	foo.APIVersion, foo.Kind, foo.Namespace = shared(foo.APIVersion), shared(foo.Kind), shared(foo.Namespace)
-	if foo.Spec.DeploymentName == foo.Name {
-		foo.Spec.DeploymentName = foo.Name
+	trimmed := &samplev1alpha1.Foo{
+		TypeMeta: metav1.TypeMeta{APIVersion: shared(foo.APIVersion), Kind: shared(foo.Kind)},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              foo.Name,
+			Namespace:         shared(foo.Namespace),
+			UID:               foo.UID,
+			ResourceVersion:   foo.ResourceVersion,
+			Generation:        foo.Generation,
+			DeletionTimestamp: foo.DeletionTimestamp,
+		},
+		Spec:   foo.Spec,
+		Status: foo.Status,
 	}
-	for i := range foo.Status.Conditions {
-		c := &foo.Status.Conditions[i]
+	if trimmed.Spec.DeploymentName == trimmed.Name {
+		trimmed.Spec.DeploymentName = trimmed.Name
+	}
+	for i := range trimmed.Status.Conditions {
+		c := &trimmed.Status.Conditions[i]
 		c.Type, c.Status, c.Reason = shared(c.Type), metav1.ConditionStatus(shared(string(c.Status))), shared(c.Reason)
 	}
-	return foo, nil
+	return trimmed, nil
 }

@@ -2,7 +2,9 @@ package cached
 
 import (
 	"encoding/json"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -240,15 +242,22 @@ func BenchmarkDeploymentCache(b *testing.B) {
 	}
 }
 
-// TestCacheFoo checks that the Foo informer's transform drops managedFields and has two
-// Foos decoded apart, and cached a garbage collection apart, share the strings every
-// Foo repeats, changing nothing else.
+// TestCacheFoo checks that the Foo informer's transform keeps what the controller
+// reads and nothing else: a Foo whose labels, annotations, finalizers and owner
+// references a tenant filled is cached as a plain one is. It also checks that two Foos
+// decoded apart, and cached a garbage collection apart, share the strings every Foo
+// repeats.
 func TestCacheFoo(t *testing.T) {
-	decoded := func(name string) *samplev1alpha1.Foo {
+	decoded := func(name string, fill bool) *samplev1alpha1.Foo {
 		foo := newFoo(name, ptr.To[int32](1))
 		foo.TypeMeta = metav1.TypeMeta{APIVersion: samplev1alpha1.SchemeGroupVersion.String(), Kind: "Foo"}
+		foo.ResourceVersion = "7"
+		foo.DeletionTimestamp = &now
 		foo.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
 		foo.Status = reconcile.CalculateStatus(foo, servedDeployment(foo), nil, now)
+		if fill {
+			filled(foo, 1<<20)
+		}
 		data, err := json.Marshal(foo)
 		if err != nil {
 			t.Fatal(err)
@@ -259,17 +268,24 @@ func TestCacheFoo(t *testing.T) {
 		}
 		return out
 	}
-	a, b := decoded("web"), decoded("api")
-	want := a.DeepCopy()
+	want := decoded("web", false)
 	want.ManagedFields = nil
-	for _, foo := range []*samplev1alpha1.Foo{a, b} {
-		if _, err := TrimFoo(foo); err != nil {
+	want.CreationTimestamp = metav1.Time{}
+	var a, b *samplev1alpha1.Foo
+	for i, foo := range []*samplev1alpha1.Foo{decoded("web", true), decoded("api", false)} {
+		got, err := TrimFoo(foo)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 {
+			a = got.(*samplev1alpha1.Foo)
+		} else {
+			b = got.(*samplev1alpha1.Foo)
 		}
 		runtime.GC() // a Foo cached later shares with one cached earlier still
 	}
 	if diff := cmp.Diff(want, a); diff != "" {
-		t.Errorf("TrimFoo changed more than managedFields (-want +got):\n%s", diff)
+		t.Errorf("TrimFoo of a filled Foo did not keep exactly what a plain one keeps (-want +got):\n%s", diff)
 	}
 	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
 	ca, cb := a.Status.Conditions[0], b.Status.Conditions[0]
@@ -289,5 +305,63 @@ func TestCacheFoo(t *testing.T) {
 	tombstone := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: a}
 	if got, _ := TrimFoo(tombstone); !cmp.Equal(got, tombstone) {
 		t.Errorf("TrimFoo(tombstone) = %v, want it unchanged", got)
+	}
+}
+
+// filled gives foo about size bytes of what a tenant may write and the controller never
+// reads: annotations, labels, finalizers and owner references.
+func filled(foo *samplev1alpha1.Foo, size int) {
+	quarter := size / 4
+	foo.Annotations = map[string]string{"example.com/blob": strings.Repeat("a", quarter)}
+	foo.Labels = map[string]string{}
+	for i := 0; i < quarter/80; i++ {
+		foo.Labels[fmt.Sprintf("example.com/label-%06d", i)] = strings.Repeat("v", 50)
+	}
+	for i := 0; i < quarter/60; i++ {
+		foo.Finalizers = append(foo.Finalizers, fmt.Sprintf("example.com/finalizer-%030d", i))
+	}
+	for i := 0; i < quarter/120; i++ {
+		foo.OwnerReferences = append(foo.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: fmt.Sprintf("owner-%06d", i), UID: types.UID(fmt.Sprintf("uid-%030d", i))})
+	}
+}
+
+// BenchmarkFooCache reports the heap a cached Foo costs, plain and with 1 MiB of
+// labels, annotations, finalizers and owner references, each decoded from its JSON
+// and trimmed as the Foo informer trims it.
+//
+//	go test -run '^$' -bench FooCache -benchtime 2000x ./internal/cached
+func BenchmarkFooCache(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		fill int
+	}{{"plain", 0}, {"1MiB-of-metadata", 1 << 20}} {
+		foo := newFoo("example-foo-00001", ptr.To[int32](1))
+		foo.Status = reconcile.CalculateStatus(foo, servedDeployment(foo), nil, now)
+		if c.fill > 0 {
+			filled(foo, c.fill)
+		}
+		data, err := json.Marshal(foo)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			kept := make([]any, b.N)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for i := range kept {
+				foo := &samplev1alpha1.Foo{}
+				if err := json.Unmarshal(data, foo); err != nil {
+					b.Fatal(err)
+				}
+				if kept[i], err = TrimFoo(foo); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-bytes/Foo")
+			runtime.KeepAlive(kept)
+		})
 	}
 }
