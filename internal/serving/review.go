@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,9 +31,23 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// cacheSize bounds each cache of answers, so that callers sending ever new tokens or
-// paths cost the API server reviews but never the controller unbounded memory.
+// cacheSize bounds each cache of answers in entries. Keys are SHA-256 sums and answers
+// are what the API server wrote, so that callers sending ever new tokens or paths cost
+// the controller at most a few MiB.
 const cacheSize = 4096
+
+// The reviews made for callers (answers already cached cost none) are limited in rate:
+// each caller to perCaller a second after a burst of perCallerBurst, all callers
+// together to allReviews a second after a burst of twice that. A caller beyond either
+// is answered 429. A scraper reviews once per token and path and cacheTTL, so a few
+// Prometheus replicas stay far below; a caller sending random tokens gets a review a
+// second, and never more than allReviews reach the API server, in the same
+// priority-and-fairness flow as the controller's own Lease and object writes.
+const (
+	perCaller      = 1
+	perCallerBurst = 5
+	allReviews     = 10
+)
 
 // reviewer reviews tokens and access against the API server, and remembers each
 // answer for cacheTTL: a token's user or its refusal, and an access decision. A review
@@ -42,12 +57,14 @@ type reviewer struct {
 	access authorizationclient.SubjectAccessReviewInterface
 	ttl    time.Duration
 	// tokenAnswers is keyed by the SHA-256 of a token, so that tokens are not kept;
-	// accessAnswers by the review's spec as JSON.
+	// accessAnswers by the SHA-256 of the review's spec as JSON.
 	tokenAnswers  *cache.LRUExpireCache
 	accessAnswers *cache.LRUExpireCache
+	limits        *limits
 }
 
-// newReviewer reviews with the clients given, its answers expiring by clk.
+// newReviewer reviews with the clients given, its answers expiring and its limits
+// refilling by clk.
 func newReviewer(tokens authenticationclient.TokenReviewInterface, access authorizationclient.SubjectAccessReviewInterface, clk clock.PassiveClock) *reviewer {
 	return &reviewer{
 		tokens:        tokens,
@@ -55,7 +72,49 @@ func newReviewer(tokens authenticationclient.TokenReviewInterface, access author
 		ttl:           cacheTTL,
 		tokenAnswers:  cache.NewLRUExpireCacheWithClock(cacheSize, clk),
 		accessAnswers: cache.NewLRUExpireCacheWithClock(cacheSize, clk),
+		limits:        newLimits(clk),
 	}
+}
+
+// errTooManyReviews is the answer for a caller beyond its limit, or beyond all
+// callers' limit.
+var errTooManyReviews = errors.New("too many reviews: try again later")
+
+// limits are the rate limits of the reviews: one for every caller, and one for each.
+type limits struct {
+	clk clock.PassiveClock
+	all *rate.Limiter
+	// each holds a caller's limiter for as long as it could still be below its burst
+	// (perCallerBurst seconds after its last review), the most recent cacheSize of
+	// them: a caller forgotten earlier is at worst given its burst again.
+	each *cache.LRUExpireCache
+}
+
+func newLimits(clk clock.PassiveClock) *limits {
+	return &limits{
+		clk:  clk,
+		all:  rate.NewLimiter(allReviews, 2*allReviews),
+		each: cache.NewLRUExpireCacheWithClock(cacheSize, clk),
+	}
+}
+
+// allow takes one review from caller's limit and from all callers', and tells whether
+// both had one to give.
+func (l *limits) allow(caller string) bool {
+	now := l.clk.Now()
+	var own *rate.Limiter
+	if v, ok := l.each.Get(caller); ok {
+		own = v.(*rate.Limiter)
+	} else {
+		own = rate.NewLimiter(perCaller, perCallerBurst)
+	}
+	l.each.Add(caller, own, perCallerBurst*time.Second/perCaller)
+	return own.AllowN(now, 1) && l.all.AllowN(now, 1)
+}
+
+// again takes a retry of a review from all callers' limit.
+func (l *limits) again() bool {
+	return l.all.AllowN(l.clk.Now(), 1)
 }
 
 // tokenAnswer is what a TokenReview said: the user, or that the token is not one.
@@ -68,8 +127,10 @@ type tokenAnswer struct {
 var errNotAuthenticated = errors.New("the API server does not authenticate this bearer token")
 
 // authenticate returns the user the API server says token belongs to, or
-// errNotAuthenticated, or the error of a review that could not be made.
-func (r *reviewer) authenticate(ctx context.Context, token string) (authenticationv1.UserInfo, error) {
+// errNotAuthenticated, or errTooManyReviews when the token is not remembered and
+// caller (the request's remote host) is beyond its limit, or the error of a review that
+// could not be made.
+func (r *reviewer) authenticate(ctx context.Context, caller, token string) (authenticationv1.UserInfo, error) {
 	key := sha256.Sum256([]byte(token))
 	if v, ok := r.tokenAnswers.Get(key); ok {
 		answer := v.(tokenAnswer)
@@ -78,11 +139,14 @@ func (r *reviewer) authenticate(ctx context.Context, token string) (authenticati
 		}
 		return answer.user, nil
 	}
+	if !r.limits.allow("host " + caller) {
+		return authenticationv1.UserInfo{}, errTooManyReviews
+	}
 	// reviewTimeout bounds the review, its retries included.
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
 	var review *authenticationv1.TokenReview
-	err := retryTransient(ctx, func(ctx context.Context) (err error) {
+	err := r.retryTransient(ctx, func(ctx context.Context) (err error) {
 		review, err = r.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 		return err
 	})
@@ -123,7 +187,8 @@ func withAuthenticatedGroup(u authenticationv1.UserInfo) authenticationv1.UserIn
 }
 
 // authorize tells whether the API server lets user use verb on the non-resource path,
-// with its reason, or the error of a review that could not be made.
+// with its reason, or errTooManyReviews when the answer is not remembered and user is
+// beyond its limit, or the error of a review that could not be made.
 func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo, verb, path string) (bool, string, error) {
 	spec := authorizationv1.SubjectAccessReviewSpec{
 		User:                  user.Username,
@@ -137,20 +202,24 @@ func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo
 			spec.Extra[k] = authorizationv1.ExtraValue(v)
 		}
 	}
-	key, err := json.Marshal(spec)
+	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		return false, "", err
 	}
+	key := sha256.Sum256(specJSON)
 	status, cached := authorizationv1.SubjectAccessReviewStatus{}, false
-	if v, ok := r.accessAnswers.Get(string(key)); ok {
+	if v, ok := r.accessAnswers.Get(key); ok {
 		status, cached = v.(authorizationv1.SubjectAccessReviewStatus), true
 	}
 	if !cached {
+		if !r.limits.allow("user " + user.Username) {
+			return false, "", errTooManyReviews
+		}
 		// reviewTimeout bounds the review, its retries included.
 		ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 		defer cancel()
 		var review *authorizationv1.SubjectAccessReview
-		err := retryTransient(ctx, func(ctx context.Context) (err error) {
+		err := r.retryTransient(ctx, func(ctx context.Context) (err error) {
 			review, err = r.access.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
 			return err
 		})
@@ -158,7 +227,7 @@ func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo
 			return false, "", fmt.Errorf("reviewing access: %w", err)
 		}
 		status = review.Status
-		r.accessAnswers.Add(string(key), status, r.ttl)
+		r.accessAnswers.Add(key, status, r.ttl)
 	}
 	if status.Allowed && status.Denied {
 		return false, status.Reason, errors.New("the SubjectAccessReview both allowed and denied the request")
@@ -167,11 +236,14 @@ func (r *reviewer) authorize(ctx context.Context, user authenticationv1.UserInfo
 }
 
 // retryTransient makes call, again after reviewBackoff while it fails in a way that may
-// pass (a lost connection, the API server overloaded or failing inside), until ctx
-// ends, and returns call's last error.
-func retryTransient(ctx context.Context, call func(context.Context) error) error {
+// pass (a lost connection, the API server overloaded or failing inside) and all
+// callers' limit has a review to give, until ctx ends, and returns call's last error.
+func (r *reviewer) retryTransient(ctx context.Context, call func(context.Context) error) error {
 	var last error
 	err := wait.ExponentialBackoffWithContext(ctx, reviewBackoff, func(ctx context.Context) (bool, error) {
+		if last != nil && !r.limits.again() {
+			return false, last
+		}
 		last = call(ctx)
 		switch {
 		case last == nil:

@@ -87,21 +87,36 @@ func reviewClient(kubeconfig string, own *rest.Config) (kubernetes.Interface, er
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = reviewTimeout
-	// No client-side limit: the caches bound the reviews, and a limit here would only
-	// delay scrapes behind each other.
-	cfg.QPS = -1
+	// The reviews' limits (allReviews) already bound what reaches the API server; the
+	// client's own limit is theirs, so that it never makes a scrape wait.
+	cfg.QPS, cfg.Burst = allReviews, 2*allReviews
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Handler serves h to requests for an always-allowed path, and to others once the
+// maxPathLen bounds the path of a request reviewed: the longest the controller serves
+// is a profile's, under 30 bytes.
+const maxPathLen = 256
+
+// Handler serves mux to requests for an always-allowed path, and to others once the
 // caller's bearer token is authenticated (else 401) and the caller is authorized for
 // the method, as a verb, on the path (else 403), as kube-controller-manager does for
 // requests that are not for API resources. There is no anonymous caller: a request
 // without a token is refused with 401.
-func (s *Secure) Handler(h http.Handler) http.Handler {
+//
+// What no review is made for: a path mux does not serve (404), a path longer than
+// maxPathLen (414), and a caller beyond the reviews' rate limits (429).
+func (s *Secure) Handler(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			http.NotFound(w, r)
+			return
+		}
 		if s.alwaysAllow.allow(r.URL.Path) {
-			h.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r)
+			return
+		}
+		if len(r.URL.Path) > maxPathLen {
+			http.Error(w, "URI Too Long", http.StatusRequestURITooLong)
 			return
 		}
 		ctx := r.Context()
@@ -110,11 +125,15 @@ func (s *Secure) Handler(h http.Handler) http.Handler {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		user, err := s.reviews.authenticate(ctx, token)
+		user, err := s.reviews.authenticate(ctx, remoteHost(r), token)
 		if err != nil {
-			if !errors.Is(err, errNotAuthenticated) {
+			switch {
+			case errors.Is(err, errTooManyReviews):
+				tooManyRequests(w)
+				return
+			case !errors.Is(err, errNotAuthenticated):
 				s.logger.Error(err, "Authenticating a request", "path", r.URL.Path, "remoteAddr", r.RemoteAddr)
-			} else {
+			default:
 				s.logger.V(2).Info("Refused a request: authentication failed", "path", r.URL.Path, "remoteAddr", r.RemoteAddr, "err", err)
 			}
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -125,11 +144,13 @@ func (s *Secure) Handler(h http.Handler) http.Handler {
 		verb := strings.ToLower(r.Method)
 		allowed, reason, err := s.reviews.authorize(ctx, user, verb, r.URL.Path)
 		switch {
+		case errors.Is(err, errTooManyReviews):
+			tooManyRequests(w)
 		case err != nil:
 			s.logger.Error(err, "Authorizing a request", "user", user.Username, "verb", verb, "path", r.URL.Path)
 			http.Error(w, "Internal Server Error: authorization failed", http.StatusInternalServerError)
 		case allowed:
-			h.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r)
 		default:
 			msg := fmt.Sprintf("Forbidden: user %q cannot %s path %q", user.Username, verb, r.URL.Path)
 			if reason != "" {
@@ -138,6 +159,22 @@ func (s *Secure) Handler(h http.Handler) http.Handler {
 			http.Error(w, msg, http.StatusForbidden)
 		}
 	})
+}
+
+// tooManyRequests answers a caller beyond the reviews' limits.
+func tooManyRequests(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "Too Many Requests: "+errTooManyReviews.Error(), http.StatusTooManyRequests)
+}
+
+// remoteHost is the host of the request's remote address: the caller, as far as the
+// reviews' limit per caller can tell before its token is reviewed.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // hostIP is the IP address of a bind address, or nil when it names none in particular.

@@ -102,13 +102,27 @@ func (a *apiServer) failure() error {
 	return err
 }
 
-// serve sends a request through s's handler; it returns the status, the body, and
-// the request the handler behind got, if it ran.
+// servedPaths are the patterns the handler behind s serves in these tests.
+var servedPaths = []string{"/metrics", "/debug/pprof/", "/contradiction", "/healthz", "/healthz/", "/public/"}
+
+// serve sends a request through s's handler, from a caller at 192.0.2.1; it returns
+// the status, the body, and the request the handler behind got, if it ran.
 func serve(t *testing.T, s *Secure, method, path, authorization string) (int, string, *http.Request) {
 	t.Helper()
+	return serveFrom(t, s, "192.0.2.1:4321", method, path, authorization)
+}
+
+// serveFrom is serve from the caller at remoteAddr.
+func serveFrom(t *testing.T, s *Secure, remoteAddr, method, path, authorization string) (int, string, *http.Request) {
+	t.Helper()
 	var served *http.Request
-	handler := s.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served = r }))
+	mux := http.NewServeMux()
+	for _, p := range servedPaths {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { served = r })
+	}
+	handler := s.Handler(mux)
 	req := httptest.NewRequestWithContext(t.Context(), method, path, nil)
+	req.RemoteAddr = remoteAddr
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
@@ -275,11 +289,116 @@ func TestReviewsGiveUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	if _, err := s.reviews.authenticate(ctx, "scraper-token"); err == nil {
+	if _, err := s.reviews.authenticate(ctx, "192.0.2.1", "scraper-token"); err == nil {
 		t.Error("authenticate succeeded with every token review failing")
 	}
 	if took := time.Since(began); took > 2*time.Second || len(a.reviews) > 2 {
 		t.Errorf("with the context ending after 100ms: gave up after %v and %d reviews", took, len(a.reviews))
+	}
+}
+
+// No review is made for a path nothing serves, or one longer than any served.
+func TestHandlerReviewsOnlyServedPaths(t *testing.T) {
+	long := "/debug/pprof/" + strings.Repeat("x", maxPathLen)
+	huge := "/" + strings.Repeat("x", 1<<20)
+	tests := []struct {
+		name, path, authorization string
+		want                      int
+	}{
+		{"a path nothing serves", "/not-served", "Bearer stolen", http.StatusNotFound},
+		{"a path nothing serves, for a caller with the role", "/not-served", "Bearer scraper-token", http.StatusNotFound},
+		{"a path nothing serves, without a token", "/not-served", "", http.StatusNotFound},
+		{"1 MiB of path nothing serves", huge, "Bearer stolen", http.StatusNotFound},
+		{"a served prefix, with a path longer than any served", long, "Bearer scraper-token", http.StatusRequestURITooLong},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAPIServer()
+			s := a.secure(t, clocktesting.NewFakeClock(time.Now()))
+			if code, body, _ := serve(t, s, http.MethodGet, tt.path, tt.authorization); code != tt.want {
+				t.Errorf("status %d, want %d (body %q)", code, tt.want, body)
+			}
+			if len(a.reviews) != 0 {
+				t.Errorf("reviews %q, want none", a.reviews)
+			}
+		})
+	}
+}
+
+// Reviews are limited in rate, for each caller and for all of them: beyond, a caller
+// is answered 429 and no review is made; answers remembered are served whatever the
+// limits.
+func TestReviewsAreLimited(t *testing.T) {
+	a := newAPIServer()
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := a.secure(t, clk)
+	send := func(remoteAddr, path, token string) int {
+		code, _, _ := serveFrom(t, s, remoteAddr, http.MethodGet, path, "Bearer "+token)
+		return code
+	}
+	// Remembered before any limit is reached.
+	if code := send("192.0.2.9:1", "/metrics", "scraper-token"); code != http.StatusOK {
+		t.Fatalf("the scraper's first scrape: status %d, want 200", code)
+	}
+
+	a.reviews = nil
+	for i := range perCallerBurst + 3 {
+		want := http.StatusUnauthorized
+		if i >= perCallerBurst {
+			want = http.StatusTooManyRequests
+		}
+		if code := send("192.0.2.1:1", "/metrics", fmt.Sprintf("random-%d", i)); code != want {
+			t.Errorf("random token %d from one caller: status %d, want %d", i, code, want)
+		}
+	}
+	if len(a.reviews) != perCallerBurst {
+		t.Errorf("%d token reviews for one caller's random tokens, want its burst of %d", len(a.reviews), perCallerBurst)
+	}
+	if code := send("192.0.2.9:1", "/metrics", "scraper-token"); code != http.StatusOK {
+		t.Errorf("the scraper, remembered, while another caller is limited: status %d, want 200", code)
+	}
+	clk.Step(time.Second / perCaller)
+	if code := send("192.0.2.1:2", "/metrics", "random-again"); code != http.StatusUnauthorized {
+		t.Errorf("a random token a second later: status %d, want 401 after a review", code)
+	}
+
+	// Many callers: all of them together get the total's burst (refilled by now,
+	// within the scraper's cacheTTL).
+	a.reviews = nil
+	clk.Step(2 * time.Second)
+	limited := 0
+	for i := range 4 * allReviews {
+		if send(fmt.Sprintf("198.51.100.%d:1", i), "/metrics", fmt.Sprintf("spread-%d", i)) == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if len(a.reviews) != 2*allReviews || limited != 2*allReviews {
+		t.Errorf("%d callers' random tokens: %d reviews and %d answered 429, want %d and %d", 4*allReviews, len(a.reviews), limited, 2*allReviews, 2*allReviews)
+	}
+	if code := send("192.0.2.9:1", "/metrics", "scraper-token"); code != http.StatusOK {
+		t.Errorf("the scraper, remembered, with every caller limited: status %d, want 200", code)
+	}
+
+	// One user on ever new paths: its access reviews are limited as its tokens are.
+	a.reviews = nil
+	clk.Step(2 * time.Second)
+	for i := range perCallerBurst + 2 {
+		want := http.StatusForbidden
+		if i >= perCallerBurst {
+			want = http.StatusTooManyRequests
+		}
+		if code := send(fmt.Sprintf("203.0.113.%d:1", i), fmt.Sprintf("/debug/pprof/p%d", i), "other-token"); code != want {
+			t.Errorf("path %d of one user: status %d, want %d", i, code, want)
+		}
+	}
+	var access int
+	for _, r := range a.reviews {
+		if strings.HasPrefix(r, "access ") {
+			access++
+		}
+	}
+	if access != perCallerBurst {
+		t.Errorf("%d access reviews for one user's paths, want its burst of %d (reviews %q)", access, perCallerBurst, a.reviews)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -61,23 +62,24 @@ type Endpoints struct {
 func (e Endpoints) Start(ctx context.Context, cfg *rest.Config, synced func() bool, healthz func(*http.Request) error) (Servers, error) {
 	var servers Servers
 	if e.MetricsBindAddress != "0" {
-		handler := MetricsHandler(e.Profiling)
+		mux := MetricsHandler(e.Profiling)
+		handler := http.Handler(mux)
 		var tlsConfig *tls.Config
 		if e.MetricsSecure {
 			secure, err := e.Secure.New(ctx, e.MetricsBindAddress, cfg)
 			if err != nil {
 				return nil, fmt.Errorf("configuring secure serving of metrics: %w", err)
 			}
-			handler, tlsConfig = secure.Handler(handler), secure.TLSConfig
+			handler, tlsConfig = secure.Handler(mux), secure.TLSConfig
 		}
-		srv, err := Serve(ctx, "metrics", e.MetricsBindAddress, handler, tlsConfig)
+		srv, err := Serve(ctx, "metrics", e.MetricsBindAddress, handler, tlsConfig, maxMetricsConnections)
 		if err != nil {
 			return nil, err
 		}
 		servers = append(servers, srv)
 	}
 	if e.HealthProbeBindAddress != "0" {
-		srv, err := Serve(ctx, "health probes", e.HealthProbeBindAddress, ProbesHandler(synced, healthz), nil)
+		srv, err := Serve(ctx, "health probes", e.HealthProbeBindAddress, ProbesHandler(synced, healthz), nil, 0)
 		if err != nil {
 			servers.Shutdown(klog.FromContext(ctx))
 			return nil, err
@@ -112,7 +114,7 @@ func ProbesHandler(synced func() bool, healthz func(*http.Request) error) http.H
 
 // MetricsHandler serves /metrics from metrics.Gatherer, and with profiling Go's
 // profiles under /debug/pprof/.
-func MetricsHandler(profiling bool) http.Handler {
+func MetricsHandler(profiling bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer, promhttp.HandlerOpts{}))
 	if profiling {
@@ -125,9 +127,20 @@ func MetricsHandler(profiling bool) http.Handler {
 	return mux
 }
 
+// What a server holds for its callers at most: the bytes of a request line and headers
+// (more are answered 431), and for metrics connections open at once (more wait to be
+// accepted). A scraper's request, its bearer token included, takes under 2 KiB. The
+// probes take any number of connections: a caller holding them all would have the
+// kubelet restart the controller.
+const (
+	maxHeaderBytes        = 16 << 10
+	maxMetricsConnections = 64
+)
+
 // Serve listens on addr, so that a taken port fails at once, and serves handler in the
-// background: over HTTPS with tlsConfig, else over plain HTTP. name is for the logs.
-func Serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config) (*http.Server, error) {
+// background: over HTTPS with tlsConfig, else over plain HTTP, to at most maxConns
+// connections at once when it is above 0. name is for the logs.
+func Serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config, maxConns int) (*http.Server, error) {
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for %s on %s: %w", name, addr, err)
@@ -137,8 +150,13 @@ func Serve(ctx context.Context, name, addr string, handler http.Handler, tlsConf
 		listener = tls.NewListener(listener, tlsConfig)
 		scheme = "https"
 	}
+	// A caller can hold a connection, and what it sends before the handler runs, for
+	// at most ReadHeaderTimeout: so many connections, so many bytes of header each.
+	if maxConns > 0 {
+		listener = netutil.LimitListener(listener, maxConns)
+	}
 	logger := klog.FromContext(ctx)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: maxHeaderBytes}
 	go func() {
 		logger.Info("Serving "+name, "address", listener.Addr().String(), "scheme", scheme)
 		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -2,9 +2,14 @@ package serving
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
 )
 
 func TestMetricsHandler(t *testing.T) {
@@ -58,5 +63,70 @@ func TestProbesHandler(t *testing.T) {
 				t.Errorf("GET %s: status %d, want %d (body %q)", tt.path, rec.Code, tt.want, rec.Body.String())
 			}
 		})
+	}
+}
+
+// A server holds at most maxHeaderBytes of a request's line and headers, and the
+// metrics server at most its connections.
+func TestServeBoundsWhatCallersHold(t *testing.T) {
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const conns = 2
+	srv, err := Serve(t.Context(), "test", addr, MetricsHandler(false), nil, conns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Servers{srv}.Shutdown(klog.Background())
+	get := func(header string) (int, error) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Filler", header)
+		client := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get("small"); err != nil || code != http.StatusOK {
+		t.Fatalf("a plain request: status %d, %v; want 200", code, err)
+	}
+	if code, err := get(strings.Repeat("x", 2*maxHeaderBytes)); err != nil || code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request with %d bytes of headers: status %d, %v; want 431", 2*maxHeaderBytes, code, err)
+	}
+
+	var held []net.Conn
+	for range conns {
+		c, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	if code, err := get("small"); err == nil {
+		t.Errorf("with %d connections held open: status %d, want the request kept waiting", conns, code)
+	}
+	for _, c := range held {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var code int
+	for range 20 { // the server sees the connections close a moment later
+		if code, err = get("small"); err == nil {
+			break
+		}
+	}
+	if code != http.StatusOK {
+		t.Errorf("once the held connections closed: status %d, %v; want 200", code, err)
 	}
 }
