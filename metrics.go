@@ -38,7 +38,7 @@ var (
 
 	eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sample_controller_events_dropped_total",
-		Help: "Events recorded and never written, by reason: tenure_over (held back at the end of this replica's tenure of its Lease, or of the slot's, or still waiting at shutdown once it ended: they belong to the syncs of that tenure) shutdown (the wait of 5 s for them at shutdown ended first, the tenure still valid) backlog (100000 Events were waiting for their turn to be written already), unreachable (its write did not reach the API server in 12 tries, 10 s apart) or refused (the API server refused it).",
+		Help: "Events recorded and never written, by reason: tenure_over (held back at the end of this replica's tenure of its Lease, or of the slot's, or still waiting at shutdown once it ended: they belong to the syncs of that tenure) shutdown (the wait of 5 s for them at shutdown ended first, the tenure still valid) backlog (100000 Events were waiting for their turn to be written already, and its namespace's queue was the longest, or it was the newest of the longest queue, making room for another namespace's), unreachable (its write did not reach the API server in 12 tries, 10 s apart), refused (the API server refused it) or interrupted (the shutdown's wait ended while its write was unanswered: the API server may have written it).",
 	}, []string{"reason"})
 
 	cachesBehindTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -111,7 +111,7 @@ func init() {
 	for _, reason := range []string{tenure.ReasonExpired, tenure.ReasonStalled, tenure.ReasonNone} {
 		writesHeldBack.WithLabelValues(reason)
 	}
-	for _, reason := range []string{eventrecording.DroppedTenureOver, eventrecording.DroppedShutdown, eventrecording.DroppedBacklog, eventrecording.DroppedUnreachable, eventrecording.DroppedRefused} {
+	for _, reason := range []string{eventrecording.DroppedTenureOver, eventrecording.DroppedShutdown, eventrecording.DroppedBacklog, eventrecording.DroppedUnreachable, eventrecording.DroppedRefused, eventrecording.DroppedInterrupted} {
 		eventsDropped.WithLabelValues(reason)
 	}
 }

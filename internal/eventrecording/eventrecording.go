@@ -1,12 +1,14 @@
 // Package eventrecording writes a controller's Events (events.k8s.io/v1): a bounded
-// number at once, only inside the replica's tenure, and on shutdown those recorded
-// before it.
+// number at once, only inside the replica's tenure, fairly across namespaces, and on
+// shutdown those recorded before it.
 //
 // client-go's events broadcaster would start a goroutine per Event, with no bound, and
 // keep each Event for minutes to count repeats into a series. This controller's Events
 // do not repeat (one per action or cause, referring to objects at their
 // resourceVersion), so that cache only cost memory: 75 MB at a cold start of 100000
-// Foos. Here Events wait in a bounded queue and a few workers write them.
+// Foos. Here Events wait in bounded queues, one per namespace, and a few workers write
+// them, taking each namespace in turn: a storm of Events in one namespace delays
+// another's by at most one write of each namespace with Events waiting.
 package eventrecording
 
 import (
@@ -41,15 +43,20 @@ const FlushTimeout = 5 * time.Second
 const (
 	DroppedTenureOver  = "tenure_over" // held back (or left at shutdown), the tenure being over
 	DroppedShutdown    = "shutdown"    // the shutdown's wait for it ended first
-	DroppedBacklog     = "backlog"     // maxWaiting Events were waiting already
+	DroppedBacklog     = "backlog"     // maxWaiting Events were waiting already, none in a longer queue
 	DroppedUnreachable = "unreachable" // its write did not reach the API server maxTries times
 	DroppedRefused     = "refused"     // the API server refused it
+	// The shutdown's wait ended while its write was sent and not answered: the API
+	// server may have written it.
+	DroppedInterrupted = "interrupted"
 )
 
 // Vars for the tests. A write that does not reach the API server is tried maxTries
 // times in all, about retryInterval apart, as client-go's broadcaster does. At most
 // maxWaiting Events wait for a worker (a few hundred bytes each; a cold start of
-// 100000 Foos had 50000 waiting at once); the next is dropped.
+// 100000 Foos had 50000 waiting at once); beyond, the newest Event of the longest
+// queue is dropped, so that a storm in one namespace drops its own Events, not
+// another's.
 var (
 	maxTries      = 12
 	retryInterval = 10 * time.Second
@@ -64,17 +71,21 @@ type Recording struct {
 	dropped              func(reason string)
 	controller, instance string
 	ctx                  context.Context
-	stop                 context.CancelCauseFunc // with the reason for the writes it stops
+	stop                 context.CancelFunc // ends the writes in flight
 	once                 sync.Once
 
 	mu sync.Mutex
 	// more wakes the workers (an Event waits, or they are to quit); settled wakes
 	// Shutdown (a write ended, or its wait did).
 	more, settled *sync.Cond
-	waiting       []waitingEvent // oldest first
-	writing       int            // Events taken by a worker and not yet counted
-	wrote         int            // Events written
-	closed, quit  bool           // no more Events taken; the workers are to return
+	// queues holds the Events waiting, oldest first, by namespace; turns the
+	// namespaces with Events waiting, in the order the workers take them.
+	queues       map[string][]waitingEvent
+	turns        []string
+	waiting      int  // Events waiting, in all queues
+	writing      int  // Events taken by a worker and not yet counted
+	wrote        int  // Events written
+	closed, quit bool // no more Events taken; the workers are to return
 }
 
 // waitingEvent is an Event recorded and not yet being written.
@@ -96,9 +107,9 @@ func Start(ctx context.Context, client eventsv1client.EventsV1Interface, compone
 	if err != nil {
 		return nil, fmt.Errorf("naming the Events' reporting instance: %w", err)
 	}
-	r := &Recording{client: client, tenure: leading, dropped: dropped, controller: component, instance: component + "-" + hostname}
+	r := &Recording{client: client, tenure: leading, dropped: dropped, controller: component, instance: component + "-" + hostname, queues: map[string][]waitingEvent{}}
 	// The writes carry the tenure (nil for none) to the gate in client.
-	r.ctx, r.stop = context.WithCancelCause(tenure.NewContext(context.WithoutCancel(ctx), leading))
+	r.ctx, r.stop = context.WithCancel(tenure.NewContext(context.WithoutCancel(ctx), leading))
 	r.more, r.settled = sync.NewCond(&r.mu), sync.NewCond(&r.mu)
 	for range max(1, inFlight) {
 		go r.work()
@@ -111,8 +122,10 @@ func (r *Recording) Recorder() events.EventRecorder { return (*recorder)(r) }
 
 type recorder Recording
 
-// Eventf queues the Event, or drops it when maxWaiting wait already or after Shutdown.
-// One the API server would refuse is refused here and logged, as client-go's is.
+// Eventf queues the Event, or drops it after Shutdown, or when maxWaiting wait already
+// and its namespace's queue is the longest (else the newest of the longest is dropped
+// for it). One the API server would refuse is refused here and logged, as client-go's
+// is.
 func (w *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
 	r := (*Recording)(w)
 	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
@@ -130,10 +143,18 @@ func (w *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 			klog.Background().V(4).Info("An Event's related object has no reference", "reason", reason, "err", err)
 		}
 	}
+	ns := e.regarding.Namespace
 	r.mu.Lock()
-	closed, full := r.closed, len(r.waiting) >= maxWaiting
+	closed, full := r.closed, false
+	if !closed {
+		full = r.waiting >= maxWaiting && !r.evictLocked(ns)
+	}
 	if !closed && !full {
-		r.waiting = append(r.waiting, e)
+		if len(r.queues[ns]) == 0 {
+			r.turns = append(r.turns, ns)
+		}
+		r.queues[ns] = append(r.queues[ns], e)
+		r.waiting++
 		r.more.Signal()
 	}
 	r.mu.Unlock()
@@ -145,22 +166,51 @@ func (w *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 	}
 }
 
-// work writes the oldest waiting Event, one after another, until quit.
+// evictLocked drops the newest Event of the longest queue, r.mu held, to make room for
+// one of ns, and tells whether it did: not when ns's queue is the longest.
+func (r *Recording) evictLocked(ns string) bool {
+	longest := ns
+	for other, q := range r.queues {
+		if len(q) > len(r.queues[longest]) {
+			longest = other
+		}
+	}
+	if longest == ns {
+		return false
+	}
+	q := r.queues[longest]
+	q[len(q)-1] = waitingEvent{}
+	r.queues[longest] = q[:len(q)-1] // never empty: longer than ns's
+	r.waiting--
+	r.dropped(DroppedBacklog)
+	return true
+}
+
+// work writes the oldest waiting Event of the namespace whose turn it is, one after
+// another, until quit.
 func (r *Recording) work() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
-		for len(r.waiting) == 0 && !r.quit {
+		for r.waiting == 0 && !r.quit {
 			r.more.Wait()
 		}
 		if r.quit {
 			return
 		}
-		e := r.waiting[0]
-		r.waiting[0] = waitingEvent{}
-		if r.waiting = r.waiting[1:]; len(r.waiting) == 0 {
-			r.waiting = nil // lets go of the array a cold start grew
+		ns := r.turns[0]
+		r.turns[0] = ""
+		r.turns = r.turns[1:]
+		q := r.queues[ns]
+		e := q[0]
+		q[0] = waitingEvent{}
+		if q = q[1:]; len(q) == 0 {
+			delete(r.queues, ns) // and with it the array a storm grew
+		} else {
+			r.queues[ns] = q
+			r.turns = append(r.turns, ns)
 		}
+		r.waiting--
 		r.writing++
 		r.mu.Unlock()
 		reason := r.write(r.event(e))
@@ -214,7 +264,7 @@ func (r *Recording) write(event *eventsv1.Event) string {
 		select {
 		case <-time.After(wait.Jitter(retryInterval, 0.25)):
 		case <-ctx.Done():
-			return context.Cause(ctx).Error() // the reason Shutdown stopped it for
+			return DroppedInterrupted // the last try went unanswered: it may be written
 		}
 		if _, err = r.client.Events(event.Namespace).Create(ctx, event, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 			err = nil // an earlier try was written, its answer lost
@@ -227,7 +277,7 @@ func (r *Recording) write(event *eventsv1.Event) string {
 		logger.V(2).Info("Dropped an Event: this replica's tenure is over")
 		return DroppedTenureOver
 	case ctx.Err() != nil:
-		return context.Cause(ctx).Error() // stopped by Shutdown as the answer came
+		return DroppedInterrupted // stopped by Shutdown before its answer came
 	}
 	logger.Error(err, "The API server refused an Event")
 	return DroppedRefused
@@ -240,21 +290,21 @@ func (r *Recording) Shutdown(ctx context.Context, timeout time.Duration) {
 	r.once.Do(func() {
 		r.mu.Lock()
 		r.closed = true
-		if r.waitLocked(timeout, func() bool { return len(r.waiting) == 0 && r.writing == 0 }) {
+		if r.waitLocked(timeout, func() bool { return r.waiting == 0 && r.writing == 0 }) {
 			klog.FromContext(ctx).V(2).Info("Events written", "count", r.wrote)
 		} else {
-			klog.FromContext(ctx).Info("Gave up waiting for Events to be written", "waiting", len(r.waiting), "writing", r.writing, "timeout", timeout)
+			klog.FromContext(ctx).Info("Gave up waiting for Events to be written", "waiting", r.waiting, "writing", r.writing, "timeout", timeout)
 		}
 		// What is left is dropped for the reason that holds now, before the caller (a
 		// leader releasing its Lease) changes it.
-		reason, left := r.stopReason(), len(r.waiting)
-		r.waiting, r.quit = nil, true
+		reason, left := r.stopReason(), r.waiting
+		r.queues, r.turns, r.waiting, r.quit = nil, nil, 0, true
 		r.more.Broadcast()
 		r.mu.Unlock()
 		for range left {
 			r.dropped(reason)
 		}
-		r.stop(errors.New(reason))
+		r.stop()
 		r.mu.Lock() // a write to a server that does not answer may outlast its cancel
 		r.waitLocked(time.Second, func() bool { return r.writing == 0 })
 		r.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,8 @@ func TestShutdownWritesEverything(t *testing.T) {
 }
 
 // TestWritesPendingAtTheDeadlineAreDropped checks that when shutdown gives up, the
-// write it stopped and the Event still waiting are both counted as dropped at shutdown
-// by the time it returns.
+// write it stopped is counted as interrupted (it may have been written) and the Event
+// still waiting as dropped at shutdown, by the time it returns.
 func TestWritesPendingAtTheDeadlineAreDropped(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	done := make(chan struct{})
@@ -89,8 +90,8 @@ func TestWritesPendingAtTheDeadlineAreDropped(t *testing.T) {
 		recording.Recorder().Eventf(newPod(name), nil, corev1.EventTypeNormal, "Created", "Create", "Created")
 	}
 	recording.Shutdown(ctx, 300*time.Millisecond)
-	if got := dropped.get(); len(got) != 1 || got[DroppedShutdown] != 2 {
-		t.Errorf("dropped %v when shutdown returned, want 2 at shutdown", got)
+	if got := dropped.get(); len(got) != 2 || got[DroppedShutdown] != 1 || got[DroppedInterrupted] != 1 {
+		t.Errorf("dropped %v when shutdown returned, want 1 at shutdown and 1 interrupted", got)
 	}
 }
 
@@ -206,6 +207,61 @@ func TestBacklogIsBounded(t *testing.T) {
 	}
 	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != n-maxWaiting {
 		t.Errorf("dropped %v after every write was let through, want only the %d of the backlog", got, n-maxWaiting)
+	}
+}
+
+// TestEventsAreFairAcrossNamespaces checks that a storm of Events in one namespace
+// neither drops another namespace's Events nor delays them behind its own: when the
+// waiting are at the bound, the storm's newest make room, and the workers take each
+// namespace in turn.
+func TestEventsAreFairAcrossNamespaces(t *testing.T) {
+	defer func(old int) { maxWaiting = old }(maxWaiting)
+	maxWaiting = 10
+	_, ctx := ktesting.NewTestContext(t)
+	client, release := k8sfake.NewClientset(), make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	client.PrependReactor("create", "events", func(action core.Action) (bool, runtime.Object, error) {
+		<-release
+		e := action.(core.CreateAction).GetObject().(*eventsv1.Event)
+		mu.Lock()
+		order = append(order, e.Namespace+"/"+e.Regarding.Name)
+		mu.Unlock()
+		return false, nil, nil
+	})
+	dropped := &droppedCounts{}
+	recording, err := Start(ctx, client.EventsV1(), "test-controller", nil, dropped.add, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(ns, name string) {
+		pod := newPod(name)
+		pod.Namespace = ns
+		recording.Recorder().Eventf(pod, nil, corev1.EventTypeNormal, "Created", "Create", "Created %q", name)
+	}
+	record("storm", "stuck") // its write waits for release
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return recording.pending() == 1, nil
+	}); err != nil {
+		t.Fatalf("%d Events pending, want 1", recording.pending())
+	}
+	for i := range maxWaiting {
+		record("storm", fmt.Sprintf("storm-%d", i))
+	}
+	record("quiet", "quiet-0")
+	record("quiet", "quiet-1")
+	record("storm", "storm-late") // the storm's queue is the longest: dropped
+	if got := dropped.get(); len(got) != 1 || got[DroppedBacklog] != 3 {
+		t.Errorf("dropped %v, want 3 for the backlog: the storm's two newest and its late one", got)
+	}
+	close(release)
+	recording.Shutdown(ctx, 5*time.Second)
+	want := []string{"storm/stuck", "storm/storm-0", "quiet/quiet-0", "storm/storm-1", "quiet/quiet-1",
+		"storm/storm-2", "storm/storm-3", "storm/storm-4", "storm/storm-5", "storm/storm-6", "storm/storm-7"}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, want) {
+		t.Errorf("written in the order %q, want %q", order, want)
 	}
 }
 
