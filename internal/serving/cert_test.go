@@ -17,22 +17,60 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 )
 
-// serveTLS serves "ok" with the TLS configuration of o on a free loopback port, and
-// returns the https URL.
+// serveTLS serves "ok" with the TLS configuration of o on a free loopback port, as
+// the metrics server is served, and returns the https URL.
 func serveTLS(t *testing.T, o *Options) string {
 	t.Helper()
 	cfg, err := o.tlsConfig(t.Context(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr := freeAddress(t)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			http.Error(w, "served without TLS", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	srv, err := Serve(t.Context(), "test", addr, ok, cfg, maxMetricsConnections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return "https://" + addr
+}
+
+// freeAddress is a loopback address with a port that was free a moment ago.
+func freeAddress(t *testing.T) string {
+	t.Helper()
 	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") }), ReadHeaderTimeout: time.Second}
-	go func() { _ = srv.Serve(tls.NewListener(l, cfg)) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "https://" + l.Addr().String()
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// A request over plain HTTP to the TLS port is answered 400, as Go's HTTPS server
+// answers it, not dropped: the server sees its connections as TLS ones.
+func TestServeTLSAnswersPlainHTTP(t *testing.T) {
+	url := serveTLS(t, &Options{})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http"+strings.TrimPrefix(url, "https"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("plain HTTP to the TLS port: %v, want a 400", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("plain HTTP to the TLS port: status %d, want 400", resp.StatusCode)
+	}
 }
 
 // get fetches url trusting only the certificates in the PEM file caFile, or trusting

@@ -145,15 +145,16 @@ func Serve(ctx context.Context, name, addr string, handler http.Handler, tlsConf
 	if err != nil {
 		return nil, fmt.Errorf("listening for %s on %s: %w", name, addr, err)
 	}
+	// A caller can hold a connection, and what it sends before the handler runs, for
+	// at most ReadHeaderTimeout: so many connections, so many bytes of header each.
+	// Limited below TLS, so that the server still sees its connections as TLS ones.
+	if maxConns > 0 {
+		listener = netutil.LimitListener(listener, maxConns)
+	}
 	scheme := "http"
 	if tlsConfig != nil {
 		listener = tls.NewListener(listener, tlsConfig)
 		scheme = "https"
-	}
-	// A caller can hold a connection, and what it sends before the handler runs, for
-	// at most ReadHeaderTimeout: so many connections, so many bytes of header each.
-	if maxConns > 0 {
-		listener = netutil.LimitListener(listener, maxConns)
 	}
 	logger := klog.FromContext(ctx)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: maxHeaderBytes}

@@ -69,14 +69,7 @@ func TestProbesHandler(t *testing.T) {
 // A server holds at most maxHeaderBytes of a request's line and headers, and the
 // metrics server at most its connections.
 func TestServeBoundsWhatCallersHold(t *testing.T) {
-	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	addr := freeAddress(t)
 	const conns = 2
 	srv, err := Serve(t.Context(), "test", addr, MetricsHandler(false), nil, conns)
 	if err != nil {

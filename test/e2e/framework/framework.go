@@ -609,10 +609,17 @@ func inspectImage(ctx context.Context, binDir, archive string, args ...string) (
 // available replicas, and returns it.
 func (e *Env) WaitFooReady(t *testing.T, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
 	t.Helper()
+	return WaitFooReadyWith(t, e.Sample, within, ns, name, want)
+}
+
+// WaitFooReadyWith is WaitFooReady reading through client: one of a test's own, whose
+// requests take nothing from the rate limit the suite's tests share.
+func WaitFooReadyWith(t *testing.T, client clientset.Interface, within time.Duration, ns, name string, want int32) *samplev1alpha1.Foo {
+	t.Helper()
 	var foo *samplev1alpha1.Foo
 	Eventually(t, within, fmt.Sprintf("Foo %s/%s to be Ready with %d available replicas", ns, name, want), func(ctx context.Context) (bool, string) {
 		var err error
-		foo, err = e.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
+		foo, err = client.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
