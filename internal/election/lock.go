@@ -51,8 +51,9 @@ const unseenHolder = "(a holder this replica has not seen)"
 //     record has been seen unchanged for that longest duration; then it is shown free,
 //     and the elector takes it with an update conditional on that resourceVersion.
 //     A release by the holder last seen (ReleasedByAnnotation) is free once it has
-//     stood for a write's flight (a second at most), and so is one by a holder this
-//     process never saw.
+//     stood for a write's flight (a second at most). One by a holder this process
+//     never saw is waited out as any edit is: whoever may update the Lease can write
+//     that mark, and this process cannot tell when the holder's tenure ended.
 //   - A Lease this process has to create begins a tenure usable only after the longest
 //     duration: it may have been deleted under a holder that has not noticed yet.
 //
@@ -237,7 +238,9 @@ const MaxLeaseDuration = 5 * time.Minute
 // A holder emptied by anyone else has neither the mark nor, unless set with it, that
 // duration, and a Lease restored from a copy has another UID. A release marked as
 // this process's (me) is one only if it is the very record this process wrote
-// (releasedAt): another may have held the Lease since, unseen.
+// (releasedAt): another may have held the Lease since, unseen. One naming a holder
+// this process never saw is not: a merge patch can write the mark, the UID and the
+// duration, and a process that never saw the holder cannot tell whether it still acts.
 func released(lease *coordinationv1.Lease, previous, me, releasedAt string) bool {
 	by, uid, ok := strings.Cut(lease.Annotations[ReleasedByAnnotation], " ")
 	if !ok || by == "" || uid != string(lease.UID) || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != 1 {
@@ -246,7 +249,7 @@ func released(lease *coordinationv1.Lease, previous, me, releasedAt string) bool
 	if by == me {
 		return lease.ResourceVersion == releasedAt
 	}
-	return previous == "" || previous == by
+	return previous == by
 }
 
 // Create creates the Lease naming this process. The tenure it begins is usable only

@@ -261,6 +261,34 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 	})
 
+	t.Run("a release mark written by another client is waited out by a replica that never saw the holder", func(t *testing.T) {
+		client, clk, a, _ := setup(t)
+		// A merge patch as the issue tried it: the holder emptied, a duration of one
+		// second, and the mark of a release by a, with the Lease's UID.
+		edit(t, client, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, ReleasedByAnnotation, "a "+string(l.UID))
+		})
+		// c starts now and sees the forged record first, trying every half second; a,
+		// alive, renews every two seconds (a retry period), from one second on.
+		c := newReplica(t, client, clk, "c", d)
+		for at := time.Duration(0); at <= 2*d; at += 500 * time.Millisecond {
+			if c.acquire() {
+				t.Fatalf("c, which never saw a hold the Lease, took it %v after a forged release of a's", at)
+			}
+			if at%(2*time.Second) == time.Second {
+				a.acquire()
+			}
+			if a.valid() && c.valid() {
+				t.Fatalf("%v in: a's and c's tenures are both valid", at)
+			}
+			clk.Step(500 * time.Millisecond)
+		}
+		if !a.valid() {
+			t.Error("a, renewing, lost its tenure to a forged release")
+		}
+	})
+
 	t.Run("a standby named by an edit releases nothing when it stops", func(t *testing.T) {
 		client, clk, a, b := setup(t)
 		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b") })
