@@ -207,7 +207,7 @@ func TestCachedDeploymentRoundTrips(t *testing.T) {
 // server serves it (but for managedFields, which every cache drops) and as the
 // controller's informer caches it, decoded from the same JSON.
 //
-//	go test -run '^$' -bench DeploymentCache -benchtime 20000x ./internal/reconcile
+//	go test -run '^$' -bench DeploymentCache -benchtime 20000x ./internal/cached
 func BenchmarkDeploymentCache(b *testing.B) {
 	served, err := json.Marshal(servedDeployment(newFoo("example-foo-00001", ptr.To[int32](1))))
 	if err != nil {
@@ -221,23 +221,13 @@ func BenchmarkDeploymentCache(b *testing.B) {
 		return obj, nil
 	}}, {"cached", TrimDeployment}} {
 		b.Run(c.name, func(b *testing.B) {
-			kept := make([]any, b.N)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			for i := range kept {
+			reportHeapPer(b, "Deployment", func() (any, error) {
 				d := &appsv1.Deployment{}
 				if err := json.Unmarshal(served, d); err != nil {
-					b.Fatal(err)
+					return nil, err
 				}
-				if kept[i], err = c.transform(d); err != nil {
-					b.Fatal(err)
-				}
-			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
-			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-bytes/Deployment")
-			runtime.KeepAlive(kept)
+				return c.transform(d)
+			})
 		})
 	}
 }
@@ -345,23 +335,32 @@ func BenchmarkFooCache(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(c.name, func(b *testing.B) {
-			kept := make([]any, b.N)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			for i := range kept {
+			reportHeapPer(b, "Foo", func() (any, error) {
 				foo := &samplev1alpha1.Foo{}
 				if err := json.Unmarshal(data, foo); err != nil {
-					b.Fatal(err)
+					return nil, err
 				}
-				if kept[i], err = TrimFoo(foo); err != nil {
-					b.Fatal(err)
-				}
-			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
-			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-bytes/Foo")
-			runtime.KeepAlive(kept)
+				return TrimFoo(foo)
+			})
 		})
 	}
+}
+
+// reportHeapPer keeps b.N objects that cache makes, and reports the heap each holds
+// once the garbage made along the way is collected, as heap-bytes/unit.
+func reportHeapPer(b *testing.B, unit string, cache func() (any, error)) {
+	kept := make([]any, b.N)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range kept {
+		var err error
+		if kept[i], err = cache(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-bytes/"+unit)
+	runtime.KeepAlive(kept)
 }
