@@ -406,6 +406,11 @@ func (c *Controller) runWorker(ctx context.Context) {
 	}
 }
 
+// conflictRecheckInterval is when a Foo whose write met a conflict is synced again if
+// no event brought it back first: the event of the newer version its cache lacked does,
+// as a rule, within milliseconds.
+const conflictRecheckInterval = 5 * time.Second
+
 // processNextWorkItem syncs one Foo. A failed sync is retried with per-item
 // exponential backoff; a successful one resets the backoff.
 func (c *Controller) processNextWorkItem(ctx context.Context) bool {
@@ -452,10 +457,13 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		klog.FromContext(ctx).V(2).Info("A write was held back: the tenure is not valid", "foo", key, "err", err)
 		c.workqueue.AddRateLimited(key)
 	case apierrors.IsConflict(err):
-		// The cache was behind the server; the informer is about to catch up.
+		// The cache was behind the server: the informer's event for the newer version
+		// brings the Foo back (handleObject, enqueueFoo). A retry before it would
+		// decide on the same stale copy and conflict again, so none is scheduled
+		// sooner than conflictRecheckInterval, the fallback.
 		syncsTotal.WithLabelValues(syncConflict).Inc()
-		klog.FromContext(ctx).V(4).Info("Conflict while syncing, retrying", "foo", key, "err", err)
-		c.workqueue.AddRateLimited(key)
+		klog.FromContext(ctx).V(4).Info("Conflict while syncing, waiting for the cache", "foo", key, "err", err)
+		c.workqueue.AddAfter(key, conflictRecheckInterval)
 	default:
 		syncsTotal.WithLabelValues(syncError).Inc()
 		utilruntime.HandleErrorWithContext(ctx, err, "Error syncing Foo, requeuing", "foo", key)
