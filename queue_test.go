@@ -299,6 +299,23 @@ func TestProcessNextWorkItem(t *testing.T) {
 		f.waitRequeued(ctx, clk, 10*time.Millisecond)
 	})
 
+	t.Run("a conflict waits for the cache's event, not a backoff", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), "web", errors.New("the object has been modified"))
+		})
+		_, ctx := ktesting.NewTestContext(t)
+		c := f.controller
+		clk := f.useQueueClock()
+		c.workqueue.Add(key)
+		c.processNextWorkItem(ctx)
+		if got := c.workqueue.NumRequeues(key); got != 0 {
+			t.Errorf("NumRequeues = %d, want 0: a conflict is no failure to back off from", got)
+		}
+		// Only the fallback brings it back without an event.
+		f.waitRequeued(ctx, clk, conflictRecheckInterval)
+	})
+
 	t.Run("forgets the key on success", func(t *testing.T) {
 		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
 		_, ctx := ktesting.NewTestContext(t)
