@@ -145,11 +145,8 @@ func (w *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 	}
 	ns := e.regarding.Namespace
 	r.mu.Lock()
-	closed, full := r.closed, false
-	if !closed {
-		full = r.waiting >= maxWaiting && !r.evictLocked(ns)
-	}
-	if !closed && !full {
+	closed, full := r.closed, !r.closed && r.waiting >= maxWaiting
+	if !closed && (!full || r.evictLocked(ns)) {
 		if len(r.queues[ns]) == 0 {
 			r.turns = append(r.turns, ns)
 		}
@@ -162,7 +159,7 @@ func (w *recorder) Eventf(regarding, related runtime.Object, eventtype, reason, 
 	case closed:
 		r.dropped(r.stopReason())
 	case full:
-		r.dropped(DroppedBacklog)
+		r.dropped(DroppedBacklog) // this Event, or the one evicted for it
 	}
 }
 
@@ -182,7 +179,6 @@ func (r *Recording) evictLocked(ns string) bool {
 	q[len(q)-1] = waitingEvent{}
 	r.queues[longest] = q[:len(q)-1] // never empty: longer than ns's
 	r.waiting--
-	r.dropped(DroppedBacklog)
 	return true
 }
 
