@@ -81,6 +81,9 @@ type Write struct {
 	// a create from the object sent.
 	Group, Resource, Subresource string
 	Namespace, Name              string
+	// ResourceVersion is the one the object or patch sent carried: the write's
+	// precondition.
+	ResourceVersion string
 	// Code is the answer's HTTP status; 502 with Err when the apiserver gave none.
 	Code int
 	Err  string
@@ -387,9 +390,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	record := &Write{Client: p.name, UserAgent: r.UserAgent(), Method: r.Method, Received: time.Now()}
 	record.Group, record.Namespace, record.Resource, record.Name, record.Subresource = parseResourcePath(r.URL.Path)
+	meta := objectMeta(r.Header.Get("Content-Type"), body)
 	if record.Name == "" {
-		record.Name = objectName(r.Header.Get("Content-Type"), body)
+		record.Name = meta.Name
 	}
+	record.ResourceVersion = meta.ResourceVersion
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), writeKey{}, record)
 	p.mu.Lock()
 	before := p.beforeWrite
@@ -521,24 +526,24 @@ func parseResourcePath(path string) (group, namespace, resource, name, subresour
 // protobufPrefix starts every protobuf-encoded Kubernetes object.
 var protobufPrefix = []byte("k8s\x00")
 
-// objectName reads metadata.name from an object in JSON or Kubernetes protobuf, and
-// returns "" for anything else.
-func objectName(contentType string, body []byte) string {
+// objectMeta reads the metadata of an object or patch in JSON, or of an object in
+// Kubernetes protobuf; it is empty for anything else.
+func objectMeta(contentType string, body []byte) metav1.ObjectMeta {
 	var object metav1.PartialObjectMetadata
 	if strings.HasPrefix(contentType, runtime.ContentTypeProtobuf) {
 		var envelope runtime.Unknown
 		if !bytes.HasPrefix(body, protobufPrefix) || envelope.Unmarshal(body[len(protobufPrefix):]) != nil {
-			return ""
+			return metav1.ObjectMeta{}
 		}
 		// Every object carries its ObjectMeta as field 1, as PartialObjectMetadata
 		// does; the rest is skipped.
 		if object.Unmarshal(envelope.Raw) != nil {
-			return ""
+			return metav1.ObjectMeta{}
 		}
-		return object.Name
+		return object.ObjectMeta
 	}
 	if json.Unmarshal(body, &object) != nil {
-		return ""
+		return metav1.ObjectMeta{}
 	}
-	return object.Name
+	return object.ObjectMeta
 }

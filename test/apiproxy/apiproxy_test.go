@@ -438,8 +438,8 @@ func TestParseResourcePath(t *testing.T) {
 	}
 }
 
-func TestObjectName(t *testing.T) {
-	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", Labels: map[string]string{"a": "b"}}}
+func TestObjectMeta(t *testing.T) {
+	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", ResourceVersion: "7", Labels: map[string]string{"a": "b"}}}
 	raw, err := deployment.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -449,18 +449,20 @@ func TestObjectName(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name, contentType string
+		what, contentType string
 		body              []byte
-		want              string
+		name, version     string
 	}{
-		{name: "JSON", contentType: "application/json", body: []byte(`{"metadata":{"name":"web"}}`), want: "web"},
-		{name: "protobuf", contentType: runtime.ContentTypeProtobuf, body: append([]byte("k8s\x00"), envelope...), want: "web"},
-		{name: "protobuf without its prefix", contentType: runtime.ContentTypeProtobuf, body: envelope},
-		{name: "not an object", contentType: "application/json", body: []byte(`[1]`)},
+		{what: "JSON", contentType: "application/json", body: []byte(`{"metadata":{"name":"web"}}`), name: "web"},
+		{what: "protobuf", contentType: runtime.ContentTypeProtobuf, body: append([]byte("k8s\x00"), envelope...), name: "web", version: "7"},
+		{what: "protobuf without its prefix", contentType: runtime.ContentTypeProtobuf, body: envelope},
+		{what: "not an object", contentType: "application/json", body: []byte(`[1]`)},
+		{what: "a patch with its precondition", contentType: "application/strategic-merge-patch+json", body: []byte(`{"metadata":{"resourceVersion":"42"},"spec":{"replicas":2}}`), version: "42"},
 	}
 	for _, tc := range tests {
-		if got := objectName(tc.contentType, tc.body); got != tc.want {
-			t.Errorf("%s: objectName = %q, want %q", tc.name, got, tc.want)
+		got := objectMeta(tc.contentType, tc.body)
+		if got.Name != tc.name || got.ResourceVersion != tc.version {
+			t.Errorf("%s: objectMeta gave name %q and resourceVersion %q, want %q and %q", tc.what, got.Name, got.ResourceVersion, tc.name, tc.version)
 		}
 	}
 }

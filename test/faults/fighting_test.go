@@ -23,8 +23,13 @@ const fightFor = 20 * time.Second
 
 // TestFightingActor has another client change a Foo's Deployment again and again, its
 // replicas and its image in turn, each time as soon as the controller has restored it.
-// The controller must restore it every time, with about one update per change: no
-// storm of retries or status writes.
+// The controller must restore it every time, with one update per change: no storm of
+// retries or status writes.
+//
+// Conflicts are not the controller's to avoid: its patches carry the resourceVersion
+// they were decided on, and the Deployment controller writes the Deployment's status
+// after every change, racing them. What it must not do is conflict twice on one
+// version: a retry on a copy it already knows is stale.
 func TestFightingActor(t *testing.T) {
 	t.Parallel()
 	ns := env.NewNamespace(t)
@@ -70,12 +75,16 @@ func TestFightingActor(t *testing.T) {
 	settled := checkInvariants(t, ns, []string{"contested"})
 
 	var updates, conflicts, statusWrites, events, other int
+	conflicted := map[string]int{} // by the resourceVersion the write was conditional on
 	for _, w := range c.proxy.Writes()[before:] {
 		switch {
 		case w.Resource == "deployments" && w.Method == "PATCH" && w.Code == 200:
 			updates++
 		case w.Resource == "deployments" && w.Code == 409:
 			conflicts++
+			if conflicted[w.ResourceVersion]++; conflicted[w.ResourceVersion] == 2 {
+				t.Errorf("a second conflict on resourceVersion %q: %v", w.ResourceVersion, w)
+			}
 		case w.Resource == "foos" && w.Subresource == "status":
 			statusWrites++
 		case w.Resource == "events":
@@ -90,10 +99,10 @@ func TestFightingActor(t *testing.T) {
 	fmt.Printf("faults: fighting actor: %d fights in %.0fs, each restored (median %.2fs, max %.2fs); the controller made %d Deployment updates, %d conflicts, %d status writes, %d events, %d other writes; settled %.1fs after the last fight\n",
 		fights, fought.Seconds(), percentile(restores, 0.5).Seconds(), percentile(restores, 1).Seconds(), updates, conflicts, statusWrites, events, other, settled.Seconds())
 
-	// One update restores each change; a conflict costs a retry. More means the
-	// controller fights itself.
-	if updates+conflicts > 2*fights+2 {
-		t.Errorf("%d Deployment updates and %d conflicts for %d changes: more than about one per change", updates, conflicts, fights)
+	// One update restores each change (two at the edges: the fight's first and last
+	// can meet a sync already under way).
+	if updates > fights+2 {
+		t.Errorf("%d Deployment updates for %d changes: more than one per change", updates, fights)
 	}
 	// Each change moves the Deployment's Pods, and the Foo's status follows their
 	// counts: a few writes per change, never a loop.
