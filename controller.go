@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -30,7 +31,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/seed-e6610ed6/sample-controller/internal/cached"
 	"github.com/seed-e6610ed6/sample-controller/internal/namewatch"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
@@ -96,6 +96,9 @@ type Controller struct {
 	nameWatches *namewatch.Watcher
 	// sync is syncHandler, in a field so that a test can wrap it.
 	sync func(ctx context.Context, key cache.ObjectName) error
+	// creationKey keys the tokens of the Deployments this process creates
+	// (reconcile.CreationToken): random, and never out of the process.
+	creationKey []byte
 
 	shutdownTimeout  time.Duration     // Config.ShutdownTimeout
 	deploymentLabels map[string]string // Config.DeploymentLabels
@@ -156,6 +159,10 @@ func NewController(ctx context.Context, cfg Config) (*Controller, error) {
 		clock:            clock.RealClock{},
 		shutdownTimeout:  cfg.ShutdownTimeout,
 		deploymentLabels: cfg.DeploymentLabels,
+		creationKey:      make([]byte, 32),
+	}
+	if _, err := rand.Read(c.creationKey); err != nil {
+		return nil, fmt.Errorf("making the key of creation tokens: %w", err)
 	}
 
 	c.writes = writes.NewTracker(fooInformer.Informer().GetStore(), deploymentInformer.GetStore(), func(key cache.ObjectName) { c.workqueue.Add(key) })
@@ -502,28 +509,19 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return nil
 	}
 
-	// A write that a cached Foo older than the API server's would get wrong waits for
-	// the API server to confirm the Foo (confirmFoo), at most once a sync.
-	confirmed := false
-	confirm := func(ctx context.Context) error {
-		if confirmed {
-			return nil
-		}
-		err := c.confirmFoo(ctx, foo)
-		confirmed = err == nil
-		return err
-	}
-	deployment, syncErr := c.syncDeployment(ctx, foo, confirm)
+	s := &fooSync{c: c, foo: foo, records: foo.Status.Deployments}
+	deployment, syncErr := c.syncDeployment(ctx, s)
+	foo = s.foo
 	var retryErr error
 	switch {
 	case syncErr == nil:
 		c.writes.Report(key, foo.UID, "")
 		c.nameWatches.Done(key)
-		if err := c.deletePreviousDeployments(ctx, foo, confirm); err != nil {
+		if err := c.deletePreviousDeployments(ctx, s); err != nil {
 			return err
 		}
 	case errors.Is(syncErr, reconcile.ErrNotOwned):
-		c.reportNotOwned(ctx, foo, deployment)
+		c.reportNotOwned(ctx, foo, deployment, syncErr)
 	case tenure.Fenced(syncErr):
 		// The Lease names another Pod now: nothing to tell the Foo's author.
 		return syncErr
@@ -536,27 +534,94 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return syncErr
 	}
 	now := metav1.NewTime(c.clock.Now())
-	statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
-		return reconcile.CalculateStatus(foo, deployment, syncErr, now)
+	_, statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+		status := reconcile.CalculateStatus(foo, deployment, syncErr, now)
+		status.Deployments = s.records
+		return status
 	})
 	return errors.Join(retryErr, statusErr)
+}
+
+// fooSync is what the steps of one sync of a Foo share.
+type fooSync struct {
+	c *Controller
+	// foo is the Foo as the cache had it, or as the sync last wrote its status.
+	foo *samplev1alpha1.Foo
+	// records are the Foo's record of the Deployments created for it
+	// (status.deployments) as the sync leaves it; its status write ends with them.
+	records []samplev1alpha1.CreatedDeployment
+	// confirmed is set once the API server has confirmed foo current.
+	confirmed bool
+}
+
+// confirm makes sure, at most once a sync, that the Foo is as the cache has it
+// (confirmFoo): a write that a cached Foo older than the API server's would get wrong
+// waits for it.
+func (s *fooSync) confirm(ctx context.Context) error {
+	if s.confirmed {
+		return nil
+	}
+	err := s.c.confirmFoo(ctx, s.foo)
+	s.confirmed = err == nil
+	return err
+}
+
+// created tells whether d, which the Foo controls, is a Deployment the controller
+// created for it, by its record. A record of d's name still being created is checked
+// against d as the API server serves it (live; the cache keeps no annotations), and
+// then holds d's UID. A Foo without records (reconcile.Unrecorded) has the Deployment
+// under its current name recorded as created.
+func (s *fooSync) created(ctx context.Context, d *appsv1.Deployment, live bool) (bool, error) {
+	r := reconcile.Record(s.records, d.Name)
+	switch {
+	case r != nil && r.UID != "":
+		return r.UID == d.UID, nil
+	case r == nil && reconcile.Unrecorded(s.foo) && d.Name == s.foo.Spec.DeploymentName:
+	case r == nil:
+		return false, nil
+	default:
+		if !live {
+			live, err := s.c.kubeclientset.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, fmt.Errorf("getting Deployment %s/%s to check its creation token: %w", d.Namespace, d.Name, err)
+			}
+			if live.UID != d.UID {
+				return false, fmt.Errorf("%w: Deployment %s/%s was replaced", errStaleCache, d.Namespace, d.Name)
+			}
+			d = live
+		}
+		if !reconcile.Created(s.records, d) {
+			return false, nil
+		}
+	}
+	s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: d.Name, UID: d.UID})
+	return true, nil
 }
 
 // syncDeployment makes sure the Deployment named in foo's spec exists and matches the
 // spec, and returns it. When that name is taken by a Deployment foo does not control,
 // it returns that Deployment with reconcile.ErrNotOwned and changes nothing. When the
 // update is refused, it returns the Deployment as it is, for its replica counts.
-// confirm is called before a write that needs foo confirmed current.
-func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) (*appsv1.Deployment, error) {
+// A Deployment that foo controls but that its record says the controller did not
+// create is not owned either (reconcile.ErrNotCreated).
+func (c *Controller) syncDeployment(ctx context.Context, s *fooSync) (*appsv1.Deployment, error) {
+	foo := s.foo
 	deployment, err := c.cachedDeployment(foo.Namespace, foo.Spec.DeploymentName)
+	live := false
 	if apierrors.IsNotFound(err) {
-		deployment, err = c.createDeployment(ctx, foo, confirm)
+		deployment, err = c.createDeployment(ctx, s)
+		foo, live = s.foo, true
 	}
 	if err != nil {
 		return nil, err
 	}
 	if !metav1.IsControlledBy(deployment, foo) {
 		return deployment, reconcile.ErrNotOwned
+	}
+	if created, err := s.created(ctx, deployment, live); err != nil {
+		return nil, err
+	} else if !created {
+		return deployment, reconcile.ErrNotCreated
 	}
 	if deployment.DeletionTimestamp != nil {
 		// Its deletion event will bring the Foo back to create a new one.
@@ -575,7 +640,7 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 	// API server to confirm the Foo. A spec not applied yet, the change a user waits
 	// for, goes at once: the expectations and catchUp cover a cache behind it.
 	if foo.Status.ObservedGeneration == foo.Generation {
-		if err := confirm(ctx); err != nil {
+		if err := s.confirm(ctx); err != nil {
 			return deployment, err
 		}
 	}
@@ -604,30 +669,76 @@ func (c *Controller) syncDeployment(ctx context.Context, foo *samplev1alpha1.Foo
 // createDeployment creates foo's Deployment, which is not in the cache. The cache holds
 // only Deployments this controller labelled, so the name may still be taken on the
 // server: then it returns the Deployment found there, for the caller to judge.
-func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) (*appsv1.Deployment, error) {
+//
+// A Foo that has a record of Deployments created for it records that this one is
+// being created before it is: a process that dies between the create and the status
+// write that records its UID leaves a record that tells the next one this Deployment
+// from one that someone else gave the Foo's owner reference. A Foo without records
+// needs none (reconcile.Unrecorded): a new Foo's create costs no extra write.
+func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.Deployment, error) {
+	foo := s.foo
 	deployments := c.kubeclientset.AppsV1().Deployments(foo.Namespace)
-	if reconcile.NotOwnedReported(foo) {
-		// Known to be taken at the last look: check before trying to create.
-		existing, err := deployments.Get(ctx, foo.Spec.DeploymentName, metav1.GetOptions{})
-		if err == nil {
-			return existing, nil
+	name := foo.Spec.DeploymentName
+	token := reconcile.CreationToken(c.creationKey, foo, name)
+	creating := samplev1alpha1.CreatedDeployment{Name: name, Creating: reconcile.TokenHash(token)}
+	// lookFirst looks for the Deployment on the server, which has it when the cache
+	// does not hold every Deployment of the name.
+	looked := false
+	lookFirst := func() (*appsv1.Deployment, error) {
+		looked = true
+		existing, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("getting Deployment %s/%s: %w", foo.Namespace, name, err)
 		}
-		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("getting Deployment %s/%s: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+		return existing, nil
+	}
+	if reconcile.NotOwnedReported(foo, nil) {
+		// Known to be taken at the last look: check before trying to create.
+		if existing, err := lookFirst(); err != nil || existing != nil {
+			return existing, err
 		}
 	}
-
 	if foo.Status.ObservedGeneration > 0 || c.controlsAny(foo) {
 		// The Foo had a Deployment before: make sure it is not gone with it, and that
 		// this name is not one its spec gave up.
-		if err := confirm(ctx); err != nil {
+		if err := s.confirm(ctx); err != nil {
 			return nil, err
 		}
 	}
+	if r := reconcile.Record(s.records, name); r != nil && *r != creating && !looked {
+		// Recorded as created (by its UID, or by the token of another process) but
+		// not in the cache: gone, no longer labelled, or the cache is behind. Check
+		// before a new record hides the old.
+		if existing, err := lookFirst(); err != nil || existing != nil {
+			return existing, err
+		}
+	}
+	if r := reconcile.Record(s.records, name); len(s.records) > 0 && (r == nil || *r != creating) {
+		s.records = reconcile.SetRecord(s.records, creating)
+		written, err := c.updateFooStatus(ctx, foo, func(current *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+			status := *current.Status.DeepCopy()
+			status.Deployments = s.records
+			return status
+		})
+		if err != nil {
+			return nil, err
+		}
+		if written == nil {
+			return nil, fmt.Errorf("%w: the Foo changed or went before its Deployment was recorded", errStaleCache)
+		}
+		s.foo, foo = written, written
+	}
 	desired := reconcile.NewDeployment(foo)
 	setLabels(desired, c.deploymentLabels)
+	if r := reconcile.Record(s.records, name); r != nil && r.Creating != "" {
+		desired.Annotations = map[string]string{reconcile.CreationTokenAnnotation: token}
+	}
 	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
+		s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: name, UID: created.UID})
 		c.writes.ExpectWrite(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
@@ -645,54 +756,80 @@ func (c *Controller) createDeployment(ctx context.Context, foo *samplev1alpha1.F
 	return existing, nil
 }
 
-// deletePreviousDeployments deletes the Deployments foo controls under a name other than
-// its current deploymentName: those left behind when the name changed. Only for foo
-// confirmed current: from an older Foo, the one left behind is the one it uses now.
-func (c *Controller) deletePreviousDeployments(ctx context.Context, foo *samplev1alpha1.Foo, confirm func(context.Context) error) error {
-	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))
-	if err != nil {
-		return fmt.Errorf("listing the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
-	}
-	for _, obj := range owned {
-		kept, ok := obj.(*cached.Deployment)
-		if !ok {
-			return fmt.Errorf("the Deployment cache holds a %T for Foo %s/%s", obj, foo.Namespace, foo.Name)
-		}
-		d := kept.Full() // for the Event's reference, by its kind
-		if d.Name == foo.Spec.DeploymentName || d.DeletionTimestamp != nil {
+// deletePreviousDeployments deletes the Deployments created for foo under a name other
+// than its current deploymentName: those left behind when the name changed, as its
+// record has them. Only for foo confirmed current: from an older Foo, the one left
+// behind is the one it uses now. A Deployment that names foo as its controller without
+// being recorded is left alone, and the record of one that is gone is dropped.
+func (c *Controller) deletePreviousDeployments(ctx context.Context, s *fooSync) error {
+	foo := s.foo
+	deployments := c.kubeclientset.AppsV1().Deployments(foo.Namespace)
+	for _, r := range s.records {
+		if r.Name == foo.Spec.DeploymentName {
 			continue
 		}
-		if err := confirm(ctx); err != nil {
+		if err := s.confirm(ctx); err != nil {
 			return err
 		}
-		err := c.kubeclientset.AppsV1().Deployments(d.Namespace).Delete(ctx, d.Name, metav1.DeleteOptions{
+		d, err := c.cachedDeployment(foo.Namespace, r.Name)
+		live := false
+		if apierrors.IsNotFound(err) {
+			// Not in the cache: gone, or no longer labelled as the controller's. Only
+			// the API server can tell.
+			d, err = deployments.Get(ctx, r.Name, metav1.GetOptions{})
+			live = true
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			s.records = reconcile.DropRecord(s.records, r.Name)
+			continue
+		case err != nil:
+			return fmt.Errorf("getting Deployment %s/%s: %w", foo.Namespace, r.Name, err)
+		case d.DeletionTimestamp != nil:
+			continue // its deletion event brings the Foo back
+		}
+		if !metav1.IsControlledBy(d, foo) {
+			// Another Deployment took the name, or someone took this one over.
+			s.records = reconcile.DropRecord(s.records, r.Name)
+			continue
+		}
+		if created, err := s.created(ctx, d, live); err != nil {
+			return err
+		} else if !created {
+			s.records = reconcile.DropRecord(s.records, r.Name)
+			continue
+		}
+		err = deployments.Delete(ctx, d.Name, metav1.DeleteOptions{
 			// Never delete a different Deployment that took the name meanwhile, nor
-			// this one if it changed since the cache saw it: someone may have taken it
+			// this one if it changed since it was read: someone may have taken it
 			// over. The conflict requeues the Foo, and the next sync decides on what
 			// the informer then brings.
 			Preconditions: &metav1.Preconditions{UID: &d.UID, ResourceVersion: &d.ResourceVersion},
 		})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting Deployment %s/%s: %w", d.Namespace, d.Name, err)
 		}
-		klog.FromContext(ctx).Info("Deleted Deployment left under a previous deploymentName", "deployment", klog.KObj(d))
-		c.recorder.Eventf(foo, d, corev1.EventTypeNormal, reconcile.EventDeploymentDeleted, "Delete",
-			"Deleted Deployment %q, replaced by %q", d.Name, foo.Spec.DeploymentName)
+		s.records = reconcile.DropRecord(s.records, r.Name)
+		if err == nil {
+			klog.FromContext(ctx).Info("Deleted Deployment left under a previous deploymentName", "deployment", klog.KObj(d))
+			c.recorder.Eventf(foo, d, corev1.EventTypeNormal, reconcile.EventDeploymentDeleted, "Delete",
+				"Deleted Deployment %q, replaced by %q", d.Name, foo.Spec.DeploymentName)
+		}
 	}
 	return nil
 }
 
 // updateFooStatus writes the status that compute derives from a Foo, unless the Foo
-// already has it. On a conflict it computes it again from the Foo as the server has it
-// now, whose stored conditions may differ.
-func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Foo, compute func(*samplev1alpha1.Foo) samplev1alpha1.FooStatus) error {
+// already has it, and returns the Foo as it left it: foo when nothing was written, nil
+// when it gave up. On a conflict it computes it again from the Foo as the server has it
+// now, whose stored conditions may differ; it gives up when that Foo is not the one
+// this sync decided for.
+func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Foo, compute func(*samplev1alpha1.Foo) samplev1alpha1.FooStatus) (*samplev1alpha1.Foo, error) {
 	status := compute(foo)
 	if equality.Semantic.DeepEqual(foo.Status, status) {
-		return nil
+		return foo, nil
 	}
+	var written *samplev1alpha1.Foo
 	foos := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace)
 	generation := foo.Generation
 	attempt := 0
@@ -705,20 +842,24 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 			if fresh.UID != foo.UID {
 				c.writes.ExpectDeletion(cache.MetaObjectToName(foo), foo.UID)
 			}
-			if fresh.UID != foo.UID || fresh.Generation != generation || fresh.DeletionTimestamp != nil {
-				// Another Foo under the same name, or a new spec: this sync's view of
-				// the Deployment is not for it. The informer brings it back to the
-				// queue, and that sync writes its status.
+			if fresh.UID != foo.UID || fresh.Generation != generation || fresh.DeletionTimestamp != nil ||
+				!equality.Semantic.DeepEqual(fresh.Status.Deployments, foo.Status.Deployments) {
+				// Another Foo under the same name, a new spec, or a record this sync
+				// did not decide on: its view of the Deployment is not for that Foo.
+				// The informer brings it back to the queue, and that sync writes its
+				// status.
 				return nil
 			}
 			foo, status = fresh, compute(fresh)
 			if equality.Semantic.DeepEqual(foo.Status, status) {
+				written = foo
 				return nil
 			}
 		}
 		updated := foo.DeepCopy()
 		updated.Status = status
-		written, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+		var err error
+		written, err = foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 		if err == nil {
 			c.writes.ExpectWrite(writes.Foos, cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
 		}
@@ -727,12 +868,12 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 	if apierrors.IsNotFound(err) {
 		// No Foo of that name, so none of this UID, which is never reused.
 		c.writes.ExpectDeletion(cache.MetaObjectToName(foo), foo.UID)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("updating the status of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+		return nil, fmt.Errorf("updating the status of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
-	return nil
+	return written, nil
 }
 
 // isFooRef tells whether an owner reference points at a Foo, by API group and kind: a

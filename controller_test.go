@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -36,6 +37,8 @@ func TestSyncHandler(t *testing.T) {
 		return f, d, modifiedFoo(f, func(f *samplev1alpha1.Foo) { f.Status = calculatedStatus(f, d, now) })
 	}
 	toZero, zeroDeployment, toZeroWithStatus := rescaled(0)
+	// renamed is readyFoo once its author set spec.deploymentName to web-v2.
+	renamed := modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2"; f.Generation = 2 })
 	toThree, threeDeployment, toThreeWithStatus := rescaled(3)
 	// otherImage is ready after someone set its image by hand.
 	otherImage := modified(ready, func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "httpd" })
@@ -205,8 +208,8 @@ func TestSyncHandler(t *testing.T) {
 			d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
 			d.Spec.Template.Labels = map[string]string{"app": "nginx", "controller": "web"}
 		})},
+		// Recorded by its UID, and not in the cache, which has only labelled ones.
 		want: []action{
-			create(reconcile.NewDeployment(foo)),
 			get(deploymentsResource, "web"),
 			patch(modified(ready, func(d *appsv1.Deployment) {
 				d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nginx", "controller": "web"}}
@@ -224,19 +227,78 @@ func TestSyncHandler(t *testing.T) {
 		}),
 		cached: []*appsv1.Deployment{ready},
 		want: []action{
-			create(reconcile.NewDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))),
+			create(newCreated(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2" }))),
 			del(deploymentsResource, "web"),
 			confirmed,
+			updateStatus(creating(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Spec.DeploymentName = "web-v2"
+				f.Generation = 2
+			}))),
 			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
 				f.Spec.DeploymentName = "web-v2"
 				f.Generation = 2
 				f.Status = calculatedStatus(f, reconcile.NewDeployment(f), now)
+				f.Status.Deployments = reconcile.DropRecord(f.Status.Deployments, "web")
 			})),
 		},
 		wantEvents: []string{
 			`Normal DeploymentCreated Created Deployment "web-v2"`,
 			`Normal DeploymentDeleted Deleted Deployment "web", replaced by "web-v2"`,
 		},
+	}, {
+		// Its author may patch the Deployment but not delete it: the controller must
+		// not rewrite it, nor delete it once the Foo's name changes.
+		name:   "leaves alone a deployment given the foo's owner reference by someone else, and says so",
+		foo:    renamed,
+		cached: []*appsv1.Deployment{ready, forgedDeployment(foo, "web-v2")},
+		want: []action{updateStatus(modifiedFoo(renamed, func(f *samplev1alpha1.Foo) {
+			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotCreated, now)
+		}))},
+		wantEvents: []string{strings.ReplaceAll(notCreatedEvent, `"web"`, `"web-v2"`)},
+	}, {
+		name:   "leaves alone a deployment under a previous name given the foo's owner reference by someone else",
+		foo:    readyFoo,
+		cached: []*appsv1.Deployment{ready, forgedDeployment(foo, "payroll")},
+	}, {
+		name:   "records the deployment of a foo synced before deployments were recorded",
+		foo:    withoutRecords(readyFoo),
+		cached: []*appsv1.Deployment{ready},
+		want:   []action{updateStatus(readyFoo)},
+	}, {
+		name: "does not take for its own a deployment in the way of a foo synced before deployments were recorded",
+		foo: modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
+		}),
+		cached: []*appsv1.Deployment{forgedDeployment(foo, "web")},
+		want: []action{updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
+			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotCreated, now)
+		}))},
+		wantEvents: []string{notCreatedEvent},
+	}, {
+		// The process that created it died before the status write that records it.
+		name:   "knows the deployment it was creating by its token",
+		foo:    creating(foo),
+		cached: []*appsv1.Deployment{modified(newCreated(foo), func(d *appsv1.Deployment) { d.UID = createdUID(d.Name) })},
+		want: []action{
+			get(deploymentsResource, "web"),
+			updateStatus(withStatus(foo, reconcile.NewDeployment(foo))),
+		},
+	}, {
+		name:   "leaves alone a deployment without the token of the one it was creating",
+		foo:    creating(foo),
+		cached: []*appsv1.Deployment{forgedDeployment(foo, "web")},
+		want: []action{get(deploymentsResource, "web"), updateStatus(modifiedFoo(creating(foo), func(f *samplev1alpha1.Foo) {
+			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotCreated, now)
+		}))},
+		wantEvents: []string{notCreatedEvent},
+	}, {
+		name: "drops the record of a previous deployment that is gone",
+		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+			f.Status.Deployments = append(f.Status.Deployments, samplev1alpha1.CreatedDeployment{Name: "web-v0", UID: "web-v0-uid"})
+		}),
+		cached: []*appsv1.Deployment{ready},
+		want:   []action{get(deploymentsResource, "web-v0"), confirmed, updateStatus(readyFoo)},
 	}, {
 		name:   "foo deleted before the sync",
 		synced: foo,
@@ -251,8 +313,10 @@ func TestSyncHandler(t *testing.T) {
 		name: "recreates a deployment that was deleted",
 		foo:  readyFoo,
 		want: []action{
-			create(reconcile.NewDeployment(foo)),
+			get(deploymentsResource, "web"),
+			create(newCreated(foo)),
 			confirmed,
+			updateStatus(creating(readyFoo)),
 			updateStatus(withStatus(readyFoo, reconcile.NewDeployment(foo))),
 		},
 		wantEvents: []string{`Normal DeploymentCreated Created Deployment "web"`},
@@ -474,7 +538,10 @@ func fencedError() error {
 }
 
 func TestSyncHandlerStatusConflict(t *testing.T) {
-	stale := newFoo("web", ptr.To[int32](2))
+	// A Foo whose Deployment the last sync created and recorded.
+	stale := modifiedFoo(newFoo("web", ptr.To[int32](2)), func(f *samplev1alpha1.Foo) {
+		f.Status.Deployments = []samplev1alpha1.CreatedDeployment{{Name: "web", UID: createdUID("web")}}
+	})
 	ready := availableDeployment(stale)
 	// Someone changed the Foo's labels meanwhile: same generation, new resourceVersion.
 	fresh := modifiedFoo(stale, func(f *samplev1alpha1.Foo) {

@@ -76,16 +76,76 @@ func availableDeployment(foo *samplev1alpha1.Foo) *appsv1.Deployment {
 	return d
 }
 
-// withStatus returns foo with the status the controller computes from d.
+// withStatus returns foo with the status the controller computes from d, which it
+// records as created for foo.
 func withStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment) *samplev1alpha1.Foo {
 	foo = foo.DeepCopy()
-	foo.Status = reconcile.CalculateStatus(foo, d, nil, now)
+	foo.Status = calculatedStatus(foo, d, now)
 	return foo
 }
 
-// calculatedStatus is the status of a Foo whose sync went through, with d.
+// calculatedStatus is the status of a Foo whose sync went through, with d, which it
+// records as created for foo, under d's UID or the one the fixture's API server gives
+// it.
 func calculatedStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, at metav1.Time) samplev1alpha1.FooStatus {
-	return reconcile.CalculateStatus(foo, d, nil, at)
+	status := reconcile.CalculateStatus(foo, d, nil, at)
+	uid := d.UID
+	if uid == "" {
+		uid = createdUID(d.Name)
+	}
+	status.Deployments = reconcile.SetRecord(status.Deployments, samplev1alpha1.CreatedDeployment{Name: d.Name, UID: uid})
+	return status
+}
+
+// testCreationKey keys the creation tokens of the fixtures' controllers.
+var testCreationKey = []byte("test creation key")
+
+// createdUID is the UID the fixture's API server gives the Deployment named name that
+// the controller creates, as availableDeployment has it.
+func createdUID(name string) types.UID { return types.UID(name + "-deployment-uid") }
+
+// newCreated is the Deployment the controller creates for foo: with its creation
+// token.
+func newCreated(foo *samplev1alpha1.Foo) *appsv1.Deployment {
+	d := reconcile.NewDeployment(foo)
+	d.Annotations = map[string]string{reconcile.CreationTokenAnnotation: reconcile.CreationToken(testCreationKey, foo, d.Name)}
+	return d
+}
+
+// creating returns foo with the record of its Deployment being created, as the
+// controller writes it before the create.
+func creating(foo *samplev1alpha1.Foo) *samplev1alpha1.Foo {
+	foo = foo.DeepCopy()
+	name := foo.Spec.DeploymentName
+	foo.Status.Deployments = reconcile.SetRecord(foo.Status.Deployments, samplev1alpha1.CreatedDeployment{
+		Name: name, Creating: reconcile.TokenHash(reconcile.CreationToken(testCreationKey, foo, name)),
+	})
+	return foo
+}
+
+// withoutRecords returns foo with no record of the Deployments created for it, as a
+// controller that kept none wrote its status.
+func withoutRecords(foo *samplev1alpha1.Foo) *samplev1alpha1.Foo {
+	foo = foo.DeepCopy()
+	foo.Status.Deployments = nil
+	return foo
+}
+
+// giveCreatedUIDs has the fake API server give each Deployment the controller creates
+// createdUID.
+func giveCreatedUIDs(client *k8sfake.Clientset) {
+	client.PrependReactor("create", "deployments", func(a core.Action) (bool, runtime.Object, error) {
+		d, ok := a.(core.CreateAction).GetObject().(*appsv1.Deployment)
+		if !ok || d.UID != "" {
+			return false, nil, nil
+		}
+		d = d.DeepCopy()
+		d.UID = createdUID(d.Name)
+		if err := client.Tracker().Create(deploymentsResource, d, d.Namespace); err != nil {
+			return true, nil, err
+		}
+		return true, d, nil
+	})
 }
 
 // foreignDeployment returns a Deployment named name that something else controls.
@@ -98,6 +158,19 @@ func foreignDeployment(name string, labels map[string]string) *appsv1.Deployment
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](5)},
 	}
 }
+
+// forgedDeployment returns a Deployment named name that someone other than the
+// controller gave foo's owner reference and the controller's labels.
+func forgedDeployment(foo *samplev1alpha1.Foo, name string) *appsv1.Deployment {
+	d := reconcile.NewDeployment(modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = name }))
+	d.UID, d.ResourceVersion = types.UID(name+"-forged-uid"), "5"
+	d.Spec.Replicas = ptr.To[int32](9)
+	return d
+}
+
+// notCreatedEvent is the Warning about foo's Deployment "web" when the controller did not
+// create it.
+const notCreatedEvent = `Warning DeploymentNotOwned Deployment "web" names this Foo as its controller, but the controller did not create it for this Foo and leaves it alone; delete it or choose another spec.deploymentName`
 
 var (
 	earlier = metav1.NewTime(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC))
@@ -140,11 +213,13 @@ func newFixture(t *testing.T, foos []*samplev1alpha1.Foo, cached, serverOnly []*
 		recorder:    events.NewFakeRecorder(100),
 		deployments: deployments,
 	}
+	giveCreatedUIDs(f.kubeclient)
 	c, err := NewController(ctx, Config{KubeClient: f.kubeclient, SampleClient: f.client, Recorder: f.recorder})
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}
 	c.clock = testingclock.NewFakePassiveClock(now.Time)
+	c.creationKey = testCreationKey
 	for _, foo := range foos {
 		if err := c.foosIndexer.Add(foo.DeepCopy()); err != nil {
 			t.Fatal(err)

@@ -42,21 +42,24 @@ func (c *Controller) rejectedBackoff(key cache.ObjectName) time.Duration {
 // without its DeploymentLabels), and by a recheck after notOwnedRecheckInterval in any case. A name
 // taken only by the Deployment of a Foo deleted before this one was created under the
 // same name, or by one being deleted, is waiting for the garbage collector: no Warning.
-func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment) {
+//
+// err is reconcile.ErrNotOwned, or reconcile.ErrNotCreated for a Deployment that names
+// foo as its controller but that the controller did not create for it.
+func (c *Controller) reportNotOwned(ctx context.Context, foo *samplev1alpha1.Foo, other *appsv1.Deployment, err error) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(foo)
 	if c.deploymentsCached(other) || !c.nameWatches.Wait(key, cache.MetaObjectToName(other), other.UID) {
 		c.nameWatches.Done(key)
 	}
 	switch {
-	case reconcile.NotOwnedReported(foo):
+	case reconcile.NotOwnedReported(foo, err):
 	case awaitingCollection(foo, other):
 		logger.V(2).Info("Deployment name is taken by a Deployment on its way out; waiting for it to go", "deployment", klog.KObj(other))
-	case !c.writes.Report(key, foo.UID, "not owned: "+string(other.UID)):
+	case !c.writes.Report(key, foo.UID, err.Error()+": "+string(other.UID)):
 		// Reported while this process runs, and the status write that says so failed.
 	default:
-		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo))
-		logger.Info("Deployment name is taken by a Deployment this Foo does not control", "deployment", klog.KObj(other))
+		c.recorder.Eventf(foo, other, corev1.EventTypeWarning, reconcile.EventDeploymentNotOwned, "Sync", reconcile.NotOwnedMessage(foo, err))
+		logger.Info("Deployment name is taken by a Deployment this Foo does not own", "deployment", klog.KObj(other), "reason", err)
 	}
 	c.workqueue.AddAfter(key, notOwnedRecheckInterval)
 }

@@ -334,9 +334,10 @@ func TestRunFinishesInFlightSyncs(t *testing.T) {
 
 // newClientsets returns fake clientsets holding kubeObjects and foos whose watches
 // carry copies of the stored objects (fakeapiserver.CopiedWatches), for informers whose
-// transform edits what they receive. Tests that install a fakeapiserver.Server have it.
+// transform edits what they receive, and which give created Deployments a UID. Tests that install a fakeapiserver.Server have it.
 func newClientsets(kubeObjects []runtime.Object, foos ...runtime.Object) (*k8sfake.Clientset, *fake.Clientset) {
 	kubeclient, client := k8sfake.NewClientset(kubeObjects...), fake.NewClientset(foos...)
+	giveCreatedUIDs(kubeclient)
 	fakeapiserver.CopiedWatches(kubeclient)
 	fakeapiserver.CopiedWatches(client)
 	return kubeclient, client

@@ -466,7 +466,7 @@ func TestSyncOnAFooOlderThanItsDeployments(t *testing.T) {
 				tc.current(f)
 				f.Generation, f.ResourceVersion = 2, fakeapiserver.NextResourceVersion()
 			})
-			current.Status = calculatedStatus(current, availableDeployment(current), now)
+			current.Status = calculatedStatus(withoutRecords(current), availableDeployment(current), now)
 			made := availableDeployment(current)
 			f := newFixture(t, []*samplev1alpha1.Foo{cached}, []*appsv1.Deployment{made}, nil)
 			if err := f.client.Tracker().Update(foosResource, current, current.Namespace); err != nil {

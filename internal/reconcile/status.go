@@ -25,8 +25,14 @@ import (
 const MaxMessageLength = 1000
 
 // ErrNotOwned reports that the Foo's Deployment name belongs to a Deployment the Foo
-// does not control.
+// does not control, or (ErrNotCreated) that the controller did not create for it.
 var ErrNotOwned = errors.New("deployment is not controlled by the Foo")
+
+// ErrNotCreated reports that the Deployment under the Foo's Deployment name names the
+// Foo as its controller, but the Foo's record (status.deployments) does not have it:
+// someone else gave it that owner reference. The controller neither updates nor
+// deletes it, as with any Deployment the Foo does not own.
+var ErrNotCreated = fmt.Errorf("%w: it names the Foo as its controller, but the controller did not create it for the Foo", ErrNotOwned)
 
 // CalculateStatus computes the status a Foo should have after a sync of its
 // Deployment ended with syncErr. d is the Deployment as last observed: the one the
@@ -41,6 +47,7 @@ func CalculateStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, syncErr erro
 	status := samplev1alpha1.FooStatus{
 		ObservedGeneration: foo.Generation,
 		Conditions:         cloneConditions(foo.Status.Conditions),
+		Deployments:        slices.Clone(foo.Status.Deployments),
 	}
 	ready := metav1.Condition{
 		Type:               samplev1alpha1.ConditionReady,
@@ -51,7 +58,7 @@ func CalculateStatus(foo *samplev1alpha1.Foo, d *appsv1.Deployment, syncErr erro
 	switch {
 	case errors.Is(syncErr, ErrNotOwned):
 		// The Deployment in the way is someone else's; its replicas are not the Foo's.
-		ready.Reason, ready.Message = samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo)
+		ready.Reason, ready.Message = samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo, syncErr)
 		setConditions(&status.Conditions, ready)
 		return status
 	case IsRejected(syncErr):
@@ -171,8 +178,12 @@ func validUTF8(s string) string {
 	return b.String()
 }
 
-// NotOwnedMessage tells the Foo's author that its deploymentName is taken.
-func NotOwnedMessage(foo *samplev1alpha1.Foo) string {
+// NotOwnedMessage tells the Foo's author that its deploymentName is taken, as err
+// (ErrNotOwned or ErrNotCreated) says.
+func NotOwnedMessage(foo *samplev1alpha1.Foo, err error) string {
+	if errors.Is(err, ErrNotCreated) {
+		return fmt.Sprintf("Deployment %q names this Foo as its controller, but the controller did not create it for this Foo and leaves it alone; delete it or choose another spec.deploymentName", foo.Spec.DeploymentName)
+	}
 	return fmt.Sprintf("Deployment %q already exists and is not controlled by this Foo; delete it or choose another spec.deploymentName", foo.Spec.DeploymentName)
 }
 
@@ -182,9 +193,13 @@ func RejectedReported(foo *samplev1alpha1.Foo, message string) bool {
 }
 
 // NotOwnedReported tells whether foo's status already says that its current
-// deploymentName is taken.
-func NotOwnedReported(foo *samplev1alpha1.Foo) bool {
-	return readyReason(foo, samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo))
+// deploymentName is taken, as err (ErrNotOwned or ErrNotCreated) says; with err nil,
+// either way.
+func NotOwnedReported(foo *samplev1alpha1.Foo, err error) bool {
+	if err == nil {
+		return NotOwnedReported(foo, ErrNotOwned) || NotOwnedReported(foo, ErrNotCreated)
+	}
+	return readyReason(foo, samplev1alpha1.ReasonDeploymentNotOwned, NotOwnedMessage(foo, err))
 }
 
 // SpecApplied tells whether the controller had applied foo's current spec to its
@@ -200,9 +215,11 @@ func SpecApplied(foo *samplev1alpha1.Foo) bool {
 	return ready == nil || (ready.Reason != samplev1alpha1.ReasonDeploymentRejected && ready.Reason != samplev1alpha1.ReasonDeploymentNotOwned)
 }
 
+// readyReason tells whether foo's Ready condition has reason, and message unless it
+// is empty.
 func readyReason(foo *samplev1alpha1.Foo, reason, message string) bool {
 	ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
-	return ready != nil && ready.Reason == reason && ready.Message == message
+	return ready != nil && ready.Reason == reason && (message == "" || ready.Message == message)
 }
 
 // deploymentReadiness tells whether d has rolled out its current spec with want

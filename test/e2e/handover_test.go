@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +123,80 @@ func containerImages(containers []corev1.Container) []string {
 		out = append(out, c.Name+"="+c.Image)
 	}
 	return out
+}
+
+// TestBorrowedRightsAreRefused: someone gives a Deployment that is not the Foo's the
+// Foo's owner reference and the controller's label, first under a name the Foo does
+// not use (a Deployment the controller would delete as left behind by a rename), then
+// under the Foo's own name (one it would rewrite to the Foo's spec). The controller
+// must do neither, and say that the Deployment is not the Foo's: it was not created
+// for it.
+//
+// A user who may patch Deployments but not delete them cannot do this on this cluster:
+// OwnerReferencesPermissionEnforcement, enabled here as hardened clusters do, refuses
+// the owner reference (checked first). Where it is not enabled, she can; the cluster
+// admin makes the same patch here in her place.
+func TestBorrowedRightsAreRefused(t *testing.T) {
+	t.Parallel()
+	ns, _ := env.NamespaceWithController(t)
+	env.Kubectl(t, "create", "role", "deployment-patcher", "-n", ns, "--verb=get,list,watch,patch", "--resource=deployments.apps")
+	env.Kubectl(t, "create", "rolebinding", "mallory-patches", "-n", ns, "--role=deployment-patcher", "--user=mallory")
+	env.Kubectl(t, "create", "rolebinding", "mallory-foos", "-n", ns, "--clusterrole=samplecontroller-foo-editor", "--user=mallory")
+	mallory := func(stdin string, args ...string) (string, error) {
+		return env.KubectlRun(t.Context(), stdin, append([]string{"--as=mallory", "-n", ns}, args...)...)
+	}
+	if out, _ := mallory("", "auth", "can-i", "delete", "deployments.apps"); strings.TrimSpace(out) != "no" {
+		t.Fatalf("mallory may delete Deployments (%q): the test proves nothing", out)
+	}
+
+	env.Kubectl(t, "create", "deployment", "payroll", "-n", ns, "--image=httpd:2", "--replicas=1")
+	payroll, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "payroll", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mallory(fooYAML("thief", "thief-web", 1), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply of a Foo as mallory: %v\n%s", err, out)
+	}
+	thief := waitReady(t, ns, "thief", 1)
+
+	forged := fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"ownerReferences":[{"apiVersion":%q,"kind":"Foo","name":"thief","uid":%q,"controller":true}]}}`,
+		"samplecontroller.k8s.io/foo-uid", thief.UID, samplev1alpha1.SchemeGroupVersion.String(), thief.UID)
+	if out, err := mallory("", "patch", "deployment/payroll", "--type=merge", "-p", forged); err == nil || !strings.Contains(out, "cannot set an ownerRef on a resource you can't delete") {
+		t.Fatalf("mallory's owner reference on payroll: %v, %s; want it refused by OwnerReferencesPermissionEnforcement", err, out)
+	}
+	// Under a name the Foo does not use: left behind by a rename, as the controller
+	// would have it.
+	env.Kubectl(t, "patch", "-n", ns, "deployment/payroll", "--type=merge", "-p", forged)
+	// Then under the Foo's own name: the sync that reports it comes after the one the
+	// first patch brought.
+	if out, err := mallory("", "patch", "foo/thief", "--type=merge", "-p", `{"spec":{"deploymentName":"payroll","replicas":3}}`); err != nil {
+		t.Fatalf("kubectl patch of a Foo as mallory: %v\n%s", err, out)
+	}
+	framework.Eventually(t, timeout, "the Foo to report that payroll is not its own", func(ctx context.Context) (bool, string) {
+		foo, err := env.Sample.SamplecontrollerV1alpha1().Foos(ns).Get(ctx, "thief", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := meta.FindStatusCondition(foo.Status.Conditions, samplev1alpha1.ConditionReady)
+		return ready != nil && ready.ObservedGeneration == foo.Generation && ready.Reason == samplev1alpha1.ReasonDeploymentNotOwned,
+			fmt.Sprintf("status %+v", foo.Status)
+	})
+	waitWarning(t, ns, "thief", "DeploymentNotOwned", `Deployment "payroll" names this Foo as its controller, but the controller did not create it`)
+
+	after, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "payroll", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		t.Fatal("the controller deleted payroll")
+	case err != nil:
+		t.Fatal(err)
+	case after.UID != payroll.UID:
+		t.Fatalf("payroll was replaced: UID %s, was %s", after.UID, payroll.UID)
+	case *after.Spec.Replicas != 1 || after.Spec.Template.Spec.Containers[0].Image != "httpd:2":
+		t.Errorf("the controller rewrote payroll: replicas %d, image %s", *after.Spec.Replicas, after.Spec.Template.Spec.Containers[0].Image)
+	}
+	// The Deployment the controller did create for the Foo is still there: the
+	// rename has not gone through.
+	if _, err := env.Kube.AppsV1().Deployments(ns).Get(t.Context(), "thief-web", metav1.GetOptions{}); err != nil {
+		t.Errorf("thief-web: %v", err)
+	}
 }

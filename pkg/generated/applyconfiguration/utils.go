@@ -32,6 +32,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=samplecontroller.k8s.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("CreatedDeployment"):
+		return &samplecontrollerv1alpha1.CreatedDeploymentApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Foo"):
 		return &samplecontrollerv1alpha1.FooApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FooSpec"):

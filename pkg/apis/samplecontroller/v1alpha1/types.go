@@ -5,6 +5,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Foo asks for a Deployment of nginx Pods with a given name and number of replicas.
@@ -93,6 +94,36 @@ type FooStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// deployments are the Deployments the controller created for this Foo and has not
+	// deleted: the only ones it updates or deletes. Once the Foo has one, a Deployment
+	// that names the Foo as its controller without being listed here got that reference
+	// from someone else; the controller reports it as not owned and leaves it alone.
+	// A Foo without any (new, or last synced by the classic sample-controller) has the
+	// Deployment under its deploymentName that it controls recorded.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Deployments []CreatedDeployment `json:"deployments,omitempty"`
+}
+
+// CreatedDeployment is a Deployment the controller created for a Foo, or is creating.
+type CreatedDeployment struct {
+	// name is the Deployment's name.
+	// +required
+	Name string `json:"name"`
+
+	// uid is the Deployment's UID, once the controller has seen it created.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
+
+	// creating is set while the controller creates the Deployment, before it knows
+	// its UID: the SHA-256, in hex, of the token it puts on the Deployment's
+	// samplecontroller.k8s.io/creation-token annotation, which no one else knows until
+	// the Deployment exists. A Deployment of this name found with that token after a
+	// restart is the one the controller created.
+	// +optional
+	Creating string `json:"creating,omitempty"`
 }
 
 // Condition types of a Foo. Ready is always there once the controller has synced the

@@ -44,6 +44,13 @@ type FooStatusApplyConfiguration struct {
 	// conditions describe the Foo's state. The Ready condition is True once the
 	// Deployment has rolled out the current spec and all its replicas are available.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// deployments are the Deployments the controller created for this Foo and has not
+	// deleted: the only ones it updates or deletes. Once the Foo has one, a Deployment
+	// that names the Foo as its controller without being listed here got that reference
+	// from someone else; the controller reports it as not owned and leaves it alone.
+	// A Foo without any (new, or last synced by the classic sample-controller) has the
+	// Deployment under its deploymentName that it controls recorded.
+	Deployments []CreatedDeploymentApplyConfiguration `json:"deployments,omitempty"`
 }
 
 // FooStatusApplyConfiguration constructs a declarative configuration of the FooStatus type for use with
@@ -101,6 +108,19 @@ func (b *FooStatusApplyConfiguration) WithConditions(values ...*v1.ConditionAppl
 			panic("nil value passed to WithConditions")
 		}
 		b.Conditions = append(b.Conditions, *values[i])
+	}
+	return b
+}
+
+// WithDeployments adds the given value to the Deployments field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Deployments field.
+func (b *FooStatusApplyConfiguration) WithDeployments(values ...*CreatedDeploymentApplyConfiguration) *FooStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithDeployments")
+		}
+		b.Deployments = append(b.Deployments, *values[i])
 	}
 	return b
 }
