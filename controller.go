@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/namewatch"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
@@ -534,12 +535,48 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		return syncErr
 	}
 	now := metav1.NewTime(c.clock.Now())
-	_, statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
+	written, statusErr := c.updateFooStatus(ctx, foo, func(foo *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
 		status := reconcile.CalculateStatus(foo, deployment, syncErr, now)
 		status.Deployments = s.records
 		return status
 	})
+	if statusErr == nil && written == nil && !equality.Semantic.DeepEqual(s.records, foo.Status.Deployments) {
+		// Given up for a new spec: its sync must still know what this one created
+		// or deleted.
+		statusErr = c.keepRecords(ctx, foo, s.records)
+	}
 	return errors.Join(retryErr, statusErr)
+}
+
+// keepRecords writes records, the record of the Deployments created for foo as a sync
+// left it, onto the Foo as the API server has it now, unless that Foo is another or
+// its record changed since foo.
+func (c *Controller) keepRecords(ctx context.Context, foo *samplev1alpha1.Foo, records []samplev1alpha1.CreatedDeployment) error {
+	foos := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := foos.Get(ctx, foo.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if current.UID != foo.UID || !equality.Semantic.DeepEqual(current.Status.Deployments, foo.Status.Deployments) {
+			return nil
+		}
+		current.Status.Deployments = records
+		written, err := foos.UpdateStatus(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager})
+		if err == nil {
+			// Not the echo of a sync's write: no sync has seen the new spec. The Foo
+			// syncs again once the cache holds the record.
+			c.writes.Expect(writes.Foos, cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
+		}
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil // the garbage collector deletes its Deployments
+	}
+	if err != nil {
+		return fmt.Errorf("recording the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	}
+	return nil
 }
 
 // fooSync is what the steps of one sync of a Foo share.
@@ -569,30 +606,43 @@ func (s *fooSync) confirm(ctx context.Context) error {
 // created tells whether d, which the Foo controls, is a Deployment the controller
 // created for it, by its record. A record of d's name still being created is checked
 // against d as the API server serves it (live; the cache keeps no annotations), and
-// then holds d's UID. A Foo without records (reconcile.Unrecorded) has the Deployment
-// under its current name recorded as created.
+// then holds d's UID. A Foo without records (reconcile.Unrecorded), on the API server
+// too, has the Deployment under its current name recorded as created. A cached d not
+// created for the Foo is checked against the API server, which may no longer have it
+// (the controller's own delete, not yet in the cache).
 func (s *fooSync) created(ctx context.Context, d *appsv1.Deployment, live bool) (bool, error) {
+	deployments := s.c.kubeclientset.AppsV1().Deployments(d.Namespace)
+	// read replaces d with the Deployment as the API server has it, if it is d.
+	read := func() error {
+		if live {
+			return nil
+		}
+		current, err := deployments.Get(ctx, d.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || err == nil && current.UID != d.UID:
+			return fmt.Errorf("%w: Deployment %s/%s is gone from the API server", errStaleCache, d.Namespace, d.Name)
+		case err != nil:
+			return fmt.Errorf("getting Deployment %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		d, live = current, true
+		return nil
+	}
 	r := reconcile.Record(s.records, d.Name)
 	switch {
-	case r != nil && r.UID != "":
-		return r.UID == d.UID, nil
+	case r != nil && r.UID == d.UID:
 	case r == nil && reconcile.Unrecorded(s.foo) && d.Name == s.foo.Spec.DeploymentName:
-	case r == nil:
-		return false, nil
-	default:
-		if !live {
-			live, err := s.c.kubeclientset.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, fmt.Errorf("getting Deployment %s/%s to check its creation token: %w", d.Namespace, d.Name, err)
-			}
-			if live.UID != d.UID {
-				return false, fmt.Errorf("%w: Deployment %s/%s was replaced", errStaleCache, d.Namespace, d.Name)
-			}
-			d = live
+		if err := s.c.confirmUnrecorded(ctx, s.foo); err != nil {
+			return false, err
+		}
+	case r != nil && r.UID == "":
+		if err := read(); err != nil {
+			return false, err
 		}
 		if !reconcile.Created(s.records, d) {
 			return false, nil
 		}
+	default:
+		return false, read()
 	}
 	s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: d.Name, UID: d.UID})
 	return true, nil
@@ -716,7 +766,11 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 			return existing, err
 		}
 	}
-	if r := reconcile.Record(s.records, name); len(s.records) > 0 && (r == nil || *r != creating) {
+	previous := reconcile.Record(s.records, name)
+	if previous != nil {
+		previous = ptr.To(*previous)
+	}
+	if (len(s.records) > 0 || !reconcile.Unrecorded(foo)) && (previous == nil || *previous != creating) {
 		s.records = reconcile.SetRecord(s.records, creating)
 		written, err := c.updateFooStatus(ctx, foo, func(current *samplev1alpha1.Foo) samplev1alpha1.FooStatus {
 			status := *current.Status.DeepCopy()
@@ -752,6 +806,12 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 	if err != nil {
 		// Including NotFound: it was deleted in between, and the retry creates it.
 		return nil, fmt.Errorf("getting Deployment %s/%s that already exists: %w", foo.Namespace, foo.Spec.DeploymentName, err)
+	}
+	if previous != nil && previous.Creating != "" && metav1.IsControlledBy(existing, foo) &&
+		reconcile.Created([]samplev1alpha1.CreatedDeployment{*previous}, existing) {
+		// Created under the record this sync replaced: by a process that died, or
+		// whose create landed late.
+		s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: name, UID: existing.UID})
 	}
 	return existing, nil
 }
@@ -858,12 +918,13 @@ func (c *Controller) updateFooStatus(ctx context.Context, foo *samplev1alpha1.Fo
 		}
 		updated := foo.DeepCopy()
 		updated.Status = status
-		var err error
-		written, err = foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
-		if err == nil {
-			c.writes.ExpectWrite(writes.Foos, cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
+		w, err := foos.UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+		if err != nil {
+			return err // w is an empty Foo
 		}
-		return err
+		written = w
+		c.writes.ExpectWrite(writes.Foos, cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
+		return nil
 	})
 	if apierrors.IsNotFound(err) {
 		// No Foo of that name, so none of this UID, which is never reused.

@@ -186,14 +186,19 @@ func TestSyncHandler(t *testing.T) {
 		serverOnly: []*appsv1.Deployment{foreignDeployment("web", nil)},
 		want:       []action{get(deploymentsResource, "web")},
 	}, {
+		// Its name was taken: the Deployment under it is not taken as created without a
+		// record, written before the create.
 		name: "a reported conflict that went away is resolved",
 		foo: modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
 			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
 		}),
 		want: []action{
 			get(deploymentsResource, "web"),
-			create(reconcile.NewDeployment(foo)),
+			create(newCreated(foo)),
 			confirmed,
+			updateStatus(creating(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+				f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
+			}))),
 			updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
 				f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
 				f.Status = calculatedStatus(f, reconcile.NewDeployment(foo), now)
@@ -251,7 +256,7 @@ func TestSyncHandler(t *testing.T) {
 		name:   "leaves alone a deployment given the foo's owner reference by someone else, and says so",
 		foo:    renamed,
 		cached: []*appsv1.Deployment{ready, forgedDeployment(foo, "web-v2")},
-		want: []action{updateStatus(modifiedFoo(renamed, func(f *samplev1alpha1.Foo) {
+		want: []action{get(deploymentsResource, "web-v2"), updateStatus(modifiedFoo(renamed, func(f *samplev1alpha1.Foo) {
 			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotCreated, now)
 		}))},
 		wantEvents: []string{strings.ReplaceAll(notCreatedEvent, `"web"`, `"web-v2"`)},
@@ -263,14 +268,30 @@ func TestSyncHandler(t *testing.T) {
 		name:   "records the deployment of a foo synced before deployments were recorded",
 		foo:    withoutRecords(readyFoo),
 		cached: []*appsv1.Deployment{ready},
-		want:   []action{updateStatus(readyFoo)},
+		want:   []action{get(foosResource, "web"), updateStatus(readyFoo)},
+	}, {
+		// Its status in the cache is behind the API server's, which has a record.
+		name:    "does not take a deployment as created on a cached status behind the server's",
+		foo:     withoutRecords(readyFoo),
+		cached:  []*appsv1.Deployment{ready},
+		setup:   func(f *fixture) { update(f, readyFoo) },
+		want:    []action{get(foosResource, "web")},
+		wantErr: true,
+	}, {
+		// The controller's own delete of it has not reached the cache yet.
+		name:    "does not report a cached deployment the server no longer has",
+		foo:     renamed,
+		cached:  []*appsv1.Deployment{ready, forgedDeployment(foo, "web-v2")},
+		setup:   func(f *fixture) { remove(f, "web-v2") },
+		want:    []action{get(deploymentsResource, "web-v2")},
+		wantErr: true,
 	}, {
 		name: "does not take for its own a deployment in the way of a foo synced before deployments were recorded",
 		foo: modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
 			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
 		}),
 		cached: []*appsv1.Deployment{forgedDeployment(foo, "web")},
-		want: []action{updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+		want: []action{get(deploymentsResource, "web"), updateStatus(modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
 			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotOwned, earlier)
 			f.Status = reconcile.CalculateStatus(f, nil, reconcile.ErrNotCreated, now)
 		}))},
@@ -283,6 +304,35 @@ func TestSyncHandler(t *testing.T) {
 		want: []action{
 			get(deploymentsResource, "web"),
 			updateStatus(withStatus(foo, reconcile.NewDeployment(foo))),
+		},
+	}, {
+		// Another process recorded it and died; its create landed only after this
+		// one looked for the Deployment.
+		name: "knows a deployment created under the record it replaced",
+		foo: modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+			f.Status.Deployments = []samplev1alpha1.CreatedDeployment{{Name: "web", Creating: reconcile.TokenHash("earlier token")}}
+		}),
+		setup: func(f *fixture) {
+			f.kubeclient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+				late := modified(newCreated(foo), func(d *appsv1.Deployment) {
+					d.UID = "late-uid"
+					d.Annotations[reconcile.CreationTokenAnnotation] = "earlier token"
+				})
+				if err := f.kubeclient.Tracker().Add(late); err != nil {
+					return true, nil, err
+				}
+				return true, nil, apierrors.NewAlreadyExists(deploymentsResource.GroupResource(), "web")
+			})
+		},
+		want: []action{
+			get(deploymentsResource, "web"),
+			create(newCreated(foo)),
+			get(deploymentsResource, "web"),
+			confirmed,
+			updateStatus(creating(readyFoo)),
+			updateStatus(modifiedFoo(readyFoo, func(f *samplev1alpha1.Foo) {
+				f.Status = calculatedStatus(f, modified(newCreated(foo), func(d *appsv1.Deployment) { d.UID = "late-uid" }), now)
+			})),
 		},
 	}, {
 		name:   "leaves alone a deployment without the token of the one it was creating",
@@ -583,6 +633,32 @@ func TestSyncHandlerStatusConflict(t *testing.T) {
 		f.checkActions([]action{
 			updateStatus(withStatus(stale, ready)),
 			get(foosResource, "web"),
+		})
+	})
+
+	// A new Foo renamed while its first Deployment is created: the next sync, for the
+	// new name, must know that Deployment to delete it.
+	t.Run("keeps the record of what it created when a new spec takes the status write", func(t *testing.T) {
+		foo := newFoo("web", ptr.To[int32](2))
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		conflictOnce(f)
+		renamed := modifiedFoo(foo, func(f *samplev1alpha1.Foo) {
+			f.ResourceVersion, f.Generation, f.Spec.DeploymentName = "2", 2, "web-v2"
+		})
+		update(f, renamed)
+		f.client.ClearActions()
+
+		if err := f.sync(foo); err != nil {
+			t.Fatalf("syncHandler() = %v, want nil", err)
+		}
+		f.checkActions([]action{
+			create(reconcile.NewDeployment(foo)),
+			updateStatus(withStatus(foo, reconcile.NewDeployment(foo))),
+			get(foosResource, "web"),
+			get(foosResource, "web"),
+			updateStatus(modifiedFoo(renamed, func(f *samplev1alpha1.Foo) {
+				f.Status.Deployments = []samplev1alpha1.CreatedDeployment{{Name: "web", UID: createdUID("web")}}
+			})),
 		})
 	})
 

@@ -168,6 +168,23 @@ func forgedDeployment(foo *samplev1alpha1.Foo, name string) *appsv1.Deployment {
 	return d
 }
 
+// update puts foo on the fixture's API server in place of the Foo it holds.
+func update(f *fixture, foo *samplev1alpha1.Foo) {
+	f.t.Helper()
+	if err := f.client.Tracker().Update(foosResource, foo.DeepCopy(), foo.Namespace); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// remove deletes the Deployment named name from the fixture's API server, not from
+// the cache.
+func remove(f *fixture, name string) {
+	f.t.Helper()
+	if err := f.kubeclient.Tracker().Delete(deploymentsResource, metav1.NamespaceDefault, name); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // notCreatedEvent is the Warning about foo's Deployment "web" when the controller did not
 // create it.
 const notCreatedEvent = `Warning DeploymentNotOwned Deployment "web" names this Foo as its controller, but the controller did not create it for this Foo and leaves it alone; delete it or choose another spec.deploymentName`

@@ -188,6 +188,26 @@ func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) er
 		errStaleCache, current.Generation, current.DeletionTimestamp != nil, foo.Generation)
 }
 
+// confirmUnrecorded makes sure that the API server's Foo, like the cached foo, has no
+// record of Deployments created for it and its name was not reported taken
+// (reconcile.Unrecorded), before the Deployment under its name is taken as created:
+// a cached status behind the server's would take one that someone else gave the Foo.
+func (c *Controller) confirmUnrecorded(ctx context.Context, foo *samplev1alpha1.Foo) error {
+	key := cache.MetaObjectToName(foo)
+	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
+		c.writes.ExpectDeletion(key, foo.UID)
+		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
+	case err != nil:
+		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+	case !reconcile.Unrecorded(current):
+		c.writes.Expect(writes.Foos, key, foo.UID, current.ResourceVersion)
+		return fmt.Errorf("%w: the API server's Foo has a record of its Deployments, the cache's none", errStaleCache)
+	}
+	return nil
+}
+
 // controlsAny tells whether the cache holds a Deployment that foo controls.
 func (c *Controller) controlsAny(foo *samplev1alpha1.Foo) bool {
 	owned, err := c.deploymentsIndexer.ByIndex(byControllerUID, string(foo.UID))

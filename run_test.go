@@ -242,8 +242,9 @@ func (c lateDeployments) Create(ctx context.Context, d *appsv1.Deployment, opts 
 
 // TestRunSyncsAgainOnAChangeDuringTheSync: the Foo is scaled while the sync that
 // creates its Deployment runs. That sync's status write finds a new generation and
-// leaves it to the next sync; the spec change's event, held until the sync ends, must
-// bring the Foo back, or the Deployment keeps the old replica count for good.
+// leaves it to the next sync, writing only its record of the Deployment; the spec
+// change's event, held until the sync ends, must bring the Foo back, or the Deployment
+// keeps the old replica count for good.
 func TestRunSyncsAgainOnAChangeDuringTheSync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := runSettled(t, 10*time.Millisecond, func(kube kubernetes.Interface, foos *fakeapiserver.Server) kubernetes.Interface {
@@ -270,8 +271,10 @@ func TestRunSyncsAgainOnAChangeDuringTheSync(t *testing.T) {
 		if got := foo.(*samplev1alpha1.Foo).Status.ObservedGeneration; got != 2 {
 			t.Errorf("Foo status.observedGeneration = %d, want 2", got)
 		}
-		if got := r.syncs.Load(); got != 2 {
-			t.Errorf("%d syncs, want 2", got)
+		// The create's, the new spec's, and between them one skipped if it comes
+		// before the cache holds the record the first kept on the new spec's Foo.
+		if got := r.syncs.Load(); got < 2 || got > 3 {
+			t.Errorf("%d syncs, want 2 or 3", got)
 		}
 	})
 }

@@ -306,20 +306,36 @@ func readEndState(ctx context.Context, ns string) (endState, error) {
 	if err != nil {
 		return s, err
 	}
+	deployments, err := env.Kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, err
+	}
+	deploymentUIDs := map[string]types.UID{}
+	for _, d := range deployments.Items {
+		deploymentUIDs[d.Name] = d.UID
+	}
 	names := map[types.UID]string{}
 	for _, foo := range foos.Items {
 		names[foo.UID] = foo.Name
 		status := *foo.Status.DeepCopy()
-		// The selector names the Foo's UID.
+		// The selector names the Foo's UID, the record its Deployments' UIDs and a
+		// token's hash.
 		status.Selector = strings.ReplaceAll(status.Selector, string(foo.UID), "<uid>")
 		for i := range status.Conditions {
 			status.Conditions[i].LastTransitionTime = metav1.Time{}
 		}
+		for i, r := range status.Deployments {
+			switch {
+			case r.UID != "" && r.UID == deploymentUIDs[r.Name]:
+				status.Deployments[i].UID = "<uid of its Deployment>"
+			case r.UID != "":
+				status.Deployments[i].UID = "<uid of no Deployment here>"
+			}
+			if r.Creating != "" {
+				status.Deployments[i].Creating = "<token hash>"
+			}
+		}
 		s.Foos = append(s.Foos, fooEnd{Name: foo.Name, Generation: foo.Generation, Status: status})
-	}
-	deployments, err := env.Kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, err
 	}
 	for i := range deployments.Items {
 		d := &deployments.Items[i]
