@@ -631,7 +631,8 @@ func (s *fooSync) created(ctx context.Context, d *appsv1.Deployment, live bool) 
 	switch {
 	case r != nil && r.UID == d.UID:
 	case r == nil && reconcile.Unrecorded(s.foo) && d.Name == s.foo.Spec.DeploymentName:
-		if err := s.c.confirmUnrecorded(ctx, s.foo); err != nil {
+		// The API server's Foo must have no record either (confirmFoo).
+		if err := s.confirm(ctx); err != nil {
 			return false, err
 		}
 	case r != nil && r.UID == "":

@@ -149,7 +149,8 @@ func olderRV(a, b string) bool {
 }
 
 // confirmFoo checks on the API server that foo, as cached, is the Foo it holds now:
-// the same object, not being deleted, at the same generation (its spec as cached).
+// the same object, not being deleted, at the same generation (its spec as cached), and
+// with a record of Deployments if the cached one has none (reconcile.Unrecorded).
 //
 // A Deployment write decided on an older Foo undoes what came after it: the Foo's
 // author's change, or the previous leader's work for it. A cache can be behind the
@@ -178,34 +179,17 @@ func (c *Controller) confirmFoo(ctx context.Context, foo *samplev1alpha1.Foo) er
 		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
 	case err != nil:
 		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
-	case current.DeletionTimestamp == nil && current.Generation == foo.Generation:
+	case current.DeletionTimestamp == nil && current.Generation == foo.Generation &&
+		(!reconcile.Unrecorded(foo) || reconcile.Unrecorded(current)):
 		return nil
 	}
-	// Being deleted, or a newer spec: the event of the version read wakes the Foo.
+	// Being deleted, a newer spec, or a record of Deployments the cached status lacks
+	// (which would take one someone else gave the Foo for its own): the event of the
+	// version read wakes the Foo.
 	c.writes.Expect(writes.Foos, key, foo.UID, current.ResourceVersion)
 	staleSkipsTotal.WithLabelValues(writes.Foos).Inc()
-	return fmt.Errorf("%w: the API server holds the Foo at generation %d (being deleted: %t), the cache at %d",
-		errStaleCache, current.Generation, current.DeletionTimestamp != nil, foo.Generation)
-}
-
-// confirmUnrecorded makes sure that the API server's Foo, like the cached foo, has no
-// record of Deployments created for it and its name was not reported taken
-// (reconcile.Unrecorded), before the Deployment under its name is taken as created:
-// a cached status behind the server's would take one that someone else gave the Foo.
-func (c *Controller) confirmUnrecorded(ctx context.Context, foo *samplev1alpha1.Foo) error {
-	key := cache.MetaObjectToName(foo)
-	current, err := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(ctx, foo.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && current.UID != foo.UID:
-		c.writes.ExpectDeletion(key, foo.UID)
-		return fmt.Errorf("%w: the Foo is gone from the API server", errStaleCache)
-	case err != nil:
-		return fmt.Errorf("getting Foo %s/%s: %w", foo.Namespace, foo.Name, err)
-	case !reconcile.Unrecorded(current):
-		c.writes.Expect(writes.Foos, key, foo.UID, current.ResourceVersion)
-		return fmt.Errorf("%w: the API server's Foo has a record of its Deployments, the cache's none", errStaleCache)
-	}
-	return nil
+	return fmt.Errorf("%w: the API server holds the Foo at generation %d (being deleted: %t, recorded: %t), the cache at %d",
+		errStaleCache, current.Generation, current.DeletionTimestamp != nil, !reconcile.Unrecorded(current), foo.Generation)
 }
 
 // controlsAny tells whether the cache holds a Deployment that foo controls.
