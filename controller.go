@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/namewatch"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
@@ -732,6 +731,8 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 	name := foo.Spec.DeploymentName
 	token := reconcile.CreationToken(c.creationKey, foo, name)
 	creating := samplev1alpha1.CreatedDeployment{Name: name, Creating: reconcile.TokenHash(token)}
+	// previous is the record of the name before this sync's (SetRecord copies).
+	previous := reconcile.Record(s.records, name)
 	// lookFirst looks for the Deployment on the server, which has it when the cache
 	// does not hold every Deployment of the name.
 	looked := false
@@ -759,17 +760,13 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 			return nil, err
 		}
 	}
-	if r := reconcile.Record(s.records, name); r != nil && *r != creating && !looked {
+	if previous != nil && *previous != creating && !looked {
 		// Recorded as created (by its UID, or by the token of another process) but
 		// not in the cache: gone, no longer labelled, or the cache is behind. Check
 		// before a new record hides the old.
 		if existing, err := lookFirst(); err != nil || existing != nil {
 			return existing, err
 		}
-	}
-	previous := reconcile.Record(s.records, name)
-	if previous != nil {
-		previous = ptr.To(*previous)
 	}
 	if (len(s.records) > 0 || !reconcile.Unrecorded(foo)) && (previous == nil || *previous != creating) {
 		s.records = reconcile.SetRecord(s.records, creating)
