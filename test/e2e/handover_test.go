@@ -23,6 +23,10 @@ import (
 // the controller's one-minute recheck, so that passing proves an event woke it.
 const wakeWithin = 20 * time.Second
 
+// notOwnedRecheck is how long after a Foo finds its name taken the controller looks
+// again by itself (notOwnedRecheckInterval).
+const notOwnedRecheck = time.Minute
+
 // TestRecreatedFooTakesOverItsName replaces a Foo (delete and create under the same
 // name, as `kubectl replace --force` or a Helm reinstall does). The new Foo must get
 // its own Deployment as soon as the garbage collector has removed the old one.

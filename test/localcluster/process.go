@@ -309,6 +309,9 @@ func statCPUTime(stat string) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
+// LogTail returns the last n lines of the process's log.
+func (p *Process) LogTail(n int) string { return tailFile(p.logPath, n) }
+
 // tailFile returns the last n lines of a file, for error messages.
 func tailFile(path string, n int) string {
 	data, err := os.ReadFile(path)

@@ -279,6 +279,9 @@ func (e *Env) StartControllerAs(t *testing.T, kubeconfig string, args ...string)
 	return e.StartControllerWith(t, localcluster.ControllerOptions{Kubeconfig: kubeconfig, Args: args})
 }
 
+// controllerLogTail is how many lines of a controller's log a failed test prints.
+const controllerLogTail = 60
+
 // StartControllerWith is StartControllerAs with more of the harness's options: the
 // binary, the log and its name are the suite's, and the kubeconfig defaults to
 // ControllerKubeconfig.
@@ -294,7 +297,13 @@ func (e *Env) StartControllerWith(t *testing.T, opts localcluster.ControllerOpti
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Stop(localcluster.ControllerStopGrace) })
+	t.Cleanup(func() {
+		_ = c.Stop(localcluster.ControllerStopGrace)
+		if t.Failed() {
+			// Where a failure in CI shows, which keeps no files.
+			t.Logf("last lines of %s:\n%s", c.LogPath(), c.LogTail(controllerLogTail))
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
 	defer cancel()
 	if err := c.WaitServing(ctx); err != nil {
