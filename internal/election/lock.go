@@ -27,8 +27,8 @@ import (
 
 // ReleasedByAnnotation on a Lease with no holder names the holder that released it,
 // and the Lease's UID: "IDENTITY UID". Only a release by the holder this process last
-// saw holding the Lease hands it over at once (a second later, at most); a holder
-// emptied by anyone else (kubectl edit, a script) is waited out.
+// saw holding the Lease hands it over early (a retry period and a second later, at
+// most); a holder emptied by anyone else (kubectl edit, a script) is waited out.
 const ReleasedByAnnotation = "samplecontroller.k8s.io/released-by"
 
 // unseenHolder stands for the holder of a Lease whose record this process may not take
@@ -51,9 +51,11 @@ const unseenHolder = "(a holder this replica has not seen)"
 //     record has been seen unchanged for that longest duration; then it is shown free,
 //     and the elector takes it with an update conditional on that resourceVersion.
 //     A release by the holder last seen (ReleasedByAnnotation) is free once it has
-//     stood for a write's flight (a second at most). One by a holder this process
-//     never saw is waited out as any edit is: whoever may update the Lease can write
-//     that mark, and this process cannot tell when the holder's tenure ended.
+//     stood for a retry period and a write's flight (a second at most). Whoever may
+//     update the Lease can write that mark: a holder still alive takes its Lease back
+//     at its next renewal, a retry period after its last, before the release is free.
+//     One by a holder this process never saw is waited out as any edit is: this
+//     process cannot tell when that holder's tenure ended.
 //   - A Lease this process has to create begins a tenure usable only after the longest
 //     duration: it may have been deleted under a holder that has not noticed yet.
 //
@@ -195,8 +197,10 @@ func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.Leader
 		l.previous = me
 	case holder == "" && released(lease, l.previous, me, l.releasedAt):
 		// Released by the holder this process last saw: free once the release has
-		// stood for the flight of a write the releaser gave up on as it stopped.
-		if now.Before(l.since.Add(min(tenure.MaxFlight, l.longest/10))) {
+		// stood for the flight of a write the releaser gave up on as it stopped, and
+		// for a retry period, in which that holder, if it is alive and the mark
+		// another client's, renews: it takes back a Lease emptied under it.
+		if now.Before(l.since.Add(l.lease.RetryPeriod + min(tenure.MaxFlight, l.longest/10))) {
 			shown.HolderIdentity = before
 		}
 	case !now.Before(l.since.Add(l.longest)):

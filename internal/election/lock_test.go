@@ -26,8 +26,11 @@ type replica struct {
 	lock *LeaseLock
 }
 
+// testRetryPeriod is the replicas' retry period: how often a holder renews.
+const testRetryPeriod = 2 * time.Second
+
 func newReplica(t *testing.T, client *fake.Clientset, clk *clocktesting.FakeClock, identity string, d time.Duration) *replica {
-	lease := Lease{Namespace: "system", Name: "slot-0", Identity: identity, Duration: d}
+	lease := Lease{Namespace: "system", Name: "slot-0", Identity: identity, Duration: d, RetryPeriod: testRetryPeriod}
 	return &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk})}
 }
 
@@ -216,7 +219,7 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 	})
 
-	t.Run("a release by the holder is free a flight later; a copy of one is not", func(t *testing.T) {
+	t.Run("a release by the holder is free a retry period and a flight later; a copy of one is not", func(t *testing.T) {
 		client, clk, a, b := setup(t)
 		if released, err := a.lock.Release(context.Background()); !released || err != nil || a.valid() {
 			t.Fatalf("Release = %v, %v; valid %v", released, err, a.valid())
@@ -229,9 +232,13 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		if b.acquire() {
 			t.Error("b took the release at once: a write a gave up on as it stopped may still land")
 		}
+		clk.Step(testRetryPeriod)
+		if b.acquire() {
+			t.Error("b took the release within a retry period: a holder alive would not have renewed yet")
+		}
 		clk.Step(time.Second)
 		if !b.acquire() || !b.valid() {
-			t.Fatal("b did not take a Lease a released, a second after it saw the release")
+			t.Fatal("b did not take a Lease a released, a retry period and a second after it saw the release")
 		}
 		// Someone writes the release record back (kubectl apply of a copy) while b
 		// holds it: a may not take it at once, since it is not the record a wrote.
@@ -286,6 +293,32 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 		if !a.valid() {
 			t.Error("a, renewing, lost its tenure to a forged release")
+		}
+	})
+
+	t.Run("a release mark forged in the name of the holder a replica saw is taken back before that replica may take it", func(t *testing.T) {
+		client, clk, a, b := setup(t)
+		// Right after a's renewal, another client writes what a release by a writes.
+		edit(t, client, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, ReleasedByAnnotation, "a "+string(l.UID))
+		})
+		// b, which saw a hold the Lease, tries every half second; a, alive, renews every
+		// retry period.
+		for at := time.Duration(0); at <= 2*d; at += 500 * time.Millisecond {
+			if at > 0 && at%testRetryPeriod == 0 {
+				a.acquire()
+			}
+			if b.acquire() {
+				t.Fatalf("b took the Lease %v after a release forged in the name of a, which renews", at)
+			}
+			if a.valid() && b.valid() {
+				t.Fatalf("%v in: a's and b's tenures are both valid", at)
+			}
+			clk.Step(500 * time.Millisecond)
+		}
+		if record := b.read(); record.HolderIdentity != "a" || !a.valid() {
+			t.Errorf("b sees the Lease held by %q, a's tenure valid: %v; want a, valid", record.HolderIdentity, a.valid())
 		}
 	})
 

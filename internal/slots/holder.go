@@ -458,7 +458,8 @@ func (h *Holder) waitMayAct(ctx context.Context) bool {
 // another number of slots than this member's may still be acted on, and which must be
 // fenced (observer.othersHeld).
 func (h *Holder) othersHeld(ctx context.Context) (otherLeases, error) {
-	leases, err := h.Client.CoordinationV1().Leases(h.Lease.Namespace).List(ctx, metav1.ListOptions{LabelSelector: h.observer.selector().String()})
+	// All of the namespace's, sorted by name (observer.ours), as the observer does.
+	leases, err := h.Client.CoordinationV1().Leases(h.Lease.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return otherLeases{}, err
 	}

@@ -289,6 +289,9 @@ func (m *Membership) renew(ctx context.Context) error {
 		lease.Spec.AcquireTime = &now
 	}
 	lease.Spec.HolderIdentity = ptr.To(m.identity)
+	// The label, which another client may have removed: without it the members'
+	// watches lose this one, which sees itself gone too, and the slots go elsewhere.
+	metav1.SetMetaDataLabel(&lease.ObjectMeta, MemberOfLabel, m.group)
 	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, strconv.Itoa(m.slots))
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(m.duration / time.Second))
 	lease.Spec.RenewTime = &now

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
@@ -190,7 +191,9 @@ func createMember(t *testing.T, client *fake.Clientset, ns, group, identity stri
 
 // TestMembershipRenewsItsOwnLease checks what a replica restarted in place under the
 // same identity makes of its own member Lease: it keeps its place as a member while the
-// Lease is current, and comes back as a new member, not the oldest, once it lapsed.
+// Lease is current, and comes back as a new member, not the oldest, once it lapsed. It
+// also puts back the label another client removed, without which the members' watches,
+// its own included, lose it.
 func TestMembershipRenewsItsOwnLease(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	const ns, group = "system", "sample-controller"
@@ -207,6 +210,10 @@ func TestMembershipRenewsItsOwnLease(t *testing.T) {
 			client := fake.NewClientset()
 			withResourceVersions(client)
 			createMember(t, client, ns, group, "a", 8, now.Add(-time.Hour), tc.renewed, 30)
+			unlabelled := []byte(`{"metadata":{"labels":null}}`)
+			if _, err := client.CoordinationV1().Leases(ns).Patch(ctx, LeaseName(group, "a"), types.MergePatchType, unlabelled, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			m := NewMembership(client, ns, group, "a", 8, 30*time.Second, testingclock.NewFakeClock(now))
 			if err := m.renew(ctx); err != nil {
 				t.Fatal(err)
@@ -217,6 +224,9 @@ func TestMembershipRenewsItsOwnLease(t *testing.T) {
 			}
 			if got := lease.Spec.AcquireTime.Time; !got.Equal(tc.wantAcquire.Truncate(time.Microsecond)) && !got.Equal(tc.wantAcquire) {
 				t.Errorf("acquired %v, want %v", got, tc.wantAcquire)
+			}
+			if got := lease.Labels[MemberOfLabel]; got != group {
+				t.Errorf("renewed with the label %s=%q, want %q", MemberOfLabel, got, group)
 			}
 		})
 	}

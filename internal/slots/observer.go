@@ -10,7 +10,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -23,7 +22,9 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/internal/election"
 )
 
-// SlotOfLabel marks the fencing Leases of a group's slots; its value is the group.
+// SlotOfLabel marks the fencing Leases of a group's slots; its value is the group. It
+// is for people and tools (kubectl get -l): the members find the Leases by name, which
+// another client's edit of the labels cannot hide from them.
 const SlotOfLabel = "samplecontroller.k8s.io/slot-of"
 
 // observer follows a group's slot Leases all the time, and remembers when this process
@@ -77,11 +78,9 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 		namespace: namespace, group: group, identity: identity, clock: clk,
 		seen: map[string]observation{}, gone: map[string]observation{}, heldByOther: map[string]time.Time{}, changed: make(chan struct{}),
 	}
-	o.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(namespace),
-		informers.WithTweakListOptions(func(opts *metav1.ListOptions) {
-			opts.LabelSelector = o.selector().String()
-		}))
+	// Every Lease of the namespace, sorted by name (ours): a selector would lose a Lease
+	// whose label someone removed, and a member would act beside its holder.
+	o.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace))
 	leases := o.factory.Coordination().V1().Leases()
 	o.lister = leases.Lister()
 	registration, _ := leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -91,7 +90,7 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
 			}
-			if lease, ok := obj.(*coordinationv1.Lease); ok {
+			if lease, ok := obj.(*coordinationv1.Lease); ok && o.ours(lease.Name) {
 				o.forget(lease)
 			}
 		},
@@ -101,8 +100,11 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 	return o
 }
 
-func (o *observer) selector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{SlotOfLabel: o.group})
+// ours tells whether the Lease name is one of the group's slot Leases (the single
+// leader's included) or its count Lease.
+func (o *observer) ours(name string) bool {
+	_, slot := slotLeaseCount(o.group, name)
+	return slot || name == CountLeaseName(o.group)
 }
 
 // run follows the Leases until ctx ends.
@@ -119,7 +121,7 @@ func record(lease *coordinationv1.Lease) *resourcelock.LeaderElectionRecord {
 
 func (o *observer) saw(obj any) {
 	lease, ok := obj.(*coordinationv1.Lease)
-	if !ok || !o.selector().Matches(labels.Set(lease.Labels)) {
+	if !ok || !o.ours(lease.Name) {
 		return
 	}
 	r := record(lease)
@@ -188,7 +190,7 @@ func (o *observer) cachedOthersHeld(n int) int {
 	if !o.synced() {
 		return 1
 	}
-	cached, err := o.lister.Leases(o.namespace).List(o.selector())
+	cached, err := o.lister.Leases(o.namespace).List(labels.Everything())
 	if err != nil {
 		return 1
 	}
@@ -313,13 +315,13 @@ func (o *observer) changes() <-chan struct{} {
 
 // heldBy is the names of the Leases whose holder is identity.
 func (o *observer) heldBy(identity string) []string {
-	leases, err := o.lister.Leases(o.namespace).List(o.selector())
+	leases, err := o.lister.Leases(o.namespace).List(labels.Everything())
 	if err != nil {
 		return nil
 	}
 	var names []string
 	for _, l := range leases {
-		if ptr.Deref(l.Spec.HolderIdentity, "") == identity {
+		if o.ours(l.Name) && ptr.Deref(l.Spec.HolderIdentity, "") == identity {
 			names = append(names, l.Name)
 		}
 	}

@@ -8,9 +8,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 )
 
@@ -83,4 +86,47 @@ func TestObserverOthersHeld(t *testing.T) {
 	o.saw(&fenced)
 	listed[0] = fenced
 	check("at 24 s", nil, []string{testGroup + "-slot-0-of-4"}, time.Time{})
+}
+
+// TestObserverFindsTheGroupsLeasesByName has another client remove the slot-of label
+// from the single leader's Lease and from a slot Lease of 4 slots, both held: a member
+// of 8 must still see them held, in its watch and in its read from the apiserver, or it
+// would act beside their holders. A Lease of the namespace that is not the group's is
+// none of its business.
+func TestObserverFindsTheGroupsLeasesByName(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	now := metav1.NewMicroTime(time.Now())
+	for _, name := range []string{testGroup, testGroup + "-slot-1-of-4", "another-controller"} {
+		_, err := client.CoordinationV1().Leases(testNamespace).Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To("holder"), LeaseDurationSeconds: ptr.To[int32](10), RenewTime: &now,
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := newObserver(client, testNamespace, testGroup, "me", testingclock.NewFakeClock(now.Time))
+	go o.run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), o.synced) {
+		t.Fatal("the observer never synced")
+	}
+	want := []string{testGroup, testGroup + "-slot-1-of-4"}
+	if got := o.cachedOthersHeld(8); got != len(want) {
+		t.Errorf("the watch has %d Leases of another count held, want %d (%q)", got, len(want), want)
+	}
+	h := &Holder{Space: mustSpace(t, 8), Client: client, Lease: election.Lease{Namespace: testNamespace, Name: testGroup}, observer: o}
+	others, err := h.othersHeld(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(others.held)
+	if !slices.Equal(others.held, want) {
+		t.Errorf("read from the apiserver, the Leases of another count held are %q, want %q", others.held, want)
+	}
+	if got := o.heldBy("holder"); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+		t.Errorf("the group's Leases held by their holder are %q, want %q", got, want)
+	}
 }

@@ -31,10 +31,10 @@ import (
 
 // handoverWithin bounds how long the Lease may take to change hands after the leader's
 // container gets SIGTERM: the leader releases it on its way out, the release stands for
-// a second (the flight of a write the leader gave up on), and the standby retries every
-// --leader-elect-retry-period (1 s in the manifest) plus up to 120% jitter: 3.2 s, and
-// the leader's own way out before it. A Lease that was not released would take its
-// duration, 15 s, so twice the release's time still tells the two apart.
+// a retry period and a second (the leader's next renewal, had it been alive; the flight
+// of a write it gave up on), and the standby retries every --leader-elect-retry-period
+// (1 s in the manifest) plus up to 120% jitter: 4.2 s, and the leader's own way out
+// before it. A Lease that was not released would take its duration, 15 s.
 const handoverWithin = 8 * time.Second
 
 // pod is one replica of the Deployment, run as a kubelet would run it.
