@@ -31,6 +31,12 @@ import (
 // most); a holder emptied by anyone else (kubectl edit, a script) is waited out.
 const ReleasedByAnnotation = "samplecontroller.k8s.io/released-by"
 
+// RetryPeriodAnnotation on a Lease is its holder's retry period, as a Go duration: how
+// often it renews. A release another client forged in its name is taken back within
+// that, so a standby waits at least the longest one it saw before it takes a release
+// (ReleaseWait), whatever its own: a rollout may change the period.
+const RetryPeriodAnnotation = "samplecontroller.k8s.io/retry-period"
+
 // unseenHolder stands for the holder of a Lease whose record this process may not take
 // yet and whose holder it never saw: it was emptied, or named this process, by someone
 // else.
@@ -76,8 +82,9 @@ type LeaseLock struct {
 	// version is the resourceVersion last seen, since when by this process's clock.
 	version string
 	since   time.Time
-	// longest is the longest duration the Lease has carried, or this process's own.
-	longest time.Duration
+	// longest is the longest duration the Lease has carried, or this process's own;
+	// slowest the longest retry period its holders announced, or this process's own.
+	longest, slowest time.Duration
 	// previous is the holder of the last record that this process saw held by right:
 	// by another, or by this process's own write.
 	previous string
@@ -107,8 +114,9 @@ type Observation struct {
 	At time.Time
 	// Holder is the last holder it saw the Lease name, in this record or before.
 	Holder string
-	// Longest is the longest duration it saw the Lease carry.
-	Longest time.Duration
+	// Longest is the longest duration it saw the Lease carry; Slowest, the longest
+	// retry period it saw its holders announce (RetryPeriodAnnotation).
+	Longest, Slowest time.Duration
 }
 
 // NewLock is the Lease lock of l, keeping t (nil: a tenure of its own).
@@ -120,7 +128,7 @@ func (l Lease) NewLock(client kubernetes.Interface, t *tenure.Tenure, opts LockO
 	if t == nil {
 		t = tenure.New(clk)
 	}
-	return &LeaseLock{client: client, lease: l, labels: opts.Labels, tenure: t, clock: clk, seen: opts.Seen, longest: l.Duration}
+	return &LeaseLock{client: client, lease: l, labels: opts.Labels, tenure: t, clock: clk, seen: opts.Seen, longest: l.Duration, slowest: l.RetryPeriod}
 }
 
 // Tenure is the tenure this lock keeps.
@@ -172,9 +180,11 @@ func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.Leader
 					l.previous = seen.Holder
 				}
 				l.longest = max(l.longest, min(seen.Longest, MaxLeaseDuration))
+				l.slowest = max(l.slowest, seen.Slowest)
 			}
 		}
 	}
+	l.slowest = max(l.slowest, AnnouncedRetryPeriod(lease))
 	if d := time.Duration(stored.LeaseDurationSeconds) * time.Second; d > l.longest {
 		l.longest = min(d, MaxLeaseDuration)
 	}
@@ -200,7 +210,7 @@ func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.Leader
 		// stood for the flight of a write the releaser gave up on as it stopped, and
 		// for a retry period, in which that holder, if it is alive and the mark
 		// another client's, renews: it takes back a Lease emptied under it.
-		if now.Before(l.since.Add(l.lease.RetryPeriod + min(tenure.MaxFlight, l.longest/10))) {
+		if now.Before(l.since.Add(ReleaseWait(l.slowest, l.longest))) {
 			shown.HolderIdentity = before
 		}
 	case !now.Before(l.since.Add(l.longest)):
@@ -246,14 +256,46 @@ const MaxLeaseDuration = 5 * time.Minute
 // this process never saw is not: a merge patch can write the mark, the UID and the
 // duration, and a process that never saw the holder cannot tell whether it still acts.
 func released(lease *coordinationv1.Lease, previous, me, releasedAt string) bool {
-	by, uid, ok := strings.Cut(lease.Annotations[ReleasedByAnnotation], " ")
-	if !ok || by == "" || uid != string(lease.UID) || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != 1 {
+	by, ok := ReleasedBy(lease)
+	if !ok {
 		return false
 	}
 	if by == me {
 		return lease.ResourceVersion == releasedAt
 	}
 	return previous == by
+}
+
+// ReleasedBy is the holder that lease, with no holder, says released it, if it carries
+// the marks of a release (ReleasedByAnnotation with the Lease's UID, a duration of one
+// second). Whoever may update the Lease can write those marks: a release counts only
+// from the holder the reader last saw, and only once it has stood for ReleaseWait.
+func ReleasedBy(lease *coordinationv1.Lease) (string, bool) {
+	by, uid, ok := strings.Cut(lease.Annotations[ReleasedByAnnotation], " ")
+	if !ok || by == "" || uid != string(lease.UID) || ptr.Deref(lease.Spec.HolderIdentity, "") != "" ||
+		ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) != 1 {
+		return "", false
+	}
+	return by, true
+}
+
+// ReleaseWait is how long a release by the holder last seen must stand before the
+// Lease is free, given the longest retry period and duration seen: the flight of a write
+// the releaser gave up on as it stopped, and a retry period, in which a holder still
+// alive, the release being another client's, renews and takes its Lease back. Never
+// longer than the duration, after which any record is free.
+func ReleaseWait(retry, longest time.Duration) time.Duration {
+	return min(longest, retry+min(tenure.MaxFlight, longest/10))
+}
+
+// AnnouncedRetryPeriod is the retry period lease's holder announced
+// (RetryPeriodAnnotation), at most MaxLeaseDuration; 0 when it announced none.
+func AnnouncedRetryPeriod(lease *coordinationv1.Lease) time.Duration {
+	d, err := time.ParseDuration(lease.Annotations[RetryPeriodAnnotation])
+	if err != nil || d < 0 {
+		return 0
+	}
+	return min(d, MaxLeaseDuration)
 }
 
 // Create creates the Lease naming this process. The tenure it begins is usable only
@@ -266,6 +308,7 @@ func (l *LeaseLock) Create(ctx context.Context, record resourcelock.LeaderElecti
 		ObjectMeta: metav1.ObjectMeta{Name: l.lease.Name, Namespace: l.lease.Namespace, Labels: l.labels},
 		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&record),
 	}
+	metav1.SetMetaDataAnnotation(&lease.ObjectMeta, RetryPeriodAnnotation, l.lease.RetryPeriod.String())
 	l.mu.Lock()
 	wait := l.longest
 	if lease.Spec.RenewTime != nil {
@@ -310,7 +353,9 @@ func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElecti
 		metav1.SetMetaDataLabel(&lease.ObjectMeta, k, v)
 	}
 	delete(lease.Annotations, ReleasedByAnnotation)
-	if !mine {
+	if mine {
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, RetryPeriodAnnotation, l.lease.RetryPeriod.String())
+	} else {
 		l.tenure.End()
 		if record.HolderIdentity == "" {
 			metav1.SetMetaDataAnnotation(&lease.ObjectMeta, ReleasedByAnnotation, l.lease.Identity+" "+string(lease.UID))

@@ -30,7 +30,11 @@ type replica struct {
 const testRetryPeriod = 2 * time.Second
 
 func newReplica(t *testing.T, client *fake.Clientset, clk *clocktesting.FakeClock, identity string, d time.Duration) *replica {
-	lease := Lease{Namespace: "system", Name: "slot-0", Identity: identity, Duration: d, RetryPeriod: testRetryPeriod}
+	return newReplicaRenewingEvery(t, client, clk, identity, d, testRetryPeriod)
+}
+
+func newReplicaRenewingEvery(t *testing.T, client *fake.Clientset, clk *clocktesting.FakeClock, identity string, d, retry time.Duration) *replica {
+	lease := Lease{Namespace: "system", Name: "slot-0", Identity: identity, Duration: d, RetryPeriod: retry}
 	return &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk})}
 }
 
@@ -319,6 +323,44 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 		if record := b.read(); record.HolderIdentity != "a" || !a.valid() {
 			t.Errorf("b sees the Lease held by %q, a's tenure valid: %v; want a, valid", record.HolderIdentity, a.valid())
+		}
+	})
+
+	t.Run("a standby waits for a release as long as the retry period its holder announced", func(t *testing.T) {
+		// A rollout shortened the retry period: a, the holder, renews every 5 s; b, new,
+		// every 2 s.
+		client := fake.NewClientset()
+		fakeapiserver.Versioned(client, leasesResource)
+		clk := clocktesting.NewFakeClock(start)
+		const slow = 5 * time.Second
+		a, b := newReplicaRenewingEvery(t, client, clk, "a", d, slow), newReplica(t, client, clk, "b", d)
+		if _, _, err := a.lock.Get(context.Background()); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want NotFound", err)
+		}
+		now := metav1.NewTime(clk.Now())
+		if err := a.lock.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(d)
+		if !a.acquire() || b.acquire() {
+			t.Fatal("a does not hold the Lease it created, or b took it")
+		}
+		edit(t, client, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, ReleasedByAnnotation, "a "+string(l.UID))
+			delete(l.Annotations, RetryPeriodAnnotation)
+		})
+		for at := time.Duration(0); at <= 2*d; at += 500 * time.Millisecond {
+			if at > 0 && at%slow == 0 {
+				a.acquire()
+			}
+			if b.acquire() {
+				t.Fatalf("b took the Lease %v after a release forged in the name of a, which renews every %v", at, slow)
+			}
+			if a.valid() && b.valid() {
+				t.Fatalf("%v in: a's and b's tenures are both valid", at)
+			}
+			clk.Step(500 * time.Millisecond)
 		}
 	})
 

@@ -179,7 +179,7 @@ func (h *Holder) follow(ctx context.Context) {
 	h.mu.Lock()
 	h.running, h.stopping, h.stopped = map[int]*slotRun{}, map[int]*slotRun{}, make(chan struct{}, 1)
 	h.locks = map[string]*election.LeaseLock{}
-	h.observer = newObserver(h.Client, h.Lease.Namespace, h.Lease.Name, h.Lease.Identity, clock.RealClock{})
+	h.observer = newObserver(h.Client, h.Lease, clock.RealClock{})
 	h.mu.Unlock()
 	// The slot Leases are followed for as long as this member runs, whether it holds
 	// them or not, so that it can tell a dead holder's Lease expired the moment it has.
@@ -521,8 +521,7 @@ func (h *Holder) setCount(ctx context.Context, lease *coordinationv1.Lease) erro
 	} else {
 		previous = lease.Annotations[SlotsAnnotation]
 		lease = lease.DeepCopy()
-		// The label too, which the observers' watch selects by: one removed by hand
-		// would hide the count from them.
+		// The label too, for people and tools: the members find the Lease by name.
 		metav1.SetMetaDataLabel(&lease.ObjectMeta, SlotOfLabel, h.Lease.Name)
 		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, n)
 		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SetByAnnotation, h.Lease.Identity)

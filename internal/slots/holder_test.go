@@ -326,8 +326,9 @@ func TestHolderLeavesASlotLeaseItNeverWrote(t *testing.T) {
 	assigned := space.Assign([]string{"a", "b"})
 	orphan := slices.Index(assigned, "b")
 	const d = 3 * time.Second
-	// The other slots' Leases exist, released: taking them is an update, usable a
-	// second after the release is seen, where a create would wait a whole duration.
+	// The other slots' Leases exist, released: taking them is an update, usable a retry
+	// period and a flight after the release is seen, where a create would wait a whole
+	// duration.
 	var leases []runtime.Object
 	for slot := range space.Len() {
 		lease := &coordinationv1.Lease{

@@ -36,7 +36,7 @@ type Leader struct {
 func NewLeader(client kubernetes.Interface, lease election.Lease) *Leader {
 	space, _ := NewSpace(1)
 	h := &Holder{Space: space, Client: client, Lease: lease}
-	h.observer = newObserver(client, lease.Namespace, lease.Name, lease.Identity, clock.RealClock{})
+	h.observer = newObserver(client, lease, clock.RealClock{})
 	return &Leader{holder: h}
 }
 

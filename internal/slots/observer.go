@@ -40,6 +40,9 @@ type observer struct {
 	group     string
 	identity  string
 	clock     clock.Clock
+	// lease is this member's Lease timings: no wait for another's Lease is shorter
+	// than its duration, which an edit cannot lower.
+	lease election.Lease
 
 	factory informers.SharedInformerFactory
 	lister  coordinationlisters.LeaseLister
@@ -63,19 +66,23 @@ type observer struct {
 }
 
 // observation is a Lease's record, by its resourceVersion, and when this process first
-// saw it; with the last holder it saw the Lease name, in this record or before, and the
-// longest duration it saw the Lease carry.
+// saw it; with the last holder it saw the Lease name, in this record or before, the
+// longest duration it saw the Lease carry, and the longest retry period its holders
+// announced (both at least this member's own).
 type observation struct {
 	version    string
 	holder     string
 	lastHolder string
 	at         time.Time
 	duration   time.Duration
+	slowest    time.Duration
 }
 
-func newObserver(client kubernetes.Interface, namespace, group, identity string, clk clock.Clock) *observer {
+// newObserver follows the Leases of the group of lease (its Name), in its namespace.
+func newObserver(client kubernetes.Interface, lease election.Lease, clk clock.Clock) *observer {
+	namespace := lease.Namespace
 	o := &observer{
-		namespace: namespace, group: group, identity: identity, clock: clk,
+		namespace: namespace, group: lease.Name, identity: lease.Identity, clock: clk, lease: lease,
 		seen: map[string]observation{}, gone: map[string]observation{}, heldByOther: map[string]time.Time{}, changed: make(chan struct{}),
 	}
 	// Every Lease of the namespace, sorted by name (ours): a selector would lose a Lease
@@ -90,7 +97,7 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
 			}
-			if lease, ok := obj.(*coordinationv1.Lease); ok && o.ours(lease.Name) {
+			if lease, ok := obj.(*coordinationv1.Lease); ok && o.ours(lease) {
 				o.forget(lease)
 			}
 		},
@@ -100,11 +107,16 @@ func newObserver(client kubernetes.Interface, namespace, group, identity string,
 	return o
 }
 
-// ours tells whether the Lease name is one of the group's slot Leases (the single
-// leader's included) or its count Lease.
-func (o *observer) ours(name string) bool {
-	_, slot := slotLeaseCount(o.group, name)
-	return slot || name == CountLeaseName(o.group)
+// ours tells whether lease is one of the group's slot Leases (the single leader's
+// included) or its count Lease, by its name. A slot Lease of a version before names
+// said the number of slots ("<group>-slot-3") could be another group's leader Lease
+// too: that one is the group's only with its label.
+func (o *observer) ours(lease *coordinationv1.Lease) bool {
+	count, slot := slotLeaseCount(o.group, lease.Name)
+	if slot && count == 0 {
+		return lease.Labels[SlotOfLabel] == o.group
+	}
+	return slot || lease.Name == CountLeaseName(o.group)
 }
 
 // run follows the Leases until ctx ends.
@@ -121,7 +133,7 @@ func record(lease *coordinationv1.Lease) *resourcelock.LeaderElectionRecord {
 
 func (o *observer) saw(obj any) {
 	lease, ok := obj.(*coordinationv1.Lease)
-	if !ok || !o.ours(lease.Name) {
+	if !ok || !o.ours(lease) {
 		return
 	}
 	r := record(lease)
@@ -141,10 +153,11 @@ func (o *observer) saw(obj any) {
 	}
 	s := observation{
 		version: lease.ResourceVersion, holder: r.HolderIdentity, lastHolder: previous.lastHolder, at: now,
-		duration: max(previous.duration, time.Duration(r.LeaseDurationSeconds)*time.Second),
+		duration: max(previous.duration, time.Duration(r.LeaseDurationSeconds)*time.Second, o.lease.Duration),
+		slowest:  max(previous.slowest, election.AnnouncedRetryPeriod(lease), o.lease.RetryPeriod),
 	}
 	if g, ok := o.gone[lease.Name]; ok {
-		s.duration = max(s.duration, g.duration)
+		s.duration, s.slowest = max(s.duration, g.duration), max(s.slowest, g.slowest)
 		if s.lastHolder == "" {
 			s.lastHolder = g.holder
 		}
@@ -169,7 +182,7 @@ func (o *observer) forget(lease *coordinationv1.Lease) {
 	if lease.Name == CountLeaseName(o.group) {
 		o.count = 0
 	} else if s, ok := o.seen[lease.Name]; ok && s.holder != "" {
-		o.gone[lease.Name] = observation{holder: s.holder, at: o.clock.Now(), duration: s.duration}
+		o.gone[lease.Name] = observation{holder: s.holder, at: o.clock.Now(), duration: s.duration, slowest: s.slowest}
 	}
 	delete(o.seen, lease.Name)
 	delete(o.heldByOther, lease.Name)
@@ -215,10 +228,11 @@ type otherLeases struct {
 
 // othersHeld sorts the group's slot Leases of another count than n, given leases, a
 // list just read from the apiserver, and what this process saw of them. Held: a Lease
-// that names a holder and was not seen unchanged for its whole duration; and one
-// deleted while held, less than its duration after the deletion was seen, whatever was
-// created under its name since. Released Leases hold nothing, and neither do those
-// fenced for n (FenceHolder).
+// that names a holder and was not seen unchanged for its whole duration; one with no
+// holder, until a release by the holder seen last has stood for its ReleaseWait, and
+// anything else that emptied it (an edit) for the whole duration; and one deleted while
+// held, less than its duration after the deletion was seen, whatever was created under
+// its name since. Those fenced for n (FenceHolder) hold nothing.
 func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -234,14 +248,30 @@ func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases 
 		if count, ok := slotLeaseCount(o.group, name); !ok || count == n {
 			continue
 		}
+		if !o.ours(&leases[i]) {
+			continue
+		}
 		r := record(&leases[i])
-		if r.HolderIdentity == "" || r.HolderIdentity == FenceHolder(n) {
+		if r.HolderIdentity == FenceHolder(n) {
 			continue
 		}
 		s, ok := o.seen[name]
 		if !ok || s.version != leases[i].ResourceVersion {
-			// Renewed, or taken, since the watch last said: not known to expire yet.
+			// Renewed, taken or emptied since the watch last said: not known to be
+			// free yet.
 			out.held = append(out.held, name)
+			continue
+		}
+		if r.HolderIdentity == "" {
+			// Emptied while its holder may still act, unless released by that holder.
+			wait := s.duration
+			if by, released := election.ReleasedBy(&leases[i]); released && by == s.lastHolder {
+				wait = election.ReleaseWait(s.slowest, s.duration)
+			}
+			if at := s.at.Add(wait); now.Before(at) {
+				out.held = append(out.held, name)
+				later(at)
+			}
 			continue
 		}
 		if at := s.at.Add(s.duration); now.Before(at) {
@@ -303,7 +333,7 @@ func (o *observer) observation(name, version string) (election.Observation, bool
 	if !ok || s.version != version {
 		return election.Observation{}, false
 	}
-	return election.Observation{At: s.at, Holder: s.lastHolder, Longest: s.duration}, true
+	return election.Observation{At: s.at, Holder: s.lastHolder, Longest: s.duration, Slowest: s.slowest}, true
 }
 
 // changes is closed when a Lease next comes, goes or changes holder.
@@ -321,7 +351,7 @@ func (o *observer) heldBy(identity string) []string {
 	}
 	var names []string
 	for _, l := range leases {
-		if o.ours(l.Name) && ptr.Deref(l.Spec.HolderIdentity, "") == identity {
+		if o.ours(l) && ptr.Deref(l.Spec.HolderIdentity, "") == identity {
 			names = append(names, l.Name)
 		}
 	}

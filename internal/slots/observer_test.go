@@ -21,7 +21,7 @@ import (
 // member of 8 slots from acting, by its observer's count.
 func TestObserverOthersHeld(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
-	o := newObserver(fake.NewClientset(), testNamespace, testGroup, "me", clk)
+	o := newObserver(fake.NewClientset(), election.Lease{Namespace: testNamespace, Name: testGroup, Identity: "me"}, clk)
 	lease := func(name, holder string, renewed time.Time) coordinationv1.Lease {
 		return coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
@@ -37,11 +37,20 @@ func TestObserverOthersHeld(t *testing.T) {
 	start := clk.Now()
 	// A Lease of a version that did not name the count overlaps every slot.
 	legacy := lease(testGroup+"-slot-3", "old", start)
-	released := lease(testGroup+"-slot-1-of-4", "", start)
 	ours := lease(testGroup+"-slot-1-of-8", "peer", start)
 	renewedUnseen := lease(testGroup+"-slot-0-of-4", "x", start)
 	deleted := lease(testGroup+"-slot-2-of-4", "y", start)
-	for _, l := range []coordinationv1.Lease{legacy, released, ours, renewedUnseen, deleted} {
+	// Seen held, then released by its holder, as Release writes it; and one seen held,
+	// then emptied by another client.
+	held := lease(testGroup+"-slot-1-of-4", "z", start)
+	held.UID = "uid-1"
+	released := *held.DeepCopy()
+	released.ResourceVersion, released.Spec.HolderIdentity, released.Spec.LeaseDurationSeconds = fakeapiserver.NextResourceVersion(), ptr.To(""), ptr.To[int32](1)
+	released.Annotations = map[string]string{election.ReleasedByAnnotation: "z uid-1"}
+	holding := lease(testGroup+"-slot-3-of-4", "w", start)
+	emptied := *holding.DeepCopy()
+	emptied.ResourceVersion, emptied.Spec.HolderIdentity = fakeapiserver.NextResourceVersion(), ptr.To("")
+	for _, l := range []coordinationv1.Lease{legacy, held, released, holding, emptied, ours, renewedUnseen, deleted} {
 		o.saw(&l)
 	}
 	// Renewed since the watch delivered it; deleted while held, 4 s in.
@@ -49,7 +58,7 @@ func TestObserverOthersHeld(t *testing.T) {
 	renewedUnseen.ResourceVersion = fakeapiserver.NextResourceVersion()
 	clk.Step(4 * time.Second)
 	o.forget(&deleted)
-	listed := []coordinationv1.Lease{legacy, released, ours, renewedUnseen}
+	listed := []coordinationv1.Lease{legacy, released, emptied, ours, renewedUnseen}
 
 	check := func(when string, want, wantFence []string, wantNext time.Time) {
 		t.Helper()
@@ -65,17 +74,24 @@ func TestObserverOthersHeld(t *testing.T) {
 				when, got.held, got.next.Sub(start), fence, want, wantNext.Sub(start), wantFence)
 		}
 	}
-	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3"}, nil, start.Add(10*time.Second))
+	// The release stood for its second; the emptied Lease is held for its duration.
+	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3", testGroup + "-slot-3-of-4"}, nil, start.Add(10*time.Second))
 	// The legacy Lease expires 10 s after it was first seen, and still names its holder:
-	// it is to be fenced. The deleted one is held 10 s after its deletion was seen,
+	// it is to be fenced; the emptied one is free. The deleted one is held 10 s after its deletion was seen,
 	// since its holder may have renewed it unseen just before, even once a Lease of
 	// the same name is back, released.
 	clk.Step(6 * time.Second)
 	recreated := lease(testGroup+"-slot-2-of-4", "", clk.Now())
+	recreated.UID, recreated.Spec.LeaseDurationSeconds = "uid-2", ptr.To[int32](1)
+	recreated.Annotations = map[string]string{election.ReleasedByAnnotation: "y uid-2"}
 	o.saw(&recreated)
 	listed = append(listed, recreated)
-	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(14*time.Second))
-	clk.Step(4 * time.Second)
+	// The new one's release has stood for its second at 11 s, when the observer looks
+	// again, to find the deletion holding it until 14 s.
+	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(11*time.Second))
+	clk.Step(time.Second)
+	check("at 11 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(14*time.Second))
+	clk.Step(3 * time.Second)
 	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, time.Time{})
 	// Once the watch delivers the renewal, it expires a duration after that observation.
 	o.saw(&renewedUnseen)
@@ -108,7 +124,7 @@ func TestObserverFindsTheGroupsLeasesByName(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	o := newObserver(client, testNamespace, testGroup, "me", testingclock.NewFakeClock(now.Time))
+	o := newObserver(client, election.Lease{Namespace: testNamespace, Name: testGroup, Identity: "me"}, testingclock.NewFakeClock(now.Time))
 	go o.run(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), o.synced) {
 		t.Fatal("the observer never synced")
