@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +28,8 @@ import (
 // while callers with a token but no rights do what they like: 1 MiB paths, ever new
 // paths, random tokens at 200 a second, and Foos with 200 KiB annotations. The
 // controller stays within a bound of memory, makes no more reviews than its limits
-// allow, and keeps its Lease.
+// allow, and keeps its Lease. The storms are as large as the suite's shared cluster
+// takes beside the other tests (hostileScale).
 func TestHostileCallers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -108,8 +110,8 @@ func TestHostileCallers(t *testing.T) {
 
 	t.Logf("new paths done after %v", time.Since(start).Round(time.Millisecond))
 
-	// Random tokens at 200 a second for 10 s, from 20 callers at once.
-	storm := 10 * time.Second
+	storm, annotated := hostileScale()
+	// Random tokens at 200 a second, from 20 callers at once.
 	counts = map[int]int{}
 	began := time.Now()
 	for range 20 {
@@ -138,8 +140,7 @@ func TestHostileCallers(t *testing.T) {
 		t.Errorf("random tokens: %d reviewed (401), want at most %d; %d failed", reviewed, limit, counts[-1])
 	}
 
-	// 100 Foos with 200 KiB of annotations each, 5 created at a time.
-	const annotated = 100
+	// Foos with 200 KiB of annotations each, 5 created at a time.
 	blob := strings.Repeat("a", 200<<10)
 	errs := make(chan error, annotated)
 	for w := range 5 {
@@ -175,11 +176,23 @@ func TestHostileCallers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("e2e: hostile callers: RSS %d MiB before, %d MiB at its peak, %d MiB after; random tokens %v\n", before>>20, peak>>20, after>>20, randomCounts)
+	fmt.Printf("e2e: hostile callers (random tokens for %v, %d Foos of 200 KiB): RSS %d MiB before, %d MiB at its peak, %d MiB after; random tokens %v\n",
+		storm, annotated, before>>20, peak>>20, after>>20, randomCounts)
 	if bound := int64(hostileRSSBound); peak > bound {
 		t.Errorf("the controller's RSS peaked at %d MiB, over the bound of %d MiB", peak>>20, bound>>20)
 	}
 	held.check(t)
+}
+
+// hostileScale is how long TestHostileCallers sends random tokens and how many Foos
+// with 200 KiB of annotations it creates: 10 s and 100 in the suite, or with
+// E2E_HOSTILE=full, a minute and 2000 (about 400 MB through the API server), for a run
+// of its own: E2E_HOSTILE=full go test -tags e2e -run '^TestHostileCallers$' ./e2e/.
+func hostileScale() (time.Duration, int) {
+	if os.Getenv("E2E_HOSTILE") == "full" {
+		return time.Minute, 2000
+	}
+	return 10 * time.Second, 100
 }
 
 // hostileRSSBound is what TestHostileCallers allows the controller at its peak.
