@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/election"
 	"github.com/seed-e6610ed6/sample-controller/internal/slots"
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 )
@@ -24,7 +25,8 @@ import (
 // TestLeaseEditedByAnotherClient runs two replicas with leader election while Foos
 // change, and has another client edit their Lease under the leader, as kubectl or a
 // script would: (a) empty the holder, (b) name the standby, (c) lower the duration,
-// (d) delete and recreate it (kubectl replace --force). From the proxies' logs, Events
+// (d) delete and recreate it (kubectl replace --force), (e) write a release in the
+// holder's name, as its own release would read. From the proxies' logs, Events
 // included, no two replicas may write in overlapping time, and a replica that takes the
 // Lease over writes only once the record it saw last had stood still for the whole
 // duration the leader was renewing with: by then the leader's tenure is over by its own
@@ -130,7 +132,8 @@ type leaseEdit struct {
 
 // leaseEdits are the edits another client makes of a Lease in ns: (a) empty the holder,
 // (b) name another replica, (c) lower the duration, (d) delete and recreate it (kubectl
-// replace --force).
+// replace --force), (e) forge a release by its holder: the mark, the UID and the one
+// second a release writes, in one merge patch.
 func leaseEdits(ns string) []leaseEdit {
 	leases := env.Kube.CoordinationV1().Leases(ns)
 	// A merge patch, as kubectl patch sends: no resourceVersion, so it lands on whatever
@@ -160,12 +163,22 @@ func leaseEdits(ns string) []leaseEdit {
 			}
 			return err
 		}},
+		{"forge a release by the holder", func(ctx context.Context, name, _ string) error {
+			l, err := leases.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"holderIdentity":"","leaseDurationSeconds":1}}`,
+				election.ReleasedByAnnotation, ptr.Deref(l.Spec.HolderIdentity, "")+" "+string(l.UID))
+			_, err = leases.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			return err
+		}},
 	}
 }
 
 // TestSlotLeaseEditedByAnotherClient is TestLeaseEditedByAnotherClient for sharded
 // mode: two replicas share the slots while Foos change, and another client edits a
-// slot Lease under its holder, the four ways. No Foo or Deployment write of a replica
+// slot Lease under its holder, the five ways. No Foo or Deployment write of a replica
 // falls outside its tenure of the Foo's slot, by the proxies' logs.
 func TestSlotLeaseEditedByAnotherClient(t *testing.T) {
 	t.Parallel()
