@@ -190,9 +190,9 @@ func TestHostileCallers(t *testing.T) {
 }
 
 // hostileScale is how long TestHostileCallers sends random tokens and how many Foos
-// with 200 KiB of annotations it creates: 10 s and 100 in the suite, or with
-// E2E_HOSTILE=full, a minute and 2000 (about 400 MB through the API server), for a run
-// of its own: E2E_HOSTILE=full go test -tags e2e -run '^TestHostileCallers$' ./e2e/.
+// with 200 KiB of annotations it creates: a minute and 2000 (about 400 MB through the API
+// server) with E2E_HOSTILE=full, as make test runs it, alone after the other suites
+// (hack/test.sh); 10 s and 100 otherwise, beside the suite's other tests.
 func hostileScale() (time.Duration, int) {
 	if os.Getenv("E2E_HOSTILE") == "full" {
 		return time.Minute, 2000
