@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -304,12 +305,157 @@ var alertCases = map[string][]alertCase{
 			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x20`,
 		at: 15 * time.Minute,
 	}},
+	"SampleControllerEventsDropped": {{
+		name: "fires while Events are refused",
+		load: `load 1m
+			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="refused"} 0+5x60
+			sample_controller_events_dropped_total{namespace="sc", pod="b", reason="refused"} 0x60`,
+		at:     40 * time.Minute,
+		firing: []string{"sc/a"},
+	}, {
+		name: "silent on the drops of hand-overs and shutdowns",
+		load: `load 1m
+			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="tenure_over"} 0+5x60
+			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="shutdown"} 0+5x60
+			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="interrupted"} 0+5x60`,
+		at: 40 * time.Minute,
+	}, {
+		name: "silent once a cold start's backlog drained",
+		load: `load 1m
+			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="backlog"} 0 500 900 900x57`,
+		at: 40 * time.Minute,
+	}},
+	"SampleControllerMemoryNearLimit": {{
+		name: "fires on the controller's Pod at 95% of its limit",
+		load: `load 1m
+			process_resident_memory_bytes{namespace="sc", pod="a"} 243000000x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="a"} 268435456x30
+			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x30
+			process_resident_memory_bytes{namespace="sc", pod="b"} 100000000x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="b"} 268435456x30
+			sample_controller_build_info{namespace="sc", pod="b", version="v0.1.0"} 1x30`,
+		at:     20 * time.Minute,
+		firing: []string{"sc/a"},
+	}, {
+		name: "silent for another program's Pod near its limit",
+		load: `load 1m
+			process_resident_memory_bytes{namespace="other", pod="x"} 260000000x30
+			go_gc_gomemlimit_bytes{namespace="other", pod="x"} 268435456x30
+			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x30`,
+		at: 20 * time.Minute,
+	}, {
+		name: "silent without GOMEMLIMIT, whose gauge is then the largest int64",
+		load: `load 1m
+			process_resident_memory_bytes{namespace="sc", pod="a"} 900000000x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="a"} 9223372036854775807x30
+			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x30`,
+		at: 20 * time.Minute,
+	}},
 }
 
-// TestAlertsFire runs every alert of artifacts/deploy/components/prometheus through
-// series that must fire it and series that must not, and fails for an alert with no
-// case of either kind.
-func TestAlertsFire(t *testing.T) {
+// runbooks is where every alert's runbook_url points: a section of docs/runbooks.md
+// named as the alert, by the anchor GitHub gives its heading.
+const runbooks = "https://github.com/seed-e6610ed6/sample-controller/blob/main/docs/runbooks.md#"
+
+// TestRunbooks checks that every alert links its own section of docs/runbooks.md, and
+// that every section there is an alert's.
+func TestRunbooks(t *testing.T) {
+	groups := componentRules(t)
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if heading, ok := strings.CutPrefix(strings.TrimSpace(line), "## "); ok {
+			sections[heading] = true
+		}
+	}
+	for _, g := range groups {
+		for _, rule := range g.rules {
+			if rule.Alert == "" {
+				continue
+			}
+			if got, want := rule.Annotations["runbook_url"], runbooks+strings.ToLower(rule.Alert); got != want {
+				t.Errorf("%s: runbook_url %q, want %q", rule.Alert, got, want)
+			}
+			if !sections[rule.Alert] {
+				t.Errorf("%s: docs/runbooks.md has no section \"## %s\"", rule.Alert, rule.Alert)
+			}
+			delete(sections, rule.Alert)
+		}
+	}
+	for heading := range sections {
+		t.Errorf("docs/runbooks.md has a section %q for no alert", heading)
+	}
+}
+
+// recordCases are the value each recording rule must give on its series.
+var recordCases = map[string]struct {
+	load string
+	at   time.Duration
+	want float64
+}{
+	// 10 of 110 syncs a minute fail.
+	"namespace:sample_controller_sync_errors:ratio_rate15m": {
+		load: `load 1m
+			sample_controller_syncs_total{namespace="sc", pod="a", result="success"} 0+100x60
+			sample_controller_syncs_total{namespace="sc", pod="a", result="error"} 0+10x60`,
+		at:   30 * time.Minute,
+		want: 10.0 / 110,
+	},
+	// 99 of 100 syncs a minute take at most 0.1 s, 1 up to 1 s: the 99th percentile is
+	// the top of the 0.1 s bucket.
+	"namespace:sample_controller_sync_duration_seconds:p99_rate15m": {
+		load: `load 1m
+			sample_controller_sync_duration_seconds_bucket{namespace="sc", pod="a", le="0.1"} 0+99x60
+			sample_controller_sync_duration_seconds_bucket{namespace="sc", pod="a", le="1"} 0+100x60
+			sample_controller_sync_duration_seconds_bucket{namespace="sc", pod="a", le="+Inf"} 0+100x60`,
+		at:   30 * time.Minute,
+		want: 0.1,
+	},
+}
+
+// TestRecordingRules evaluates every recording rule on its case's series.
+func TestRecordingRules(t *testing.T) {
+	seen := map[string]bool{}
+	for _, g := range componentRules(t) {
+		for _, rule := range g.rules {
+			if rule.Record == "" {
+				continue
+			}
+			seen[rule.Record] = true
+			c, ok := recordCases[rule.Record]
+			if !ok {
+				t.Errorf("%s: no case", rule.Record)
+				continue
+			}
+			engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
+			q, err := engine.NewInstantQuery(context.Background(), loadSeries(t, c.load), nil, rule.Expr, time.Unix(0, 0).Add(c.at))
+			if err != nil {
+				t.Fatalf("%s: %v", rule.Record, err)
+			}
+			res := q.Exec(context.Background())
+			vector, err := res.Vector()
+			if err != nil {
+				t.Fatalf("%s: %v", rule.Record, err)
+			}
+			if len(vector) != 1 || vector[0].Metric.Get("namespace") != "sc" || math.Abs(vector[0].F-c.want) > 1e-9 {
+				t.Errorf("%s = %v, want one series for namespace sc of %v", rule.Record, vector, c.want)
+			}
+			q.Close()
+		}
+	}
+	for record := range recordCases {
+		if !seen[record] {
+			t.Errorf("a case for %s, which the PrometheusRule does not record", record)
+		}
+	}
+}
+
+// componentRules is the rule groups of the prometheus component's PrometheusRule.
+func componentRules(t *testing.T) []ruleGroup {
+	t.Helper()
 	manifests, err := os.ReadFile(filepath.Join("..", "..", "artifacts", "deploy", "components", "prometheus", "prometheusrule.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -318,6 +464,14 @@ func TestAlertsFire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return groups
+}
+
+// TestAlertsFire runs every alert of artifacts/deploy/components/prometheus through
+// series that must fire it and series that must not, and fails for an alert with no
+// case of either kind.
+func TestAlertsFire(t *testing.T) {
+	groups := componentRules(t)
 	seen := map[string]bool{}
 	for _, g := range groups {
 		for _, rule := range g.rules {

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 )
 
@@ -205,11 +206,14 @@ func refuseUntranslated(pod *corev1.PodSpec, c *corev1.Container) error {
 		return errors.New("the Pod's SELinux, AppArmor and sysctl options are not translated")
 	}
 	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			continue
-		}
-		if ref := e.ValueFrom.FieldRef; ref == nil || downwardFields[ref.FieldPath] == nil {
-			return fmt.Errorf("env %s: valueFrom other than the fieldRefs %v is not translated", e.Name, slices.Sorted(maps.Keys(downwardFields)))
+		switch from := e.ValueFrom; {
+		case from == nil:
+		case from.ResourceFieldRef != nil:
+			if _, err := resourceFieldValue(c, from.ResourceFieldRef); err != nil {
+				return fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		case from.FieldRef == nil || downwardFields[from.FieldRef.FieldPath] == nil:
+			return fmt.Errorf("env %s: valueFrom other than the fieldRefs %v and the container's resources is not translated", e.Name, slices.Sorted(maps.Keys(downwardFields)))
 		}
 	}
 	for _, a := range append(slices.Clone(c.Command), c.Args...) {
@@ -316,6 +320,30 @@ var downwardFields = map[string]func(ContainerOptions) string{
 	"metadata.uid":  func(o ContainerOptions) string { return o.PodUID },
 }
 
+// resourceFieldValue is what the kubelet puts in an env variable from ref: the
+// container's own request or limit, in units of the divisor (1 when unset), rounded up.
+// A limit the container does not set (the kubelet would give the node's allocatable)
+// and another container's resources are not translated.
+func resourceFieldValue(c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	if ref.ContainerName != "" && ref.ContainerName != c.Name {
+		return "", fmt.Errorf("the resources of container %q are not translated", ref.ContainerName)
+	}
+	kind, name, _ := strings.Cut(ref.Resource, ".")
+	list := map[string]corev1.ResourceList{"limits": c.Resources.Limits, "requests": c.Resources.Requests}[kind]
+	q, ok := list[corev1.ResourceName(name)]
+	if !ok || (name != "cpu" && name != "memory") {
+		return "", fmt.Errorf("resource %q, which the container does not set, is not translated", ref.Resource)
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	if name == "cpu" {
+		return strconv.FormatInt((q.MilliValue()+divisor.MilliValue()-1)/divisor.MilliValue(), 10), nil
+	}
+	return strconv.FormatInt((q.Value()+divisor.Value()-1)/divisor.Value(), 10), nil
+}
+
 // containerEnv is the container's own env, in the KEY=value form, the downward API's
 // fields filled in.
 func containerEnv(c *corev1.Container, opts ContainerOptions) []string {
@@ -326,6 +354,9 @@ func containerEnv(c *corev1.Container, opts ContainerOptions) []string {
 			if field := downwardFields[e.ValueFrom.FieldRef.FieldPath]; field != nil {
 				value = field(opts)
 			}
+		}
+		if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			value, _ = resourceFieldValue(c, e.ValueFrom.ResourceFieldRef) // checked by translatable
 		}
 		env = append(env, e.Name+"="+value)
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,6 +76,10 @@ func TestContainerSpecOfTheDeployment(t *testing.T) {
 	// The manifest names the replica after its Pod, from the downward API.
 	if !slices.Contains(p.Env, "POD_NAME=pod-1") || !slices.Contains(p.Env, "POD_UID=pod-1-uid") {
 		t.Errorf("env %q, want POD_NAME and POD_UID from the Pod", p.Env)
+	}
+	// And its Go memory limit after the container's, in bytes.
+	if limit := c.Resources.Limits.Memory().Value(); !slices.Contains(p.Env, fmt.Sprintf("GOMEMLIMIT=%d", limit)) {
+		t.Errorf("env %q, want GOMEMLIMIT=%d, the container's memory limit", p.Env, limit)
 	}
 	if spec.Hostname != "pod-1" {
 		t.Errorf("hostname %q, want the Pod's name", spec.Hostname)
@@ -178,6 +183,9 @@ func TestContainerSpecFollowsTheKubelet(t *testing.T) {
 		{"env from a Secret", func(_ *corev1.PodSpec, c *corev1.Container) {
 			c.Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{}}}
 		}, testImage, "valueFrom"},
+		{"env from a limit the container does not set", func(_ *corev1.PodSpec, c *corev1.Container) {
+			c.Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}}}
+		}, testImage, "does not set"},
 		{"$(VAR) in an argument", func(_ *corev1.PodSpec, c *corev1.Container) {
 			c.Args = []string{"--x=$(X)"}
 		}, testImage, "expansion"},
