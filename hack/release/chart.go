@@ -93,6 +93,14 @@ chart whose API changed, apply its CRD first:
   helm show crds CHART | kubectl apply --server-side -f -
 helm uninstall removes the controller and leaves the CRD, every Foo and their
 Deployments.
+{{- /* lookup reads the cluster at install and upgrade; helm template and a client dry run see nothing. */}}
+{{- $namespace := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- if and $namespace (ne (get ($namespace.metadata.labels | default dict) "pod-security.kubernetes.io/enforce") "restricted") }}
+
+Pod Security: namespace {{ .Release.Namespace }} does not enforce the restricted profile,
+which the controller's Pods pass (artifacts/deploy's namespace enforces it):
+  kubectl label namespace {{ .Release.Namespace }} pod-security.kubernetes.io/enforce=restricted
+{{- end }}
 `
 
 	// The API: the CRD in crds/, which helm installs when it is missing and never
