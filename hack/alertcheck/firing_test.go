@@ -320,10 +320,10 @@ var alertCases = map[string][]alertCase{
 			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="interrupted"} 0+5x60`,
 		at: 40 * time.Minute,
 	}, {
-		name: "silent once a cold start's backlog drained",
+		name: "silent on a cold start's burst of drops, three minutes long",
 		load: `load 1m
-			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="backlog"} 0 500 900 900x57`,
-		at: 40 * time.Minute,
+			sample_controller_events_dropped_total{namespace="sc", pod="a", reason="backlog"} 0 500 900 1200 1200x56`,
+		at: 17 * time.Minute,
 	}},
 	"SampleControllerMemoryNearLimit": {{
 		name: "fires on the controller's Pod at 95% of its limit",
@@ -342,6 +342,15 @@ var alertCases = map[string][]alertCase{
 			process_resident_memory_bytes{namespace="other", pod="x"} 260000000x30
 			go_gc_gomemlimit_bytes{namespace="other", pod="x"} 268435456x30
 			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x30`,
+		at: 20 * time.Minute,
+	}, {
+		name: "silent for a sidecar near its own limit, in the controller's Pod",
+		load: `load 1m
+			process_resident_memory_bytes{namespace="sc", pod="a", container="controller"} 100000000x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="a", container="controller"} 268435456x30
+			sample_controller_build_info{namespace="sc", pod="a", container="controller", version="v0.1.0"} 1x30
+			process_resident_memory_bytes{namespace="sc", pod="a", container="proxy"} 120000000x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="a", container="proxy"} 125000000x30`,
 		at: 20 * time.Minute,
 	}, {
 		name: "silent without GOMEMLIMIT, whose gauge is then the largest int64",
@@ -437,13 +446,13 @@ func TestRecordingRules(t *testing.T) {
 			}
 			res := q.Exec(context.Background())
 			vector, err := res.Vector()
+			q.Close()
 			if err != nil {
 				t.Fatalf("%s: %v", rule.Record, err)
 			}
 			if len(vector) != 1 || vector[0].Metric.Get("namespace") != "sc" || math.Abs(vector[0].F-c.want) > 1e-9 {
 				t.Errorf("%s = %v, want one series for namespace sc of %v", rule.Record, vector, c.want)
 			}
-			q.Close()
 		}
 	}
 	for record := range recordCases {

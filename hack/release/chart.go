@@ -93,12 +93,13 @@ chart whose API changed, apply its CRD first:
   helm show crds CHART | kubectl apply --server-side -f -
 helm uninstall removes the controller and leaves the CRD, every Foo and their
 Deployments.
-{{- /* lookup reads the cluster at install and upgrade; helm template and a client dry run see nothing. */}}
+{{- /* lookup reads the cluster; it finds no namespace that --create-namespace is about to create, and none in a client dry run. */}}
 {{- $namespace := lookup "v1" "Namespace" "" .Release.Namespace }}
-{{- if and $namespace (ne (get ($namespace.metadata.labels | default dict) "pod-security.kubernetes.io/enforce") "restricted") }}
+{{- if or (not $namespace) (ne (get ($namespace.metadata.labels | default dict) "pod-security.kubernetes.io/enforce") "restricted") }}
 
-Pod Security: namespace {{ .Release.Namespace }} does not enforce the restricted profile,
-which the controller's Pods pass (artifacts/deploy's namespace enforces it):
+Pod Security: namespace {{ .Release.Namespace }} does not enforce the restricted profile
+(--create-namespace creates it without), which the controller's Pods pass and
+artifacts/deploy's namespace enforces:
   kubectl label namespace {{ .Release.Namespace }} pod-security.kubernetes.io/enforce=restricted
 {{- end }}
 `

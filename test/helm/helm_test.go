@@ -114,13 +114,19 @@ func TestHelmChart(t *testing.T) {
 	if crd := crdState(t); crd != "" {
 		t.Fatalf("the CRD before the chart's install: %s, want none (this test runs first)", crd)
 	}
+	// --create-namespace makes the namespace without the Pod Security labels: the
+	// notes say so (a server dry run renders them as the install would).
+	const podSecurityNote = "does not enforce the restricted profile"
+	out := helm(t, "install", release, chart, "--namespace", releaseNamespace, "--create-namespace", "--dry-run=server")
+	if !strings.Contains(out, podSecurityNote) {
+		t.Errorf("helm install --create-namespace does not note the namespace's missing Pod Security labels:\n%s", out)
+	}
 	// The namespace as values.yaml says to make it: its Pods must pass the restricted
 	// Pod Security profile, or --wait times out on a ReplicaSet that creates none.
 	env.Kubectl(t, "create", "namespace", releaseNamespace)
 	env.Kubectl(t, "label", "namespace", releaseNamespace, "pod-security.kubernetes.io/enforce=restricted")
-	out := helm(t, "install", release, chart, "--namespace", releaseNamespace, "--wait", "--timeout", "3m")
+	out = helm(t, "install", release, chart, "--namespace", releaseNamespace, "--wait", "--timeout", "3m")
 	t.Logf("helm install:\n%s", out)
-	const podSecurityNote = "does not enforce the restricted profile"
 	if strings.Contains(out, podSecurityNote) {
 		t.Errorf("helm install into a restricted namespace notes that it is not:\n%s", out)
 	}
@@ -149,13 +155,8 @@ func TestHelmChart(t *testing.T) {
 	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
 		t.Error(err)
 	}
-	// Without the label, the release's notes say how to put it back.
-	env.Kubectl(t, "label", "namespace", releaseNamespace, "pod-security.kubernetes.io/enforce-")
 	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reset-then-reuse-values", "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
 	t.Logf("helm upgrade:\n%s", out)
-	if !strings.Contains(out, podSecurityNote) {
-		t.Errorf("helm upgrade in a namespace without Pod Security labels does not note it:\n%s", out)
-	}
 	d := deployment(t, releaseNamespace)
 	if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
 		t.Fatalf("after the upgrade to sharded mode the Deployment has %d replicas and flags %q", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Args)
@@ -165,6 +166,12 @@ func TestHelmChart(t *testing.T) {
 	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 2)
 	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
 		t.Error(err)
+	}
+	// Without the label, an upgrade's notes say how to put it back.
+	env.Kubectl(t, "label", "namespace", releaseNamespace, "pod-security.kubernetes.io/enforce-")
+	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reuse-values", "--dry-run=server")
+	if !strings.Contains(out, podSecurityNote) {
+		t.Errorf("helm upgrade in a namespace without Pod Security labels does not note it:\n%s", out)
 	}
 
 	api := snapshotAPI(t, ns)

@@ -356,7 +356,7 @@ func containerEnv(c *corev1.Container, opts ContainerOptions) []string {
 			}
 		}
 		if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
-			value, _ = resourceFieldValue(c, e.ValueFrom.ResourceFieldRef) // checked by translatable
+			value, _ = resourceFieldValue(c, e.ValueFrom.ResourceFieldRef) // checked by refuseUntranslated
 		}
 		env = append(env, e.Name+"="+value)
 	}
