@@ -91,11 +91,13 @@ func edit(t *testing.T, client *fake.Clientset, change func(*coordinationv1.Leas
 func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 	const d = 15 * time.Second
 	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	setup := func(t *testing.T) (*fake.Clientset, *clocktesting.FakeClock, *replica, *replica) {
+	// setupRenewingEvery has a, renewing every aRetry, create the Lease long ago and
+	// hold it, and b, renewing every testRetryPeriod, see it held.
+	setupRenewingEvery := func(t *testing.T, aRetry time.Duration) (*fake.Clientset, *clocktesting.FakeClock, *replica, *replica) {
 		client := fake.NewClientset()
 		fakeapiserver.Versioned(client, leasesResource)
 		clk := clocktesting.NewFakeClock(start)
-		a, b := newReplica(t, client, clk, "a", d), newReplica(t, client, clk, "b", d)
+		a, b := newReplicaRenewingEvery(t, client, clk, "a", d, aRetry), newReplica(t, client, clk, "b", d)
 		// a creates the Lease long ago, and holds it.
 		if _, _, err := a.lock.Get(context.Background()); !apierrors.IsNotFound(err) {
 			t.Fatalf("Get = %v, want NotFound", err)
@@ -112,6 +114,9 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 			t.Fatal("b took a Lease a had just renewed")
 		}
 		return client, clk, a, b
+	}
+	setup := func(t *testing.T) (*fake.Clientset, *clocktesting.FakeClock, *replica, *replica) {
+		return setupRenewingEvery(t, testRetryPeriod)
 	}
 	// step moves the clock on, a renewing when alive, b trying to take the Lease,
 	// checking that the two tenures never overlap; it returns when b took it.
@@ -329,22 +334,8 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 	t.Run("a standby waits for a release as long as the retry period its holder announced", func(t *testing.T) {
 		// A rollout shortened the retry period: a, the holder, renews every 5 s; b, new,
 		// every 2 s.
-		client := fake.NewClientset()
-		fakeapiserver.Versioned(client, leasesResource)
-		clk := clocktesting.NewFakeClock(start)
 		const slow = 5 * time.Second
-		a, b := newReplicaRenewingEvery(t, client, clk, "a", d, slow), newReplica(t, client, clk, "b", d)
-		if _, _, err := a.lock.Get(context.Background()); !apierrors.IsNotFound(err) {
-			t.Fatalf("Get = %v, want NotFound", err)
-		}
-		now := metav1.NewTime(clk.Now())
-		if err := a.lock.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a", LeaseDurationSeconds: 15, AcquireTime: now, RenewTime: now}); err != nil {
-			t.Fatal(err)
-		}
-		clk.Step(d)
-		if !a.acquire() || b.acquire() {
-			t.Fatal("a does not hold the Lease it created, or b took it")
-		}
+		client, clk, a, b := setupRenewingEvery(t, slow)
 		edit(t, client, func(l *coordinationv1.Lease) {
 			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
 			metav1.SetMetaDataAnnotation(&l.ObjectMeta, ReleasedByAnnotation, "a "+string(l.UID))

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -37,23 +36,9 @@ func TestEventStormLeavesOtherNamespacesOnTime(t *testing.T) {
 	t.Parallel()
 	const storm, quiet, stormFoos = "storm", "quiet", 1000
 	ctx := t.Context()
-	cluster, err := localcluster.Start(ctx, localcluster.Options{
-		Dir: filepath.Join(env.OutDir, "cluster-event-storm"), BinDir: env.Cluster.BinDir(),
-		SkipControllerManager: true, SkipScheduler: true, SkipKwok: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cluster.Stop(); err != nil {
-			t.Errorf("stopping the storm's cluster: %v", err)
-		}
-	})
+	cluster := env.StartCluster(t, "cluster-event-storm", localcluster.Options{SkipControllerManager: true, SkipScheduler: true, SkipKwok: true})
 	cfg := cluster.RESTConfig()
 	cfg.QPS = -1
-	if err := localcluster.InstallCRD(ctx, cfg, filepath.Join(env.RepoRoot, "artifacts", "examples", "crd.yaml")); err != nil {
-		t.Fatal(err)
-	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

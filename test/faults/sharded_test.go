@@ -129,23 +129,9 @@ func shardedAtScale(t *testing.T, gateOff bool, count int) {
 	}
 	// Deployments get a status from the controller manager; their Foos ask for no Pods
 	// until they are scaled, so the cluster does not spend the two cores on 1000 Pods.
-	cluster, err := localcluster.Start(ctx, localcluster.Options{
-		Dir: filepath.Join(env.OutDir, dir), BinDir: env.Cluster.BinDir(),
-		DisableShardedListAndWatch: gateOff,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cluster.Stop(); err != nil {
-			t.Errorf("stopping the cluster %s: %v", dir, err)
-		}
-	})
+	cluster := env.StartCluster(t, dir, localcluster.Options{DisableShardedListAndWatch: gateOff})
 	cfg := cluster.RESTConfig()
 	cfg.QPS, cfg.Burst = 200, 400
-	if err := localcluster.InstallCRD(ctx, cfg, filepath.Join(env.RepoRoot, "artifacts", "examples", "crd.yaml")); err != nil {
-		t.Fatal(err)
-	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -345,6 +345,28 @@ func (e *Env) KubectlIn(t *testing.T, stdin string, args ...string) string {
 	return out
 }
 
+// StartCluster starts a control plane of the test's own beside the suite's, as opts
+// say, with the suite's binaries and its files (logs included) in OutDir/dir, installs
+// the CRD, and stops it when t ends: for a case whose load or flags would disturb the
+// suite's other tests.
+func (e *Env) StartCluster(t *testing.T, dir string, opts localcluster.Options) *localcluster.Cluster {
+	t.Helper()
+	opts.Dir, opts.BinDir = filepath.Join(e.OutDir, dir), e.Cluster.BinDir()
+	cluster, err := localcluster.Start(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Stop(); err != nil {
+			t.Errorf("stopping the cluster %s: %v", dir, err)
+		}
+	})
+	if err := localcluster.InstallCRD(t.Context(), cluster.RESTConfig(), filepath.Join(e.RepoRoot, "artifacts", "examples", "crd.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	return cluster
+}
+
 // NewNamespace creates a namespace for one test and deletes it afterwards.
 func (e *Env) NewNamespace(t *testing.T) string {
 	t.Helper()
