@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -69,12 +68,6 @@ kubeVersion: ">= %s.0-0"
 			return nil, fmt.Errorf("image %q: want NAME@sha256:DIGEST", opts.image)
 		}
 	}
-	files["values.yaml"] = valuesYAML(repository, digest)
-	schema, err := valuesSchema()
-	if err != nil {
-		return nil, err
-	}
-	files["values.schema.json"] = schema
 	files["templates/_helpers.tpl"] = fmt.Sprintf(`{{- /* %s */ -}}
 {{/* The controller's image: by digest when one is given, else by tag (the chart's appVersion by default). */}}
 {{- define %q -}}
@@ -139,6 +132,18 @@ artifacts/deploy's namespace enforces:
 			}
 		}
 	}
+	prometheus := slices.IndexFunc(components, func(c component) bool { return c.value == "prometheus" })
+	defaults, err := defaultsFrom(renderings[0], renderings[1<<prometheus], a.namespace)
+	if err != nil {
+		return nil, err
+	}
+	values := chartValues(repository, digest, defaults)
+	if files["values.yaml"], err = valuesYAML(values); err != nil {
+		return nil, err
+	}
+	if files["values.schema.json"], err = valuesSchema(values); err != nil {
+		return nil, err
+	}
 	check, err := installCheck(renderings[0], a.namespace)
 	if err != nil {
 		return nil, err
@@ -155,6 +160,9 @@ artifacts/deploy's namespace enforces:
 		}
 		t, err := a.template(id, renderings, uint(len(renderings)-1))
 		if err != nil {
+			return nil, err
+		}
+		if t, err = applyValues(id, t); err != nil {
 			return nil, err
 		}
 		images += strings.Count(t, imageHelper)
@@ -214,22 +222,6 @@ saying what to do. helm template and --dry-run see no cluster (lookup is empty) 
 {{- end }}
 {{- end }}
 `, generatedBy, strings.Join(objects, " "), namespace), nil
-}
-
-// valuesCheck is a template that renders nothing and refuses the components that
-// cannot be combined, saying why, before helm changes anything.
-func valuesCheck() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "{{- /* %s */ -}}\n", generatedBy)
-	for _, c := range components {
-		if c.without == "" {
-			continue
-		}
-		other := components[slices.IndexFunc(components, func(o component) bool { return o.dir == c.without })]
-		fmt.Fprintf(&b, "{{- if and %s %s }}\n{{- fail %q }}\n{{- end }}\n", enabled(c), enabled(other),
-			fmt.Sprintf("%s.enabled and %s.enabled cannot be combined: set one of them to false (see the comments in values.yaml).", c.value, other.value))
-	}
-	return b.String()
 }
 
 func addTemplate(files map[string]string, id objectID, t string) error {
@@ -407,57 +399,4 @@ func (a *artifacts) templateLine(l string) string {
 
 func lines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-}
-
-func valuesYAML(repository, digest string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `# %s
-# Each component of artifacts/deploy/components is a value here; with all of them off
-# the chart installs what artifacts/deploy does (in the release's namespace).
-
-# The controller's image. A digest, when set, is what runs; the tag defaults to the
-# chart's appVersion.
-image:
-  repository: %s
-  tag: ""
-  digest: %q
-
-# The release's namespace is not the chart's: create it with helm's --create-namespace,
-# or beforehand with the Pod Security labels artifacts/deploy gives it:
-#   kubectl create namespace NAMESPACE
-#   kubectl label namespace NAMESPACE pod-security.kubernetes.io/enforce=restricted
-`, generatedBy, repository, digest)
-	for _, c := range components {
-		fmt.Fprintf(&b, "\n# %s\n%s:\n  enabled: false\n", c.doc, c.value)
-	}
-	return b.String()
-}
-
-// valuesSchema refuses values the chart does not have, so that a misspelt component
-// (--set promethues.enabled=true) is an error rather than a silent no-op.
-func valuesSchema() (string, error) {
-	object := func(props map[string]any) map[string]any {
-		return map[string]any{"type": "object", "additionalProperties": false, "properties": props}
-	}
-	str := map[string]any{"type": "string"}
-	flag := object(map[string]any{"enabled": map[string]any{"type": "boolean"}})
-	props := map[string]any{
-		"image": object(map[string]any{
-			"repository": map[string]any{"type": "string", "minLength": 1},
-			"tag":        str,
-			"digest":     map[string]any{"type": "string", "pattern": "^(sha256:[0-9a-f]{64})?$"},
-		}),
-		// What helm gives a chart that is another's dependency.
-		"global": map[string]any{"type": "object"},
-	}
-	for _, c := range components {
-		props[c.value] = flag
-	}
-	schema := object(props)
-	schema["$schema"] = "https://json-schema.org/draft-07/schema#"
-	out, err := json.MarshalIndent(schema, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	return string(out) + "\n", nil
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -170,6 +172,13 @@ func TestChartValues(t *testing.T) {
 		{"a digest that is not one", []string{"image.digest=latest"}, ""},
 		{"no repository", []string{"image.repository="}, ""},
 		{"the namespace is not the chart's", []string{"namespace.create=true"}, ""},
+		{"replicas that are not a number", []string{"replicas=two"}, ""},
+		{"negative workers", []string{"workers=-1"}, ""},
+		{"a log format the controller lacks", []string{"logging.format=xml"}, ""},
+		{"a Lease duration without a unit", []string{"leaderElection.leaseDuration=15"}, ""},
+		{"a scrape interval that is not one", []string{"prometheus.interval=often"}, ""},
+		{"a pull secret without a name", []string{"imagePullSecrets[0].nam=x"}, ""},
+		{"a misspelt resource", []string{"resources.limit.cpu=2"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "rel", chartDir(t), "--namespace", "ns"}
@@ -245,5 +254,193 @@ func TestTemplateRefusesTrimmedWhitespace(t *testing.T) {
 				t.Errorf("template: %v, want refused: %v", err, tc.refused)
 			}
 		})
+	}
+}
+
+// TestChartValuesRender installs, as helm template renders it, the chart with every
+// value it adds to kustomize's set, and checks that each reaches its object.
+func TestChartValuesRender(t *testing.T) {
+	values := `
+replicas: 0
+resources: {limits: {cpu: "2", memory: 1Gi}, requests: {cpu: 200m, memory: 512Mi}}
+logging: {format: json, verbosity: 3}
+workers: 8
+leaderElection: {leaseDuration: 30s, renewDeadline: 20s, retryPeriod: 4s}
+extraArgs: ["--kube-api-qps=50", "--namespace=team-a"]
+nodeSelector: {node-role.example/controllers: "true"}
+tolerations: [{key: dedicated, operator: Equal, value: controllers, effect: NoSchedule}]
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}]}}}
+topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app.kubernetes.io/name: sample-controller}}}]
+priorityClassName: system-cluster-critical
+imagePullSecrets: [{name: registry}]
+podAnnotations: {example.com/team: a}
+podLabels: {team: a}
+prometheus: {enabled: true, labels: {release: kube-prometheus-stack}, interval: 15s}
+`
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t.Context(), t, "template", "rel", chartDir(t), "--namespace", "ns", "-f", file)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	objects := parseObjects(t, out)
+	var set map[string]any
+	if err := yaml.Unmarshal([]byte(values), &set); err != nil {
+		t.Fatal(err)
+	}
+	deployment := objects["Deployment/ns/sample-controller"]
+	pod := dig(t, deployment, "spec", "template", "spec").(map[string]any)
+	container := dig(t, pod, "containers").([]any)[0]
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"replicas", dig(t, deployment, "spec", "replicas"), set["replicas"]},
+		{"resources", dig(t, container, "resources"), set["resources"]},
+		{"nodeSelector", pod["nodeSelector"], set["nodeSelector"]},
+		{"tolerations", pod["tolerations"], set["tolerations"]},
+		{"affinity", pod["affinity"], set["affinity"]},
+		{"topologySpreadConstraints", pod["topologySpreadConstraints"], set["topologySpreadConstraints"]},
+		{"priorityClassName", pod["priorityClassName"], set["priorityClassName"]},
+		{"imagePullSecrets", pod["imagePullSecrets"], set["imagePullSecrets"]},
+		{"podAnnotations", dig(t, deployment, "spec", "template", "metadata", "annotations"), set["podAnnotations"]},
+		{"podLabels", dig(t, deployment, "spec", "template", "metadata", "labels"), map[string]any{"team": "a", "app.kubernetes.io/name": "sample-controller"}},
+		{"prometheus.labels on the ServiceMonitor", dig(t, objects["ServiceMonitor/ns/sample-controller"], "metadata", "labels"), map[string]any{"release": "kube-prometheus-stack", "app.kubernetes.io/name": "sample-controller"}},
+		{"prometheus.labels on the PrometheusRule", dig(t, objects["PrometheusRule/ns/sample-controller"], "metadata", "labels"), map[string]any{"release": "kube-prometheus-stack", "app.kubernetes.io/name": "sample-controller"}},
+		{"prometheus.interval", dig(t, objects["ServiceMonitor/ns/sample-controller"], "spec", "endpoints").([]any)[0].(map[string]any)["interval"], "15s"},
+	} {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: the Deployment has %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	args := dig(t, container, "args").([]any)
+	for _, want := range []string{
+		"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s",
+		"--logging-format=json", "-v=3", "--workers=8", "--kube-api-qps=50", "--namespace=team-a",
+	} {
+		if !slices.Contains(args, any(want)) {
+			t.Errorf("the controller's flags %q lack %s", args, want)
+		}
+	}
+	if _, ok := objects["PodDisruptionBudget/ns/sample-controller"]; !ok {
+		t.Errorf("no PodDisruptionBudget")
+	}
+}
+
+// TestChartRefusesValues: values that would break what the chart's objects rely on
+// are refused before helm changes anything, saying why.
+func TestChartRefusesValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"the Lease's name", "extraArgs[0]=--leader-elect-resource-name=other", "extraArgs: --leader-elect-resource-name=other is refused: the Lease's name is the chart's"},
+		{"the Lease's namespace, as two args", "extraArgs={--leader-elect-resource-namespace,other}", "extraArgs: --leader-elect-resource-namespace is refused"},
+		{"the deprecated Lease namespace flag", "extraArgs[0]=-leader-elect-namespace=x", "is refused: the Lease's namespace is the release's"},
+		{"a flag with a value of its own", "extraArgs[0]=-v=4", "extraArgs: -v=4 is refused: set logging.verbosity"},
+		{"the mode", "extraArgs[0]=--shard-slots=8", "the mode is sharded.enabled's"},
+		{"the selector label on the Pods", "podLabels.app\\.kubernetes\\.io/name=x", "podLabels: app.kubernetes.io/name is the chart's"},
+		{"the selector label on the monitor", "prometheus.labels.app\\.kubernetes\\.io/name=x", "prometheus.labels: app.kubernetes.io/name is the chart's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helm(t.Context(), t, "template", "rel", chartDir(t), "--namespace", "ns", "--set", tc.value)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("helm template --set %s: %v, want a refusal saying %q:\n%s", tc.value, err, tc.want, out)
+			}
+		})
+	}
+}
+
+// dig returns the value at the keys of nested maps, failing the test if there is none.
+func dig(t *testing.T, o any, keys ...string) any {
+	t.Helper()
+	for _, k := range keys {
+		m, ok := o.(map[string]any)
+		if !ok {
+			t.Fatalf("no %s in %v", k, o)
+		}
+		if o, ok = m[k]; !ok {
+			t.Fatalf("no %s in %v", k, m)
+		}
+	}
+	return o
+}
+
+// TestOperationsDocListsEveryValue checks the values table of docs/operations.md
+// against the chart's values: every value in one row, with its default (a default
+// that is not a scalar, as kustomize renders it, reads "artifacts/deploy's").
+func TestOperationsDocListsEveryValue(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := loadArtifacts(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := a.render(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prometheus := slices.IndexFunc(components, func(c component) bool { return c.value == "prometheus" })
+	monitored, err := a.render(1 << prometheus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := defaultsFrom(base, monitored, a.namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := map[string]string{}
+	for _, v := range leaves(chartValues(a.imageName, "", d), "") {
+		switch def := v.def.(type) {
+		case map[string]any:
+			defaults[v.name] = "`{}`"
+			if len(def) > 0 {
+				defaults[v.name] = "artifacts/deploy's"
+			}
+		case []any:
+			defaults[v.name] = "`[]`"
+			if len(def) > 0 {
+				defaults[v.name] = "artifacts/deploy's"
+			}
+		default:
+			j, err := json.Marshal(def)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defaults[v.name] = "`" + strings.Trim(string(j), `"`) + "`"
+			if s, ok := def.(string); ok && s == "" {
+				defaults[v.name] = "`\"\"`"
+			}
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| (`[^|]+`) \\| ([^|]+) \\| [^|]+ \\|$")
+	seen := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		names := strings.Split(m[1], ", ")
+		cells := strings.Split(strings.TrimSpace(m[2]), ", ")
+		for i, name := range names {
+			name = strings.Trim(name, "`")
+			want, ok := defaults[name]
+			if !ok {
+				t.Errorf("docs/operations.md lists %s, which is not a value of the chart", name)
+				continue
+			}
+			if seen[name] {
+				t.Errorf("docs/operations.md lists %s twice", name)
+			}
+			seen[name] = true
+			cell := cells[min(i, len(cells)-1)] // one default for the row, or one for each
+			if cell != want {
+				t.Errorf("docs/operations.md gives %s the default %s, the chart %s", name, cell, want)
+			}
+		}
+	}
+	for name := range defaults {
+		if !seen[name] {
+			t.Errorf("docs/operations.md's values table lacks %s", name)
+		}
 	}
 }

@@ -45,11 +45,11 @@ func possible(set uint) bool {
 // artifacts/deploy/components needs an entry here (the generator refuses to run
 // without one), so that the chart never silently lacks a component.
 var components = []component{
-	{"networkpolicy", "networkPolicy", "A NetworkPolicy for the controller's Pods: Prometheus in on the metrics port,\n# the controller out to the API server, nothing else.", ""},
-	{"prometheus", "prometheus", "Monitoring with the Prometheus Operator (monitoring.coreos.com/v1 must be\n# served): a ServiceMonitor that scrapes every replica with a ServiceAccount's token,\n# the alerts in a PrometheusRule, and a Grafana dashboard in a ConfigMap labelled\n# grafana_dashboard: \"1\".", ""},
-	{"sharded", "sharded", "Sharded mode (alpha): three replicas, each acting on its share of 16 slots of\n# Foos, instead of one leader with standbys. See docs/sharding.md.", ""},
-	{"fencing", "fencing", "Fencing the API server enforces (Kubernetes 1.30 or later): a\n# ValidatingAdmissionPolicy admits the controller's Deployment writes and Foo status\n# writes only from the Pod that holds the leader's Lease. Not with sharded.", "sharded"},
-	{"cert-manager", "certManager", "A serving certificate for /metrics from cert-manager (cert-manager.io/v1 must be\n# served), issued by a CA of the controller's own; with prometheus.enabled the\n# ServiceMonitor verifies it instead of skipping verification.", ""},
+	{"networkpolicy", "networkPolicy", "A NetworkPolicy for the controller's Pods: Prometheus in on the metrics port,\nthe controller out to the API server, nothing else.", ""},
+	{"prometheus", "prometheus", "Monitoring with the Prometheus Operator (monitoring.coreos.com/v1 must be\nserved): a ServiceMonitor that scrapes every replica with a ServiceAccount's token,\nthe alerts in a PrometheusRule, and a Grafana dashboard in a ConfigMap labelled\ngrafana_dashboard: \"1\".", ""},
+	{"sharded", "sharded", "Sharded mode (alpha): three replicas, each acting on its share of 16 slots of\nFoos, instead of one leader with standbys. See docs/sharding.md.", ""},
+	{"fencing", "fencing", "Fencing the API server enforces (Kubernetes 1.30 or later): a\nValidatingAdmissionPolicy admits the controller's Deployment writes and Foo status\nwrites only from the Pod that holds the leader's Lease. Not with sharded.", "sharded"},
+	{"cert-manager", "certManager", "A serving certificate for /metrics from cert-manager (cert-manager.io/v1 must be\nserved), issued by a CA of the controller's own; with prometheus.enabled the\nServiceMonitor verifies it instead of skipping verification.", ""},
 }
 
 // objectID names an object of a rendering the way kustomize identifies it.

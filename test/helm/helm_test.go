@@ -104,11 +104,11 @@ func TestReleaseBundle(t *testing.T) {
 	}
 }
 
-// TestHelmChart installs the release's chart with helm on a cluster without the CRD
-// (the suite's first install), runs the controller as its Deployment would, has a
-// namespace user with the built-in edit role work with Foos, upgrades the release to
-// sharded mode, and uninstalls it: the Foos and their Deployments stay, and so does
-// the CRD, which the chart installed.
+// TestHelmChart installs the release's chart with helm, with values a team sets, on a
+// cluster without the CRD (the suite's first install), runs the controller as its
+// Deployment would, has a namespace user with the built-in edit role work with Foos,
+// upgrades the release to sharded mode keeping the values, and uninstalls it: the Foos
+// and their Deployments stay, and so does the CRD, which the chart installed.
 func TestHelmChart(t *testing.T) {
 	chart := chartArchive(t)
 	if crd := crdState(t); crd != "" {
@@ -125,7 +125,24 @@ func TestHelmChart(t *testing.T) {
 	// Pod Security profile, or --wait times out on a ReplicaSet that creates none.
 	env.Kubectl(t, "create", "namespace", releaseNamespace)
 	env.Kubectl(t, "label", "namespace", releaseNamespace, "pod-security.kubernetes.io/enforce=restricted")
-	out = helm(t, "install", release, chart, "--namespace", releaseNamespace, "--wait", "--timeout", "3m")
+	// Values a team sets: the Pods land where the nodeSelector says, and the controller
+	// (run with the Deployment's flags) takes the flags the named values give it.
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	err := os.WriteFile(values, []byte(fmt.Sprintf(`
+resources: {limits: {cpu: "2", memory: 512Mi}, requests: {cpu: 200m, memory: 128Mi}}
+logging: {format: json, verbosity: 2}
+workers: 4
+leaderElection: {leaseDuration: 20s}
+extraArgs: ["--kube-api-qps=50", "--kube-api-burst=100"]
+nodeSelector: {%s: kwok}
+tolerations: [{key: dedicated, operator: Equal, value: controllers, effect: NoSchedule}]
+podLabels: {team: platform}
+podAnnotations: {example.com/owner: platform}
+`, localcluster.NodeLabel)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = helm(t, "install", release, chart, "--namespace", releaseNamespace, "-f", values, "--wait", "--timeout", "3m")
 	t.Logf("helm install:\n%s", out)
 	if strings.Contains(out, podSecurityNote) {
 		t.Errorf("helm install into a restricted namespace notes that it is not:\n%s", out)
@@ -134,6 +151,36 @@ func TestHelmChart(t *testing.T) {
 	if image := deployment(t, releaseNamespace).Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, "@"+digest) {
 		t.Errorf("the chart's Deployment runs %s, want the release's image, @%s", image, digest)
 	}
+	valuesFlags := []string{"--logging-format=json", "-v=2", "--workers=4", "--leader-elect-lease-duration=20s", "--kube-api-qps=50", "--kube-api-burst=100"}
+	checkValues := func(step string) {
+		t.Helper()
+		d := deployment(t, releaseNamespace)
+		for _, f := range valuesFlags {
+			if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, f) {
+				t.Errorf("%s: the Deployment's flags %q lack %s", step, d.Spec.Template.Spec.Containers[0].Args, f)
+			}
+		}
+		if got := d.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String(); got != "512Mi" {
+			t.Errorf("%s: the memory limit is %s, want the values' 512Mi", step, got)
+		}
+		pods, err := env.Kube.CoreV1().Pods(releaseNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "team=platform"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			node, err := env.Kube.CoreV1().Nodes().Get(t.Context(), p.Spec.NodeName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s: the Pod %s on node %q: %v", step, p.Name, p.Spec.NodeName, err)
+			}
+			if node.Labels[localcluster.NodeLabel] != "kwok" || p.Annotations["example.com/owner"] != "platform" {
+				t.Errorf("%s: the Pod %s is on node %s (labels %v) with annotations %v", step, p.Name, node.Name, node.Labels, p.Annotations)
+			}
+		}
+		if len(pods.Items) == 0 {
+			t.Errorf("%s: no Pod carries the values' podLabels", step)
+		}
+	}
+	checkValues("helm install")
 	c := startDeployed(t, releaseNamespace)
 
 	ns := env.NewNamespace(t)
@@ -161,6 +208,7 @@ func TestHelmChart(t *testing.T) {
 	if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
 		t.Fatalf("after the upgrade to sharded mode the Deployment has %d replicas and flags %q", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Args)
 	}
+	checkValues("helm upgrade --reset-then-reuse-values")
 	c = startDeployed(t, releaseNamespace)
 	env.Kubectl(t, "scale", "-n", ns, as, "foo/example-foo", "--replicas=2")
 	env.WaitFooReady(t, framework.Timeout, ns, "example-foo", 2)
