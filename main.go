@@ -4,6 +4,7 @@
 // This file is the wiring: the flags (options.go), the clients (clients.go), the
 // servers, and then one of the modes: one replica or the leader of several (leader.go),
 // or slots shared by several (sharded.go). The controller itself is in controller.go.
+// `sample-controller check` is the chart's test instead (check.go).
 package main
 
 import (
@@ -33,6 +34,13 @@ func init() {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == checkCommand {
+		if err := runCheck(signalContext(), os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "sample-controller %s: %v\n", checkCommand, err)
+			os.Exit(1)
+		}
+		return
+	}
 	var opts options
 	opts.addFlags(flag.CommandLine)
 	// Logging as Kubernetes components configure it: -v, --vmodule, --logging-format

@@ -26,7 +26,8 @@ type chartOptions struct {
 
 // writeChart writes the chart into dir, replacing what is there: Chart.yaml,
 // values.yaml and its schema, the CRD in crds/, a template for each object of
-// artifacts/deploy and its components, and the install check (installCheck).
+// artifacts/deploy and its components, the install check (installCheck) and the
+// chart's test (testCheck).
 func writeChart(a *artifacts, dir string, opts chartOptions) error {
 	files, err := chartFiles(a, opts)
 	if err != nil {
@@ -150,6 +151,7 @@ artifacts/deploy's namespace enforces:
 	}
 	files["templates/install-check.yaml"] = check
 	files["templates/values-check.yaml"] = valuesCheck()
+	files["templates/tests/check.yaml"] = testCheck()
 	images := 0
 	for _, id := range ids {
 		if id.kind == "Namespace" && id.name == a.namespace {
@@ -399,4 +401,142 @@ func (a *artifacts) templateLine(l string) string {
 
 func lines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// testName names what the chart's test creates, apart from the controller's objects
+// and selectors.
+const testName = chartName + "-test"
+
+// testCheck is the chart's test (helm test): a Pod of the controller's image that
+// runs `sample-controller check` (check.go), as a ServiceAccount that may read the
+// metrics Service's endpoints and scrape /metrics. It fails unless a replica is Ready
+// and every Ready one refuses a scrape without a token and answers one with it. Test
+// hooks are created by helm test only, and recreated at each run; helm deletes the
+// RBAC after a passing run and leaves the Pod, for its log, until the next.
+func testCheck() string {
+	hook := func(weight, deletePolicy string) string {
+		return fmt.Sprintf(`  labels:
+    app.kubernetes.io/name: %s
+  annotations:
+    helm.sh/hook: test
+    helm.sh/hook-weight: %q
+    helm.sh/hook-delete-policy: %s`, testName, weight, deletePolicy)
+	}
+	rbac := hook("-1", "before-hook-creation,hook-succeeded")
+	return fmt.Sprintf(`{{- /* %[1]s */ -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: %[2]s
+  namespace: {{ .Release.Namespace }}
+%[3]s
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: %[2]s
+  namespace: {{ .Release.Namespace }}
+%[3]s
+rules:
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: %[2]s
+  namespace: {{ .Release.Namespace }}
+%[3]s
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: %[2]s
+subjects:
+- kind: ServiceAccount
+  name: %[2]s
+  namespace: {{ .Release.Namespace }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: %[2]s
+%[3]s
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: %[5]s-metrics-reader
+subjects:
+- kind: ServiceAccount
+  name: %[2]s
+  namespace: {{ .Release.Namespace }}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: %[2]s
+  namespace: {{ .Release.Namespace }}
+%[4]s
+spec:
+  serviceAccountName: %[2]s
+  restartPolicy: Never
+  containers:
+  - name: check
+    image: {{ include %[6]q . }}
+    imagePullPolicy: IfNotPresent
+    args:
+    - check
+    - --service=%[5]s-metrics
+{{- if .Values.certManager.enabled }}
+    - --ca-file=/etc/sample-controller/metrics-tls/ca.crt
+{{- end }}
+    resources:
+      limits:
+        cpu: 100m
+        memory: 64Mi
+      requests:
+        cpu: 10m
+        memory: 32Mi
+    securityContext:
+      allowPrivilegeEscalation: false
+      capabilities:
+        drop:
+        - ALL
+      readOnlyRootFilesystem: true
+{{- if .Values.certManager.enabled }}
+    volumeMounts:
+    - mountPath: /etc/sample-controller/metrics-tls
+      name: metrics-tls
+      readOnly: true
+{{- end }}
+  securityContext:
+    runAsGroup: 65532
+    runAsNonRoot: true
+    runAsUser: 65532
+    seccompProfile:
+      type: RuntimeDefault
+{{- /* Where the controller's Pods may run, so may the test's. */}}
+{{- with .Values.affinity }}
+  affinity:
+{{- toYaml . | nindent 4 }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+{{- toYaml . | nindent 4 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+  nodeSelector:
+{{- toYaml . | nindent 4 }}
+{{- end }}
+{{- with .Values.tolerations }}
+  tolerations:
+{{- toYaml . | nindent 4 }}
+{{- end }}
+{{- if .Values.certManager.enabled }}
+  volumes:
+  - name: metrics-tls
+    secret:
+      secretName: %[5]s-metrics-cert
+{{- end }}
+`, generatedBy, testName, rbac, hook("0", "before-hook-creation"), chartName, imageHelper)
 }

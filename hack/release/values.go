@@ -121,9 +121,9 @@ func chartValues(repository, digest string, d valueDefaults) []value {
 			}}},
 		{name: "logging", doc: "How the controller logs.", fields: []value{
 			{name: "format", doc: "--logging-format: text (klog's, when empty) or json.", def: "", schema: map[string]any{"type": "string", "enum": []string{"", "text", "json"}}},
-			{name: "verbosity", doc: "-v: 0 logs what an operator acts on, 2 each sync, 4 and up each event.", def: 0, schema: map[string]any{"type": "integer", "minimum": 0, "maximum": 10}},
+			{name: "verbosity", doc: "-v: log verbosity; 4 logs every sync.", def: 0, schema: map[string]any{"type": "integer", "minimum": 0, "maximum": 10}},
 		}},
-		{name: "workers", doc: "--workers: Foos synced in parallel; 0 for the controller's default (32, or 4 per\nslot with sharded.enabled).", def: 0, schema: map[string]any{"type": "integer", "minimum": 0}},
+		{name: "workers", doc: "--workers: Foos synced in parallel; 0 for the controller's default (32, or 8 per\nslot with sharded.enabled).", def: 0, schema: map[string]any{"type": "integer", "minimum": 0}},
 		{name: "leaderElection", doc: "The Lease timings (docs/reliability.md); empty for the shipped ones. The Lease's name\nand namespace are the chart's: every replica of every rollout must use the same.", fields: []value{
 			duration("leaseDuration", "--leader-elect-lease-duration: 15s when empty."),
 			duration("renewDeadline", "--leader-elect-renew-deadline: 10s when empty."),

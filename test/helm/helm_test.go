@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/seed-e6610ed6/sample-controller/test/e2e/framework"
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
@@ -98,9 +98,17 @@ func TestReleaseBundle(t *testing.T) {
 	if len(images) != 1 || !strings.HasSuffix(images[0][1], "@"+digest) {
 		t.Errorf("install.yaml runs %q, want the archive's image, @%s", images, digest)
 	}
-	values := helm(t, "show", "values", chartArchive(t))
-	if !strings.Contains(values, fmt.Sprintf("digest: %q", digest)) {
-		t.Errorf("the chart's values do not name the archive's image, %s:\n%s", digest, values)
+	values := env.Helm(t, "show", "values", chartArchive(t))
+	var image struct {
+		Image struct {
+			Digest string `json:"digest"`
+		} `json:"image"`
+	}
+	if err := yaml.Unmarshal([]byte(values), &image); err != nil {
+		t.Fatal(err)
+	}
+	if image.Image.Digest != digest {
+		t.Errorf("the chart's values name the image %q, want the archive's, %s:\n%s", image.Image.Digest, digest, values)
 	}
 }
 
@@ -117,7 +125,7 @@ func TestHelmChart(t *testing.T) {
 	// --create-namespace makes the namespace without the Pod Security labels: the
 	// notes say so (a server dry run renders them as the install would).
 	const podSecurityNote = "does not enforce the restricted profile"
-	out := helm(t, "install", release, chart, "--namespace", releaseNamespace, "--create-namespace", "--dry-run=server")
+	out := env.Helm(t, "install", release, chart, "--namespace", releaseNamespace, "--create-namespace", "--dry-run=server")
 	if !strings.Contains(out, podSecurityNote) {
 		t.Errorf("helm install --create-namespace does not note the namespace's missing Pod Security labels:\n%s", out)
 	}
@@ -142,7 +150,7 @@ podAnnotations: {example.com/owner: platform}
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = helm(t, "install", release, chart, "--namespace", releaseNamespace, "-f", values, "--wait", "--timeout", "3m")
+	out = env.Helm(t, "install", release, chart, "--namespace", releaseNamespace, "-f", values, "--wait", "--timeout", "3m")
 	t.Logf("helm install:\n%s", out)
 	if strings.Contains(out, podSecurityNote) {
 		t.Errorf("helm install into a restricted namespace notes that it is not:\n%s", out)
@@ -202,7 +210,7 @@ podAnnotations: {example.com/owner: platform}
 	if err := c.Stop(localcluster.ControllerStopGrace); err != nil {
 		t.Error(err)
 	}
-	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reset-then-reuse-values", "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
+	out = env.Helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reset-then-reuse-values", "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
 	t.Logf("helm upgrade:\n%s", out)
 	d := deployment(t, releaseNamespace)
 	if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
@@ -217,7 +225,7 @@ podAnnotations: {example.com/owner: platform}
 	}
 	// Without the label, an upgrade's notes say how to put it back.
 	env.Kubectl(t, "label", "namespace", releaseNamespace, "pod-security.kubernetes.io/enforce-")
-	out = helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reuse-values", "--dry-run=server")
+	out = env.Helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reuse-values", "--dry-run=server")
 	if !strings.Contains(out, podSecurityNote) {
 		t.Errorf("helm upgrade in a namespace without Pod Security labels does not note it:\n%s", out)
 	}
@@ -296,32 +304,6 @@ func deployment(t *testing.T, namespace string) *appsv1.Deployment {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// helm runs the helm of hack/tools/helm against the suite's cluster and fails the
-// test if it fails.
-func helm(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := helmRun(t.Context(), args...)
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-// helmRun runs the helm of hack/tools/helm against the suite's cluster, with
-// directories of its own for its cache and configuration, and returns its output.
-func helmRun(ctx context.Context, args ...string) (string, error) {
-	bin, err := localcluster.DefaultBinDir()
-	if err != nil {
-		return "", err
-	}
-	home := filepath.Join(env.OutDir, "helm-home")
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helm"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig,
-		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 func releaseDir(t *testing.T) string {

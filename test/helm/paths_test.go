@@ -48,13 +48,13 @@ func TestInstallPaths(t *testing.T) {
 	chart := chartArchive(t)
 
 	t.Run("examples, then the chart", func(t *testing.T) {
-		helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
+		env.Helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 		api.check(t, "helm install", releaseNamespace)
 		api.upgradeAndUninstall(t, chart, releaseNamespace)
 	})
 
 	t.Run("the chart, then the examples", func(t *testing.T) {
-		helm(t, "install", release, chart, "-n", releaseNamespace, "--wait", "--timeout", "3m")
+		env.Helm(t, "install", release, chart, "-n", releaseNamespace, "--wait", "--timeout", "3m")
 		env.Kubectl(t, "apply", "-k", examples)
 		api.check(t, "kubectl apply -k artifacts/examples", releaseNamespace)
 		api.upgradeAndUninstall(t, chart, releaseNamespace)
@@ -86,12 +86,12 @@ func TestInstallPaths(t *testing.T) {
 		installed := snapshotInstall(t, framework.DeployNamespace)
 
 		// Without the handover helm stops, saying how to go on, and changes nothing.
-		out, err := helmRun(ctx, "install", release, chart, "-n", framework.DeployNamespace, "--wait", "--timeout", "3m")
+		out, err := env.HelmRun(ctx, "install", release, chart, "-n", framework.DeployNamespace, "--wait", "--timeout", "3m")
 		if err == nil || !strings.Contains(out, "hack/deploy.sh handover") || strings.Contains(out, "invalid ownership metadata") {
 			t.Fatalf("helm install over make deploy: err = %v, want it refused with the handover named:\n%s", err, out)
 		}
 		t.Logf("helm install over make deploy, refused:\n%s", out)
-		if out := helm(t, "list", "-A", "-q"); strings.TrimSpace(out) != "" {
+		if out := env.Helm(t, "list", "-A", "-q"); strings.TrimSpace(out) != "" {
 			t.Errorf("after the refused install helm lists releases: %s", out)
 		}
 		if now := snapshotInstall(t, framework.DeployNamespace); !maps.Equal(now, installed) {
@@ -100,7 +100,7 @@ func TestInstallPaths(t *testing.T) {
 
 		// And make deploy refuses to install over the chart's release, likewise.
 		deploy(t, "handover")
-		helm(t, "install", release, chart, "-n", framework.DeployNamespace, "--wait", "--timeout", "3m")
+		env.Helm(t, "install", release, chart, "-n", framework.DeployNamespace, "--wait", "--timeout", "3m")
 		api.check(t, "helm install after the handover", framework.DeployNamespace)
 		if out, err := env.Deploy(ctx, "apply", ""); err == nil || !strings.Contains(out, "helm release "+release) {
 			t.Errorf("make deploy over the helm release: err = %v, want it refused naming the release:\n%s", err, out)
@@ -121,7 +121,7 @@ func (s *apiSnapshot) check(t *testing.T, step, namespace string) {
 // after each step.
 func (s *apiSnapshot) upgradeAndUninstall(t *testing.T, chart, namespace string) {
 	t.Helper()
-	helm(t, "upgrade", release, chart, "-n", namespace, "--reset-then-reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m")
+	env.Helm(t, "upgrade", release, chart, "-n", namespace, "--reset-then-reuse-values", "--set", "networkPolicy.enabled=true", "--wait", "--timeout", "3m")
 	s.check(t, "helm upgrade", namespace)
 	uninstall(t, namespace)
 	s.unchanged(t, "helm uninstall")
@@ -131,7 +131,7 @@ func (s *apiSnapshot) upgradeAndUninstall(t *testing.T, chart, namespace string)
 // with it: the controller's Deployment and ClusterRole, and the Foo roles.
 func uninstall(t *testing.T, namespace string) {
 	t.Helper()
-	helm(t, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+	env.Helm(t, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
 	gone(t, "helm uninstall", namespace)
 }
 

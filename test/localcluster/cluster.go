@@ -469,6 +469,9 @@ type credentials struct {
 	caCert, caKey           string
 	servingCert, servingKey string
 	saKey, saPublicKey      string
+	// kubeletClientCert and kubeletClientKey are the apiserver's identity towards the
+	// kubelets of real nodes (logs, exec), an admin.
+	kubeletClientCert, kubeletClientKey string
 }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
@@ -588,6 +591,12 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		// Without it, on SIGTERM the apiserver waits for its clients to end their
 		// watches, which they never do: it would be killed after apiserverStopGrace.
 		"--shutdown-watch-termination-grace-period=2s",
+		// Logs and exec of a Pod on a real node (test/container/node): the kubelet
+		// serves on its node IP, loopback, and authenticates the apiserver's client
+		// certificate; the node's name resolves nowhere.
+		"--kubelet-client-certificate=" + creds.kubeletClientCert,
+		"--kubelet-client-key=" + creds.kubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}, emulation...)
 	if opts.EmulatedVersion == "" {
 		apiserverArgs = append(apiserverArgs, "--feature-gates=ShardedListAndWatch="+strconv.FormatBool(!opts.DisableShardedListAndWatch))
@@ -689,6 +698,14 @@ func writeCredentials(l layout, apiserverURL string) (credentials, *authority, e
 		return creds, nil, err
 	}
 	if creds.servingCert, creds.servingKey, err = serving.write(l.pkiDir, "serving"); err != nil {
+		return creds, nil, err
+	}
+
+	kubeletClient, err := ca.issueClient("localcluster-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return creds, nil, err
+	}
+	if creds.kubeletClientCert, creds.kubeletClientKey, err = kubeletClient.write(l.pkiDir, "apiserver-kubelet-client"); err != nil {
 		return creds, nil, err
 	}
 

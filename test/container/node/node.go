@@ -316,7 +316,9 @@ state = %q
 
 	// failCgroupV1: this machine has cgroup v1 only. The eviction thresholds are set low
 	// because a test machine's disk may well be fuller than a node's defaults allow; the
-	// image garbage collector is off, since nothing can be pulled back.
+	// image garbage collector is off, since nothing can be pulled back. The kubelet
+	// listens on every address, so that the apiserver reaches it at the node's
+	// InternalIP for logs and exec (it authenticates every caller).
 	kubelet := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -328,7 +330,7 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: %q}
 authorization: {mode: Webhook}
-address: 127.0.0.1
+address: 0.0.0.0
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 tlsCertFile: %q

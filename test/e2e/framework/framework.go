@@ -64,6 +64,7 @@ type Env struct {
 	// OutDir is _output/<Suite>: the cluster's state and every log, kept for inspection.
 	OutDir        string
 	KubectlBin    string // the kubectl binary
+	HelmBin       string // the helm binary
 	ControllerBin string
 	// ImageArchive is the OCI archive the binary was taken from (ImageArchiveEnv); empty
 	// when the binary was built from the source.
@@ -107,6 +108,7 @@ func Setup(ctx context.Context, suite string, opts ...SuiteOption) (*Env, error)
 		return nil, err
 	}
 	e.KubectlBin = filepath.Join(binDir, "kubectl")
+	e.HelmBin = filepath.Join(binDir, "helm")
 
 	// The controller comes first: a compile error should not wait for a cluster.
 	e.ControllerBin = filepath.Join(e.OutDir, "sample-controller")
@@ -322,6 +324,27 @@ func (e *Env) KubectlAs(ctx context.Context, kubeconfig, stdin string, args ...s
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err
+}
+
+// HelmRun runs the helm of hack/tools/helm as the admin, with directories of the
+// suite's own for its cache and configuration, and returns its combined output.
+func (e *Env) HelmRun(ctx context.Context, args ...string) (string, error) {
+	home := filepath.Join(e.OutDir, "helm-home")
+	cmd := exec.CommandContext(ctx, e.HelmBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig,
+		"HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Helm runs helm as the admin and fails the test if it fails.
+func (e *Env) Helm(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.HelmRun(t.Context(), args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
 }
 
 // KubectlRun runs kubectl as the admin with stdin, and returns its combined output.
