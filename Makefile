@@ -16,7 +16,7 @@ run: ## Run the controller: against KUBECONFIG if set, else on a local control p
 	cd test && go run ./cmd/run-local -- $(ARGS)
 
 .PHONY: deploy
-deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:v0.1.0), with COMPONENTS="prometheus networkpolicy" if wanted.
+deploy: ## Install the CRD and the controller in kubectl's cluster, running IMAGE (default sample-controller:VERSION, hack/version.sh), with COMPONENTS="prometheus networkpolicy" if wanted.
 	hack/deploy.sh apply
 
 .PHONY: undeploy
@@ -36,7 +36,7 @@ image: ## Build the container image as an OCI archive in _output/image, without 
 	hack/build-image.sh
 
 .PHONY: release
-release: ## Write a release into _output/release: the image (amd64, arm64), install.yaml and the Helm chart, both naming the image by digest, and SHA256SUMS. IMAGE=REPOSITORY:TAG names it.
+release: ## Write a release into _output/release: the image (amd64, arm64), install.yaml and the Helm chart, both naming the image by digest, and SHA256SUMS. VERSION=vX.Y.Z (default hack/version.sh) versions all of it; IMAGE=REPOSITORY:VERSION names it.
 	hack/release.sh
 
 .PHONY: tools

@@ -5,7 +5,7 @@
 # entrypoint on distroless for people with Docker. Prints the image digest and the
 # archive's size.
 #
-# IMAGE names the image in the archive (default sample-controller:v0.1.0, the tag artifacts/deploy uses), and its
+# IMAGE names the image in the archive (default sample-controller:VERSION, hack/version.sh's), and its
 # tag is the version the binary reports unless VERSION says otherwise. ARCHS lists the
 # architectures (default "amd64 arm64": an image index with one image each; one
 # architecture gives a plain image). SOURCE_DATE_EPOCH, when set, is the image's
@@ -15,7 +15,7 @@ set -o errexit -o nounset -o pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 OUT_DIR="${REPO_ROOT}/_output/image"
 TOOL="${REPO_ROOT}/_output/bin/image"
-IMAGE="${IMAGE:-sample-controller:v0.1.0}"
+IMAGE="${IMAGE:-sample-controller:$("${REPO_ROOT}/hack/version.sh")}"
 ARCHS="${ARCHS:-amd64 arm64}"
 # The release the binary reports (--version, sample_controller_build_info): the image's tag.
 VERSION="${VERSION:-${IMAGE##*:}}"

@@ -3,11 +3,11 @@
 # and `make undeploy` do.
 #
 #   hack/deploy.sh apply    the CRD (artifacts/examples), then artifacts/deploy with the
-#                           image IMAGE (default sample-controller:v0.1.0)
+#                           image IMAGE (default sample-controller:VERSION, hack/version.sh's)
 #   hack/deploy.sh delete   artifacts/deploy only: the CRD, the Foos and their
 #                           Deployments stay
-#   hack/deploy.sh handover gives what `apply` installed to the helm release RELEASE
-#                           (default sample-controller) in its namespace,
+#   hack/deploy.sh handover gives what `apply` installed, the CRD included, to the helm
+#                           release RELEASE (default sample-controller) in its namespace,
 #                           sample-controller-system, so that `helm install` there
 #                           adopts it: helm's ownership label and annotations on every
 #                           object but the namespace, and kubectl's records of its
@@ -30,7 +30,7 @@ set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 KUBECTL="${KUBECTL:-kubectl}"
-IMAGE="${IMAGE:-sample-controller:v0.1.0}"
+IMAGE="${IMAGE:-sample-controller:$("${REPO_ROOT}/hack/version.sh")}"
 COMPONENTS="${COMPONENTS:-}"
 OVERLAY="${OVERLAY_DIR:-${REPO_ROOT}/_output/deploy}"
 
@@ -143,7 +143,9 @@ case "${action}" in
     ;;
   handover)
     RELEASE="${RELEASE:-sample-controller}"
-    mapfile -t objects < <("${KUBECTL}" kustomize "${OVERLAY}" | "${KUBECTL}" get -f - -o name | grep -v '^namespace/')
+    # The CRD too, which the chart installs and upgrades (crds.enabled) and keeps.
+    mapfile -t objects < <({ "${KUBECTL}" kustomize "${REPO_ROOT}/artifacts/examples"; echo "---"; "${KUBECTL}" kustomize "${OVERLAY}"; } |
+      "${KUBECTL}" get -f - -o name | grep -v '^namespace/')
     # One patch per object, all of it or nothing: helm's ownership, and no record of
     # kubectl's applies. The last-applied annotation goes, and the managed fields
     # become one entry naming only the label, so that helm's first server-side apply

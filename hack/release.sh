@@ -9,9 +9,10 @@
 #                                   the image by the same digest
 #   SHA256SUMS                      the checksums of the three, for sha256sum -c
 #
-# IMAGE is where the image will be pushed, REPOSITORY:TAG (default
-# sample-controller:v0.1.0, artifacts/deploy's); its tag is the version the binary
-# reports and the chart's appVersion (and, without its "v", the chart's version). The
+# VERSION is the release, vMAJOR.MINOR.PATCH (default hack/version.sh's, artifacts/deploy's
+# tag): the version the binary reports, the chart's appVersion and, without its "v",
+# the chart's version; CHANGELOG.md must have its section. IMAGE is where the image will
+# be pushed, REPOSITORY:TAG (default sample-controller:VERSION), its tag VERSION. The
 # digest is the archive's, and stays the image's when it is pushed as it is:
 # skopeo copy --all --preserve-digests oci-archive:_output/release/sample-controller.oci.tar
 # docker://REPOSITORY:TAG. Then `kubectl apply --server-side -f install.yaml`, or
@@ -21,9 +22,10 @@ set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 RELEASE_DIR="${RELEASE_DIR:-${REPO_ROOT}/_output/release}"
-IMAGE="${IMAGE:-sample-controller:v0.1.0}"
+VERSION="${VERSION:-$("${REPO_ROOT}/hack/version.sh")}"
+IMAGE="${IMAGE:-sample-controller:${VERSION}}"
 HELM="${HELM:-${REPO_ROOT}/_output/bin/helm}"
-export IMAGE
+export IMAGE VERSION
 
 log() {
   echo "release: $*" >&2
@@ -35,6 +37,18 @@ if [[ "${IMAGE##*/}" != *:* || "${IMAGE}" == *@* ]]; then
 fi
 repository="${IMAGE%:*}"
 tag="${IMAGE##*:}"
+if [[ ! "${VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+  echo "release: VERSION=${VERSION}: want vMAJOR.MINOR.PATCH" >&2
+  exit 2
+fi
+if [[ "${tag}" != "${VERSION}" ]]; then
+  echo "release: IMAGE=${IMAGE}: its tag is not VERSION=${VERSION}; one version names the image, the binary and the chart" >&2
+  exit 2
+fi
+if ! grep -q "^## ${VERSION}\b" "${REPO_ROOT}/CHANGELOG.md"; then
+  echo "release: CHANGELOG.md has no section \"## ${VERSION}\": say what changed first" >&2
+  exit 2
+fi
 if [[ ! -x "${HELM}" ]]; then
   log "no helm at ${HELM}: building the tools (make tools)"
   "${REPO_ROOT}/hack/build-tools.sh"

@@ -25,7 +25,7 @@ type chartOptions struct {
 }
 
 // writeChart writes the chart into dir, replacing what is there: Chart.yaml,
-// values.yaml and its schema, the CRD in crds/, a template for each object of
+// values.yaml and its schema, a template for the CRD and for each object of
 // artifacts/deploy and its components, the install check (installCheck) and the
 // chart's test (testCheck).
 func writeChart(a *artifacts, dir string, opts chartOptions) error {
@@ -81,12 +81,9 @@ kubeVersion: ">= %s.0-0"
 `, generatedBy, imageHelper)
 	files["templates/NOTES.txt"] = `The sample controller runs in namespace {{ .Release.Namespace }}: kubectl get deployment -n {{ .Release.Namespace }} sample-controller
 
-Foos (kubectl get foos -A) are its API. helm installs the CRD from the chart's crds/
-only when it is missing, and never upgrades or deletes it: before upgrading to a
-chart whose API changed, apply its CRD first:
-  helm show crds CHART | kubectl apply --server-side -f -
-helm uninstall removes the controller and leaves the CRD, every Foo and their
-Deployments.
+Foos (kubectl get foos -A) are its API. With crds.enabled (the default) the release
+installs and upgrades their CRD, and keeps it: helm uninstall removes the controller
+and leaves the CRD, every Foo and their Deployments.
 {{- /* lookup reads the cluster; it finds no namespace that --create-namespace is about to create, and none in a client dry run. */}}
 {{- $namespace := lookup "v1" "Namespace" "" .Release.Namespace }}
 {{- if or (not $namespace) (ne (get ($namespace.metadata.labels | default dict) "pod-security.kubernetes.io/enforce") "restricted") }}
@@ -98,17 +95,25 @@ artifacts/deploy's namespace enforces:
 {{- end }}
 `
 
-	// The API: the CRD in crds/, which helm installs when it is missing and never
-	// upgrades or deletes, so that no install of the controller owns it.
+	// The API: the CRD as a template, so that helm upgrades it with the release (helm
+	// never upgrades crds/), kept on uninstall (deleting it would delete every Foo).
 	examples, err := a.renderDir("examples", "")
 	if err != nil {
 		return nil, err
 	}
+	var crds []string
 	for _, id := range examples.order {
 		if id.kind != "CustomResourceDefinition" {
 			return nil, fmt.Errorf("artifacts/examples has %s: it holds the API, the CRD alone; the rest belongs to artifacts/deploy", id)
 		}
-		files["crds/"+id.name+".yaml"] = "# " + generatedBy + "\n" + examples.objects[id]
+		t, err := a.crdTemplate(examples.objects[id])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", id, err)
+		}
+		if err := addTemplate(files, id, t); err != nil {
+			return nil, err
+		}
+		crds = append(crds, id.name)
 	}
 
 	// The controller: every object of every combination of components, but the
@@ -145,7 +150,7 @@ artifacts/deploy's namespace enforces:
 	if files["values.schema.json"], err = valuesSchema(values); err != nil {
 		return nil, err
 	}
-	check, err := installCheck(renderings[0], a.namespace)
+	check, err := installCheck(renderings[0], a.namespace, crds)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +196,12 @@ var clusterScoped = map[string]string{
 // install.yaml), which a handover gives to this release. It looks up the cluster-scoped
 // objects of every install (their names are fixed, so two installs in two namespaces
 // collide there). helm template and --dry-run see no cluster, and pass.
-func installCheck(base *rendering, namespace string) (string, error) {
+//
+// The CRDs are looked up too, with crds.enabled: helm can upgrade one only if it is
+// the release's, so one applied by kubectl, installed from crds/ by a chart before
+// 0.2.0, or kept by a release uninstalled from another namespace stops the install,
+// saying how to give it to this release or leave it where it is.
+func installCheck(base *rendering, namespace string, crds []string) (string, error) {
 	var objects []string
 	for _, id := range base.order {
 		if id.namespace != "" || id.kind == "Namespace" {
@@ -223,7 +233,46 @@ saying what to do. helm template and --dry-run see no cluster (lookup is empty) 
 {{- end }}
 {{- end }}
 {{- end }}
-`, generatedBy, strings.Join(objects, " "), namespace), nil
+{{- if .Values.crds.enabled }}
+{{- range $name := list %s }}
+{{- $live := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" $name }}
+{{- if $live }}
+{{- $release := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live }}
+{{- $releaseNamespace := dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $live }}
+{{- $give := printf "kubectl label crd %%s app.kubernetes.io/managed-by=Helm --overwrite && kubectl annotate crd %%s meta.helm.sh/release-name=%%s meta.helm.sh/release-namespace=%%s --overwrite" $name $name $.Release.Name $.Release.Namespace }}
+{{- if not $release }}
+{{- fail (printf "CustomResourceDefinition %%s exists and no helm release owns it: it was applied with kubectl (artifacts/examples, make deploy, install.yaml), or installed from crds/ by the chart before 0.2.0. For this release to upgrade it from now on (and keep it, with every Foo, on uninstall), give it to the release first: %%s. Or leave it to whoever applies it: --set crds.enabled=false." $name $give) }}
+{{- else if or (ne $release $.Release.Name) (ne $releaseNamespace $.Release.Namespace) }}
+{{- fail (printf "CustomResourceDefinition %%s belongs to the helm release %%s in namespace %%s, which keeps it when uninstalled. If that release is gone, give the CRD to this one: %%s. Or leave it where it is: --set crds.enabled=false." $name $release $releaseNamespace $give) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+`, generatedBy, strings.Join(objects, " "), namespace, quoted(crds)), nil
+}
+
+func quoted(names []string) string {
+	var q []string
+	for _, n := range names {
+		q = append(q, fmt.Sprintf("%q", n))
+	}
+	return strings.Join(q, " ")
+}
+
+// crdTemplate is the template of a CRD of artifacts/examples: rendered with
+// crds.enabled, and kept by helm when the release is uninstalled.
+func (a *artifacts) crdTemplate(y string) (string, error) {
+	const anchor = "metadata:\n  annotations:\n"
+	if !strings.HasPrefix(y, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"+anchor) {
+		return "", fmt.Errorf("want a CRD whose metadata starts with annotations, for helm's keep policy")
+	}
+	y = strings.Replace(y, anchor, anchor+"    helm.sh/resource-policy: keep\n", 1)
+	out := []string{"{{- /* " + generatedBy + " */}}", "{{- if .Values.crds.enabled }}"}
+	for _, l := range lines(y) {
+		out = append(out, a.templateLine(l))
+	}
+	out = append(out, "{{- end }}")
+	return strings.Join(out, "\n") + "\n", nil
 }
 
 func addTemplate(files map[string]string, id objectID, t string) error {

@@ -90,8 +90,8 @@ func TestChartLints(t *testing.T) {
 // TestChartIsKustomize renders the chart with every combination of its components, as
 // helm template does, and checks that it gives the objects kustomize gives for
 // artifacts/examples and artifacts/deploy with the same components, but the namespace
-// (and the chart's test, which helm test alone creates):
-// the chart cannot install anything that hack/deploy.sh would not.
+// (and the chart's test, which helm test alone creates), and with the CRD kept on
+// uninstall: the chart cannot install anything that hack/deploy.sh would not.
 func TestChartIsKustomize(t *testing.T) {
 	a, err := loadArtifacts(repoRoot(t))
 	if err != nil {
@@ -103,7 +103,7 @@ func TestChartIsKustomize(t *testing.T) {
 	}
 	for set := range uint(1 << len(components)) {
 		var names []string
-		args := []string{"template", "rel", chartDir(t), "--include-crds", "--skip-tests", "--namespace", a.namespace}
+		args := []string{"template", "rel", chartDir(t), "--skip-tests", "--namespace", a.namespace}
 		for i, c := range components {
 			on := set&(1<<i) != 0
 			args = append(args, "--set", fmt.Sprintf("%s.enabled=%t", c.value, on))
@@ -135,6 +135,11 @@ func TestChartIsKustomize(t *testing.T) {
 						want[id.String()] = parseObject(t, y)
 					}
 				}
+			}
+			// The CRD is kept when the release is uninstalled.
+			for id := range examples.objects {
+				annotations := want[id.String()]["metadata"].(map[string]any)["annotations"].(map[string]any)
+				annotations["helm.sh/resource-policy"] = "keep"
 			}
 			for id, w := range want {
 				g, ok := got[id]
@@ -180,6 +185,7 @@ func TestChartValues(t *testing.T) {
 		{"a scrape interval that is not one", []string{"prometheus.interval=often"}, ""},
 		{"a pull secret without a name", []string{"imagePullSecrets[0].nam=x"}, ""},
 		{"a misspelt resource", []string{"resources.limit.cpu=2"}, ""},
+		{"the CRD by default, kept", nil, "    helm.sh/resource-policy: keep\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "rel", chartDir(t), "--namespace", "ns"}
@@ -443,5 +449,51 @@ func TestOperationsDocListsEveryValue(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("docs/operations.md's values table lacks %s", name)
 		}
+	}
+}
+
+// TestChartLeavesTheCRD: with crds.enabled=false the release neither installs nor
+// upgrades the CRD, which someone else applies.
+func TestChartLeavesTheCRD(t *testing.T) {
+	out, err := helm(t.Context(), t, "template", "rel", chartDir(t), "--namespace", "ns", "--set", "crds.enabled=false")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	for id := range parseObjects(t, out) {
+		if strings.HasPrefix(id, "CustomResourceDefinition/") {
+			t.Errorf("with crds.enabled=false the chart renders %s", id)
+		}
+	}
+}
+
+// TestOneVersion: the chart, the image artifacts/deploy runs and CHANGELOG.md's newest
+// section carry one version, hack/version.sh's.
+func TestOneVersion(t *testing.T) {
+	out, err := exec.CommandContext(t.Context(), filepath.Join(repoRoot(t), "hack", "version.sh")).Output()
+	if err != nil {
+		t.Fatalf("hack/version.sh: %v", err)
+	}
+	version := strings.TrimSpace(string(out))
+	chart, err := os.ReadFile(filepath.Join(chartDir(t), "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(chart, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.Version != strings.TrimPrefix(version, "v") || meta.AppVersion != version {
+		t.Errorf("Chart.yaml has version %s and appVersion %s, want %s and %s", meta.Version, meta.AppVersion, strings.TrimPrefix(version, "v"), version)
+	}
+	changelog, err := os.ReadFile(filepath.Join(repoRoot(t), "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := regexp.MustCompile(`(?m)^## (v\S+)`).FindSubmatch(changelog)
+	if newest == nil || string(newest[1]) != version {
+		t.Errorf("CHANGELOG.md's newest section is %q, want %s", newest, version)
 	}
 }

@@ -2,7 +2,7 @@
 //
 //	release chart [--out DIR] [--image NAME@DIGEST]
 //	    the Helm chart, generated from artifacts/deploy (its components are values) and
-//	    artifacts/examples (the CRD, in crds/); by default into
+//	    artifacts/examples (the CRD, a template kept on uninstall); by default into
 //	    artifacts/chart/sample-controller, where hack/update-codegen.sh keeps it.
 //	release install --image NAME@DIGEST
 //	    the single-file install on stdout: the CRD, then the controller as

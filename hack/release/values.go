@@ -141,6 +141,9 @@ func chartValues(repository, digest string, d valueDefaults) []value {
 		stringMap("podAnnotations", "Annotations on the controller's Pods."),
 		stringMap("podLabels", "Labels on the controller's Pods, beside app.kubernetes.io/name, which the chart's\nselectors use."),
 	}
+	values = append(values, value{name: "crds", doc: "The CRD, Foo's API: a template helm installs and upgrades with the release, and keeps\n(with every Foo) when the release is uninstalled.", fields: []value{
+		{name: "enabled", doc: "Whether the release installs and upgrades the CRD; false leaves it to whoever applies\nit (kubectl apply -k artifacts/examples).", def: true, schema: map[string]any{"type": "boolean"}},
+	}})
 	for _, c := range components {
 		v := value{name: c.value, doc: c.doc, fields: []value{
 			{name: "enabled", doc: "Whether to install it (artifacts/deploy/components/" + c.dir + ").", def: false, schema: map[string]any{"type": "boolean"}},

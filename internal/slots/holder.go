@@ -334,8 +334,10 @@ func (h *Holder) slotOf(name string) (int, bool) {
 // again. So before it acts, the member fences each such Lease, with an update
 // conditioned on the version it listed that names FenceHolder as the holder for the
 // Lease's duration: the old holder's renewal then fails, its next read shows another
-// holder, and its slot's work ends (election.LeaseLock ends its tenure on the read). A renewal that came first makes the
-// fence fail, and the member looks again.
+// holder, and its slot's work ends (election.LeaseLock ends its tenure on the read). A
+// renewal that came first makes the fence fail, and the member looks again. Free Leases
+// of another number are fenced too: a member that starts later cannot tell how long
+// they have been free and would wait a duration for them, at every restart.
 func (h *Holder) mayAct(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	n := h.Space.Len()
@@ -428,6 +430,10 @@ func (h *Holder) fence(ctx context.Context, leases []coordinationv1.Lease) (bool
 			return false, nil
 		case err != nil:
 			return false, err
+		}
+		if previous == "" {
+			klog.FromContext(ctx).Info("Fenced a free Lease of another number of slots, so that members that start later need not wait for it", "lease", lease.Name)
+			continue
 		}
 		klog.FromContext(ctx).Info("Fenced an expired Lease of another number of slots, so that its holder cannot renew it", "lease", lease.Name, "holder", previous)
 	}

@@ -828,3 +828,73 @@ func TestHolderFencesAFrozenHolderOfAnotherCount(t *testing.T) {
 		t.Errorf("members of two counts could write on one hash range at once:\n%s", strings.Join(log.overlaps[:min(len(log.overlaps), 5)], "\n"))
 	}
 }
+
+// TestHolderFencesLeftoverLeases: Leases a group left behind when it changed its number
+// of slots (the single leader's, released when the group went sharded; an old count's
+// slot Lease, emptied) cannot tell a member that starts how long they have been free,
+// so it waits a Lease duration from its first look. The first member of the new count
+// to act fences them for its count, so that members started after it, and every
+// restart, act without that wait.
+func TestHolderFencesLeftoverLeases(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	withResourceVersions(client)
+	leftovers := []string{testGroup, SlotLeaseName(testGroup, 1, 4)}
+	for _, name := range leftovers {
+		_, err := client.CoordinationV1().Leases(testNamespace).Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace,
+				Annotations: map[string]string{election.ReleasedByAnnotation: "gone uid"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := &workLog{active: map[int]string{}, draining: map[int]string{}}
+	member := func(identity string) testMember {
+		return testMember{client: client, identity: identity, space: mustSpace(t, 8), memberDuration: 10 * time.Second, timings: testTimings, log: log}
+	}
+	acting := func(what string) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			return len(log.active) == 8, nil
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	began := time.Now()
+	_, stop := member("a").start(ctx, t)
+	acting("a acts on the 8 slots")
+	t.Logf("a acted %v after it started, having waited for the leftovers", time.Since(began).Round(time.Millisecond))
+	for _, name := range leftovers {
+		l, err := client.CoordinationV1().Leases(testNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != FenceHolder(8) {
+			t.Errorf("the leftover Lease %s holds %q once a member of 8 acts, want it fenced for 8 (%s)", name, h, FenceHolder(8))
+		}
+	}
+	stop()
+
+	// A restart: a new process, whose observer has seen nothing, finds the leftovers
+	// fenced for its count and holding nothing.
+	o := newObserver(client, election.Lease{Namespace: testNamespace, Name: testGroup, Identity: "b"}, clock.RealClock{})
+	list, err := client.CoordinationV1().Leases(testNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		o.saw(&list.Items[i])
+	}
+	if others := o.othersHeld(list.Items, 8); len(others.held) > 0 || len(others.fence) > 0 {
+		t.Errorf("a member of 8 that starts after a's fences finds %q held and %d to fence, want nothing", others.held, len(others.fence))
+	}
+	began = time.Now()
+	member("b").start(ctx, t)
+	acting("b, started after a, acts on the 8 slots")
+	t.Logf("b acted %v after it started", time.Since(began).Round(time.Millisecond))
+}

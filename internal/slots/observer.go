@@ -218,8 +218,10 @@ func (o *observer) cachedOthersHeld(n int) int {
 type otherLeases struct {
 	// held may still be acted on by their holders.
 	held []string
-	// fence have expired by the observer's count but still name a holder, who would
-	// renew them if it woke.
+	// fence have expired by the observer's count: those that still name a holder,
+	// who would renew them if it woke, and those left empty, so that a member that
+	// starts later finds them fenced for its number (FenceHolder) and need not wait
+	// for them a duration from its own first look.
 	fence []coordinationv1.Lease
 	// next is when the first of held expires by the observer's count; the zero time
 	// when that is not known (a record not seen yet).
@@ -232,7 +234,8 @@ type otherLeases struct {
 // holder, until a release by the holder seen last has stood for its ReleaseWait, and
 // anything else that emptied it (an edit) for the whole duration; and one deleted while
 // held, less than its duration after the deletion was seen, whatever was created under
-// its name since. Those fenced for n (FenceHolder) hold nothing.
+// its name since. Those fenced for n (FenceHolder) hold nothing; the rest are to be
+// fenced.
 func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -271,7 +274,9 @@ func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases 
 			if at := s.at.Add(wait); now.Before(at) {
 				out.held = append(out.held, name)
 				later(at)
+				continue
 			}
+			out.fence = append(out.fence, leases[i])
 			continue
 		}
 		if at := s.at.Add(s.duration); now.Before(at) {
@@ -289,6 +294,8 @@ func (o *observer) othersHeld(leases []coordinationv1.Lease, n int) otherLeases 
 			later(at)
 		}
 	}
+	// What the group may still act on is not fenced yet.
+	out.fence = slices.DeleteFunc(out.fence, func(l coordinationv1.Lease) bool { return slices.Contains(out.held, l.Name) })
 	return out
 }
 

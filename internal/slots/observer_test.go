@@ -74,10 +74,13 @@ func TestObserverOthersHeld(t *testing.T) {
 				when, got.held, got.next.Sub(start), fence, want, wantNext.Sub(start), wantFence)
 		}
 	}
-	// The release stood for its second; the emptied Lease is held for its duration.
-	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3", testGroup + "-slot-3-of-4"}, nil, start.Add(10*time.Second))
+	// The release stood for its second, and the released Lease is to be fenced, so that
+	// a member starting later need not wait for it; the emptied Lease is held for its
+	// duration.
+	check("at 4 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3", testGroup + "-slot-3-of-4"},
+		[]string{testGroup + "-slot-1-of-4"}, start.Add(10*time.Second))
 	// The legacy Lease expires 10 s after it was first seen, and still names its holder:
-	// it is to be fenced; the emptied one is free. The deleted one is held 10 s after its deletion was seen,
+	// it is to be fenced; so is the emptied one. The deleted one is held 10 s after its deletion was seen,
 	// since its holder may have renewed it unseen just before, even once a Lease of
 	// the same name is back, released.
 	clk.Step(6 * time.Second)
@@ -88,20 +91,22 @@ func TestObserverOthersHeld(t *testing.T) {
 	listed = append(listed, recreated)
 	// The new one's release has stood for its second at 11 s, when the observer looks
 	// again, to find the deletion holding it until 14 s.
-	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(11*time.Second))
+	free := []string{testGroup + "-slot-1-of-4", testGroup + "-slot-3", testGroup + "-slot-3-of-4"}
+	check("at 10 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, free, start.Add(11*time.Second))
 	clk.Step(time.Second)
-	check("at 11 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, []string{testGroup + "-slot-3"}, start.Add(14*time.Second))
+	check("at 11 s", []string{testGroup + "-slot-0-of-4", testGroup + "-slot-2-of-4"}, free, start.Add(14*time.Second))
 	clk.Step(3 * time.Second)
-	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, time.Time{})
+	free = []string{testGroup + "-slot-1-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3", testGroup + "-slot-3-of-4"}
+	check("at 14 s", []string{testGroup + "-slot-0-of-4"}, free, time.Time{})
 	// Once the watch delivers the renewal, it expires a duration after that observation.
 	o.saw(&renewedUnseen)
-	check("once the renewal was seen", []string{testGroup + "-slot-0-of-4"}, []string{testGroup + "-slot-3"}, start.Add(24*time.Second))
+	check("once the renewal was seen", []string{testGroup + "-slot-0-of-4"}, free, start.Add(24*time.Second))
 	clk.Step(10 * time.Second)
-	// A Lease fenced for 8 slots holds nothing for a member of 8.
+	// A Lease fenced for 8 slots holds nothing for a member of 8, and needs no fence.
 	fenced := lease(testGroup+"-slot-3", FenceHolder(8), clk.Now())
 	o.saw(&fenced)
 	listed[0] = fenced
-	check("at 24 s", nil, []string{testGroup + "-slot-0-of-4"}, time.Time{})
+	check("at 24 s", nil, []string{testGroup + "-slot-0-of-4", testGroup + "-slot-1-of-4", testGroup + "-slot-2-of-4", testGroup + "-slot-3-of-4"}, time.Time{})
 }
 
 // TestObserverFindsTheGroupsLeasesByName has another client remove the slot-of label

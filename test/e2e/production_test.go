@@ -514,7 +514,7 @@ func failedSyncs(t *testing.T, p *localcluster.Controller) (failed, rejected flo
 }
 
 // TestVersion runs the binary under test with --version, as an operator checks what a
-// Pod runs: the image's binary carries the image's tag and its commit.
+// Pod runs: the image's binary carries the version (hack/version.sh) and its commit.
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	out, err := exec.CommandContext(t.Context(), env.ControllerBin, "--version").CombinedOutput()
@@ -524,7 +524,11 @@ func TestVersion(t *testing.T) {
 	line := strings.TrimSpace(string(out))
 	want := "sample-controller "
 	if os.Getenv(framework.ImageArchiveEnv) != "" {
-		want += "v0.1.0 (revision "
+		version, err := exec.CommandContext(t.Context(), filepath.Join(env.RepoRoot, "hack", "version.sh")).Output()
+		if err != nil {
+			t.Fatalf("hack/version.sh: %v", err)
+		}
+		want += strings.TrimSpace(string(version)) + " (revision "
 	}
 	if !strings.HasPrefix(line, want) || strings.Count(line, "\n") != 0 {
 		t.Errorf("--version printed %q, want one line starting with %q", line, want)

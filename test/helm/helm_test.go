@@ -189,6 +189,11 @@ podAnnotations: {example.com/owner: platform}
 		}
 	}
 	checkValues("helm install")
+	// The release installed the CRD, and keeps it.
+	crd := env.Kubectl(t, "get", "crd", crdName, "-o", `jsonpath={.metadata.annotations.meta\.helm\.sh/release-name} {.metadata.annotations.helm\.sh/resource-policy}`)
+	if crd != release+" keep" {
+		t.Errorf("the CRD's release and resource policy: %q, want %q", crd, release+" keep")
+	}
 	c := startDeployed(t, releaseNamespace)
 
 	ns := env.NewNamespace(t)
@@ -275,6 +280,13 @@ func TestInstallYAML(t *testing.T) {
 // Pods on the simulated nodes run nothing.
 func startDeployed(t *testing.T, namespace string) *localcluster.Controller {
 	t.Helper()
+	return startDeployedBinary(t, namespace, "")
+}
+
+// startDeployedBinary is startDeployed with another binary than the suite's (empty
+// for the suite's), such as the one of another version's image.
+func startDeployedBinary(t *testing.T, namespace, bin string) *localcluster.Controller {
+	t.Helper()
 	d := deployment(t, namespace)
 	spec := d.Spec.Template.Spec
 	var args []string
@@ -288,7 +300,7 @@ func startDeployed(t *testing.T, namespace string) *localcluster.Controller {
 	if err := env.WriteServiceAccountKubeconfig(t.Context(), namespace, spec.ServiceAccountName, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	c := env.StartControllerWith(t, localcluster.ControllerOptions{Kubeconfig: kubeconfig, Args: args})
+	c := env.StartControllerWith(t, localcluster.ControllerOptions{Bin: bin, Kubeconfig: kubeconfig, Args: args})
 	ctx, cancel := context.WithTimeout(t.Context(), framework.Timeout)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {

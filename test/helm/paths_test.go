@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -19,9 +20,10 @@ import (
 )
 
 // TestInstallPaths runs the orders in which docs/operations.md says the install paths
-// combine, with Foos present: the examples (the CRD) then the chart; the chart then the
-// examples; the examples then install.yaml and make deploy upgrading each other, then
-// make undeploy; and make deploy then the chart, as a migration through the handover.
+// combine, with Foos present: the examples (the CRD) then the chart, which takes the
+// CRD only once given it; the chart then the examples; the examples then install.yaml
+// and make deploy upgrading each other, then make undeploy; and make deploy then the
+// chart, as a migration through the handover.
 // After every step the CRD, the Foos and their Deployments are the same objects,
 // unchanged, and no object of the controller's install has two owners; an order that
 // cannot work stops before changing anything, saying what to do.
@@ -48,6 +50,27 @@ func TestInstallPaths(t *testing.T) {
 	chart := chartArchive(t)
 
 	t.Run("examples, then the chart", func(t *testing.T) {
+		// The CRD as kubectl alone applied it: no release's (an earlier test's release
+		// kept it, with its ownership).
+		env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-")
+		env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by-")
+		// The chart would upgrade a CRD it does not own: it stops, saying how to give it
+		// the CRD or leave it be, and changes nothing.
+		out, err := env.HelmRun(ctx, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
+		give := regexp.MustCompile(`give it to the release first: (.*?)\. Or leave it to whoever applies it: --set crds.enabled=false`).FindStringSubmatch(out)
+		if err == nil || give == nil {
+			t.Fatalf("helm install over the examples' CRD: err = %v, want it refused, naming how to give it the CRD:\n%s", err, out)
+		}
+		t.Logf("helm install over the examples' CRD, refused:\n%s", out)
+		api.unchanged(t, "the refused helm install")
+		// As the refusal says.
+		for command := range strings.SplitSeq(give[1], " && ") {
+			args := strings.Fields(command)
+			if args[0] != "kubectl" {
+				t.Fatalf("the refusal's command %q is not kubectl's", command)
+			}
+			env.Kubectl(t, args[1:]...)
+		}
 		env.Helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 		api.check(t, "helm install", releaseNamespace)
 		api.upgradeAndUninstall(t, chart, releaseNamespace)
@@ -212,8 +235,8 @@ func snapshotInstall(t *testing.T, namespace string) map[string]string {
 
 // ownedOnce checks that no object of the controller's install carries two owners'
 // records: helm's ownership, a client-side kubectl apply's annotation, a server-side
-// kubectl apply's entry in the managed fields. The CRD is nobody's: helm's crds/
-// installs it only when missing and never touches it again.
+// kubectl apply's entry in the managed fields. The CRD is left out: every install
+// path applies it, all to the same spec, and none deletes it.
 func ownedOnce(t *testing.T, step, namespace string) {
 	t.Helper()
 	for _, o := range installObjects(t, namespace) {

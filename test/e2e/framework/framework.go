@@ -285,11 +285,14 @@ func (e *Env) StartControllerAs(t *testing.T, kubeconfig string, args ...string)
 const controllerLogTail = 60
 
 // StartControllerWith is StartControllerAs with more of the harness's options: the
-// binary, the log and its name are the suite's, and the kubeconfig defaults to
-// ControllerKubeconfig.
+// log and its name are the suite's, the binary defaults to the suite's and the
+// kubeconfig to ControllerKubeconfig.
 func (e *Env) StartControllerWith(t *testing.T, opts localcluster.ControllerOptions) *localcluster.Controller {
 	t.Helper()
-	opts.Bin, opts.LogDir = e.ControllerBin, e.OutDir
+	if opts.Bin == "" {
+		opts.Bin = e.ControllerBin
+	}
+	opts.LogDir = e.OutDir
 	opts.Name = fmt.Sprintf("controller-%d-%s", e.controllers.Add(1), strings.ReplaceAll(t.Name(), "/", "_"))
 	if opts.Kubeconfig == "" {
 		opts.Kubeconfig = e.ControllerKubeconfig
@@ -634,6 +637,12 @@ func extractFromImage(ctx context.Context, binDir, archive, dest string) error {
 	}
 	klog.FromContext(ctx).Info("Running the controller taken out of the image", "archive", archive, "user", config.User)
 	return nil
+}
+
+// ExtractController writes the controller binary of an image archive, such as another
+// version's, to dest, checking the image as the suite's own.
+func (e *Env) ExtractController(ctx context.Context, archive, dest string) error {
+	return extractFromImage(ctx, filepath.Dir(e.KubectlBin), archive, dest)
 }
 
 // imageConfig is what extractFromImage checks of the config `image inspect` prints.
