@@ -62,7 +62,11 @@ func main() {
 	if ignored != "" {
 		logger.Info("GOGC in the environment is neither a number nor off, which the Go runtime ignores: the controller's own target applies", "GOGC", ignored, "target", gogc)
 	}
-	logger.V(1).Info("Garbage collection", "GOGC", gogc)
+	limit, err := applyMemoryLimit(os.Getenv)
+	if err != nil {
+		logger.Error(err, "MEMORY_LIMIT is not a number of bytes: the Go runtime keeps no soft memory limit")
+	}
+	logger.Info("Garbage collection", "GOGC", gogc, "softMemoryLimit", limit)
 	if err := run(ctx, &opts); err != nil {
 		logger.Error(err, "sample-controller failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
@@ -90,6 +94,33 @@ func applyGOGC(getenv func(string) string) (target, ignored string) {
 	}
 	debug.SetGCPercent(defaultGOGC)
 	return strconv.Itoa(defaultGOGC), value
+}
+
+// memoryLimitShare is the share of the container's memory limit that the Go runtime
+// keeps to (its soft limit, GOMEMLIMIT): the garbage collector works harder as the
+// memory it manages nears it, and the rest of the limit is for what it does not manage
+// (the binary, the kernel's accounting of the process), so that the collector acts
+// before the kernel kills the container. The common choice; at 100% it acts too late.
+const memoryLimitShare = 0.9
+
+// applyMemoryLimit sets the runtime's soft memory limit to memoryLimitShare of
+// MEMORY_LIMIT, the container's memory limit in bytes (the Deployment sets it from the
+// downward API, which cannot scale it), unless the environment (read with getenv) sets
+// GOMEMLIMIT, which the runtime has applied. It returns the limit in force: math.MaxInt64
+// when there is none.
+func applyMemoryLimit(getenv func(string) string) (int64, error) {
+	current := debug.SetMemoryLimit(-1)
+	value := getenv("MEMORY_LIMIT")
+	if getenv("GOMEMLIMIT") != "" || value == "" {
+		return current, nil
+	}
+	limit, err := strconv.ParseInt(value, 10, 64)
+	if err != nil || limit <= 0 {
+		return current, fmt.Errorf("MEMORY_LIMIT=%q: want a positive number of bytes", value)
+	}
+	soft := int64(float64(limit) * memoryLimitShare)
+	debug.SetMemoryLimit(soft)
+	return soft, nil
 }
 
 // run checks the flags, connects to the cluster and runs the controller, in the mode

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -387,6 +388,34 @@ func TestOptionsValidateAndComplete(t *testing.T) {
 			if opts.lease.Namespace != c.wantNamespace || opts.lease.Identity != c.wantIdentity || opts.controller.workers != c.wantWorkers {
 				t.Errorf("Lease %q as %q, %d workers; want %q as %q, %d workers",
 					opts.lease.Namespace, opts.lease.Identity, opts.controller.workers, c.wantNamespace, c.wantIdentity, c.wantWorkers)
+			}
+		})
+	}
+}
+
+func TestApplyMemoryLimit(t *testing.T) {
+	previous := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(previous) })
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want int64 // the soft limit in force after
+		err  bool
+	}{
+		{"90% of the container's limit", map[string]string{"MEMORY_LIMIT": "268435456"}, 241591910, false},
+		{"GOMEMLIMIT set by hand wins", map[string]string{"MEMORY_LIMIT": "268435456", "GOMEMLIMIT": "200MiB"}, math.MaxInt64, false},
+		{"no limit", nil, math.MaxInt64, false},
+		{"not a number", map[string]string{"MEMORY_LIMIT": "256Mi"}, math.MaxInt64, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The runtime read GOMEMLIMIT at start: none here.
+			debug.SetMemoryLimit(math.MaxInt64)
+			got, err := applyMemoryLimit(func(k string) string { return tc.env[k] })
+			if (err != nil) != tc.err {
+				t.Errorf("applyMemoryLimit: %v, want an error: %v", err, tc.err)
+			}
+			if now := debug.SetMemoryLimit(-1); got != tc.want || now != tc.want {
+				t.Errorf("applyMemoryLimit = %d, the runtime's limit %d; want %d", got, now, tc.want)
 			}
 		})
 	}

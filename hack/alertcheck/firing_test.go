@@ -326,20 +326,21 @@ var alertCases = map[string][]alertCase{
 		at: 17 * time.Minute,
 	}},
 	"SampleControllerMemoryNearLimit": {{
-		name: "fires on the controller's Pod at 95% of its limit",
+		// The soft limit is 90% of the 256Mi limit.
+		name: "fires on the controller's Pod above its soft limit, 90% of its limit",
 		load: `load 1m
 			process_resident_memory_bytes{namespace="sc", pod="a"} 243000000x30
-			go_gc_gomemlimit_bytes{namespace="sc", pod="a"} 268435456x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="a"} 241591910x30
 			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x30
 			process_resident_memory_bytes{namespace="sc", pod="b"} 100000000x30
-			go_gc_gomemlimit_bytes{namespace="sc", pod="b"} 268435456x30
+			go_gc_gomemlimit_bytes{namespace="sc", pod="b"} 241591910x30
 			sample_controller_build_info{namespace="sc", pod="b", version="v0.1.0"} 1x30`,
 		at:     20 * time.Minute,
 		firing: []string{"sc/a"},
 	}, {
 		name: "silent for another program's Pod near its limit",
 		load: `load 1m
-			process_resident_memory_bytes{namespace="other", pod="x"} 260000000x30
+			process_resident_memory_bytes{namespace="other", pod="x"} 270000000x30
 			go_gc_gomemlimit_bytes{namespace="other", pod="x"} 268435456x30
 			sample_controller_build_info{namespace="sc", pod="a", version="v0.1.0"} 1x30`,
 		at: 20 * time.Minute,
@@ -349,11 +350,11 @@ var alertCases = map[string][]alertCase{
 			process_resident_memory_bytes{namespace="sc", pod="a", container="controller"} 100000000x30
 			go_gc_gomemlimit_bytes{namespace="sc", pod="a", container="controller"} 268435456x30
 			sample_controller_build_info{namespace="sc", pod="a", container="controller", version="v0.1.0"} 1x30
-			process_resident_memory_bytes{namespace="sc", pod="a", container="proxy"} 120000000x30
+			process_resident_memory_bytes{namespace="sc", pod="a", container="proxy"} 130000000x30
 			go_gc_gomemlimit_bytes{namespace="sc", pod="a", container="proxy"} 125000000x30`,
 		at: 20 * time.Minute,
 	}, {
-		name: "silent without GOMEMLIMIT, whose gauge is then the largest int64",
+		name: "silent without a memory limit, when the gauge is the largest int64",
 		load: `load 1m
 			process_resident_memory_bytes{namespace="sc", pod="a"} 900000000x30
 			go_gc_gomemlimit_bytes{namespace="sc", pod="a"} 9223372036854775807x30

@@ -115,7 +115,7 @@ func chartValues(repository, digest string, d valueDefaults) []value {
 		}},
 		{name: "replicas", doc: "Replicas of the controller; null for the mode's: 2 (a leader and a standby), or\n3 with sharded.enabled.", def: nil,
 			schema: map[string]any{"type": []string{"integer", "null"}, "minimum": 0}},
-		{name: "resources", doc: "The controller container's resources. GOMEMLIMIT is set to limits.memory; raise\nmemory with the number of Foos and Deployments (docs/operations.md).", def: d.resources,
+		{name: "resources", doc: "The controller container's resources. GOMEMLIMIT is 90% of limits.memory; raise\nmemory with the number of Foos and Deployments (docs/operations.md).", def: d.resources,
 			schema: map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
 				"limits": anyObject, "requests": anyObject, "claims": map[string]any{"type": "array"},
 			}}},

@@ -64,6 +64,16 @@ func TestHelmTestOnRealNode(t *testing.T) {
 	if !strings.Contains(out, "answer an authenticated scrape") {
 		t.Errorf("helm test passed without the check's report:\n%s", out)
 	}
+	// The kubelet passes the container's memory limit (MEMORY_LIMIT, from the downward
+	// API), and the controller keeps the Go runtime to 90% of it.
+	d, err := env.Kube.AppsV1().Deployments(ns).Get(ctx, "sample-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	soft := fmt.Sprintf("softMemoryLimit=%d", int64(float64(d.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().Value())*0.9))
+	if log := env.Kubectl(t, "logs", "-n", ns, "deployment/sample-controller"); !strings.Contains(log, soft) {
+		t.Errorf("the controller's log does not say %s:\n%s", soft, log)
+	}
 	pod, err := env.Kube.CoreV1().Pods(ns).Get(ctx, "sample-controller-test", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

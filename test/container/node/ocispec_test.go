@@ -77,9 +77,9 @@ func TestContainerSpecOfTheDeployment(t *testing.T) {
 	if !slices.Contains(p.Env, "POD_NAME=pod-1") || !slices.Contains(p.Env, "POD_UID=pod-1-uid") {
 		t.Errorf("env %q, want POD_NAME and POD_UID from the Pod", p.Env)
 	}
-	// And its Go memory limit after the container's, in bytes.
-	if limit := c.Resources.Limits.Memory().Value(); !slices.Contains(p.Env, fmt.Sprintf("GOMEMLIMIT=%d", limit)) {
-		t.Errorf("env %q, want GOMEMLIMIT=%d, the container's memory limit", p.Env, limit)
+	// And the container's memory limit, in bytes, for the Go runtime's.
+	if limit := c.Resources.Limits.Memory().Value(); !slices.Contains(p.Env, fmt.Sprintf("MEMORY_LIMIT=%d", limit)) {
+		t.Errorf("env %q, want MEMORY_LIMIT=%d, the container's memory limit", p.Env, limit)
 	}
 	if spec.Hostname != "pod-1" {
 		t.Errorf("hostname %q, want the Pod's name", spec.Hostname)
