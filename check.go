@@ -22,6 +22,7 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -135,8 +136,11 @@ func retryable(err error) bool {
 // on its port named metrics.
 func readyEndpoints(ctx context.Context, kube kubernetes.Interface, namespace, service string) ([]string, error) {
 	list, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		return nil, fmt.Errorf("listing the endpoints of the Service %s/%s: %w", namespace, service, err)
+	case err != nil:
+		return nil, retryLater("listing the endpoints of the Service %s/%s: %w", namespace, service, err)
 	}
 	var addresses []string
 	for _, s := range list.Items {
@@ -171,11 +175,15 @@ func scrapeAll(ctx context.Context, client *http.Client, addresses []string, tok
 			return fmt.Errorf("%s answered a scrape without a token with %d, want %d: the metrics are open to anyone", url, status, http.StatusUnauthorized)
 		}
 		status, body, err := scrape(ctx, client, url, token)
-		if err != nil {
+		switch {
+		case err != nil:
 			return retryLater("%s: %w", url, err)
-		}
-		if status != http.StatusOK {
-			return fmt.Errorf("%s answered a scrape with the ServiceAccount's token with %d, want 200: is it bound to sample-controller-metrics-reader?", url, status)
+		case status == http.StatusForbidden:
+			return fmt.Errorf("%s refused a scrape with the ServiceAccount's token (%d): is it bound to sample-controller-metrics-reader?", url, status)
+		case status != http.StatusOK:
+			// 401 when the token review could not be made, 429 when the reviews'
+			// budget is spent (Prometheus shares it), 5xx when a review failed.
+			return retryLater("%s answered a scrape with the ServiceAccount's token with %d: %s", url, status, strings.TrimSpace(body))
 		}
 		if !strings.Contains(body, "\n"+checkMetric+"{") {
 			return fmt.Errorf("%s answered without %s: it is not the controller", url, checkMetric)

@@ -80,6 +80,8 @@ func TestCheckScrapes(t *testing.T) {
 		{"the controller's metrics, to its token only", secure(metrics, http.StatusOK), "", false},
 		{"metrics open to anyone", open, "open to anyone", false},
 		{"a token without the role", secure("forbidden", http.StatusForbidden), "is it bound to sample-controller-metrics-reader", false},
+		{"the reviews' budget spent", secure("too many requests", http.StatusTooManyRequests), "429", true},
+		{"a review that could not be made", secure("unauthorized", http.StatusUnauthorized), "401", true},
 		{"another server", secure("# nothing\n", http.StatusOK), "it is not the controller", false},
 		{"nothing listening", nil, "connection refused", true},
 	} {

@@ -48,6 +48,10 @@ func main() {
 	logging := logsapi.NewLoggingConfiguration()
 	logsapi.AddGoFlags(logging, flag.CommandLine)
 	flag.Parse()
+	if err := noArguments(flag.CommandLine); err != nil {
+		fmt.Fprintf(os.Stderr, "sample-controller: %v\n", err)
+		os.Exit(2)
+	}
 	if opts.version {
 		fmt.Println(version.Get())
 		return
@@ -72,6 +76,16 @@ func main() {
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()
+}
+
+// noArguments refuses what is left of the command line once fs parsed it: the flag
+// package stops at the first argument that is not a flag (the value of a boolean flag
+// given apart, as in --profiling true), and would ignore every flag after it.
+func noArguments(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: a flag's value goes after = (--profiling=true); the flags after it were not read", fs.Arg(0))
+	}
+	return nil
 }
 
 // defaultGOGC is the garbage collector's target when the environment sets no GOGC:

@@ -420,3 +420,23 @@ func TestApplyMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestNoArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		refused bool
+	}{
+		{[]string{"--profiling=true", "--kube-api-qps=50"}, false},
+		{[]string{"--profiling", "true", "--kube-api-qps=50"}, true},
+	} {
+		var opts options
+		fs := flag.NewFlagSet("sample-controller", flag.ContinueOnError)
+		opts.addFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := noArguments(fs); (err != nil) != tc.refused {
+			t.Errorf("%q: %v, want refused: %v", tc.args, err, tc.refused)
+		}
+	}
+}

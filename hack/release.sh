@@ -45,7 +45,7 @@ if [[ "${tag}" != "${VERSION}" ]]; then
   echo "release: IMAGE=${IMAGE}: its tag is not VERSION=${VERSION}; one version names the image, the binary and the chart" >&2
   exit 2
 fi
-if ! grep -q "^## ${VERSION}\b" "${REPO_ROOT}/CHANGELOG.md"; then
+if ! awk -v v="${VERSION}" '$1 == "##" && $2 == v { found = 1 } END { exit !found }' "${REPO_ROOT}/CHANGELOG.md"; then
   echo "release: CHANGELOG.md has no section \"## ${VERSION}\": say what changed first" >&2
   exit 2
 fi

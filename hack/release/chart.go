@@ -239,7 +239,7 @@ saying what to do. helm template and --dry-run see no cluster (lookup is empty) 
 {{- if $live }}
 {{- $release := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live }}
 {{- $releaseNamespace := dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $live }}
-{{- $give := printf "kubectl label crd %%s app.kubernetes.io/managed-by=Helm --overwrite && kubectl annotate crd %%s meta.helm.sh/release-name=%%s meta.helm.sh/release-namespace=%%s --overwrite" $name $name $.Release.Name $.Release.Namespace }}
+{{- $give := printf %[5]s $name $.Release.Name $.Release.Namespace }}
 {{- if not $release }}
 {{- fail (printf "CustomResourceDefinition %%s exists and no helm release owns it: it was applied with kubectl (artifacts/examples, make deploy, install.yaml), or installed from crds/ by the chart before 0.2.0. For this release to upgrade it from now on (and keep it, with every Foo, on uninstall), give it to the release first: %%s. Or leave it to whoever applies it: --set crds.enabled=false." $name $give) }}
 {{- else if or (ne $release $.Release.Name) (ne $releaseNamespace $.Release.Namespace) }}
@@ -248,8 +248,19 @@ saying what to do. helm template and --dry-run see no cluster (lookup is empty) 
 {{- end }}
 {{- end }}
 {{- end }}
-`, generatedBy, strings.Join(objects, " "), namespace, quoted(crds)), nil
+`, generatedBy, strings.Join(objects, " "), namespace, quoted(crds), fmt.Sprintf("%q", giveCRD)), nil
 }
+
+// giveCRD is the command that gives a CRD to a release, as a printf format of the
+// CRD's name, the release's and its namespace: helm's ownership, and the managed
+// fields reduced to one entry of the label, so that helm's server-side apply owns each
+// field alone. Another manager's entries (kubectl's, with make deploy) would share the
+// CRD's fields, and the first chart that changes one (.spec.versions is atomic) would
+// stop on a conflict. hack/deploy.sh handover does the same to every object.
+const giveCRD = `kubectl patch crd %s --type=merge -p '{"metadata":{"labels":{"app.kubernetes.io/managed-by":"Helm"},` +
+	`"annotations":{"meta.helm.sh/release-name":"%s","meta.helm.sh/release-namespace":"%s","kubectl.kubernetes.io/last-applied-configuration":null},` +
+	`"managedFields":[{"manager":"adopted-by-helm","operation":"Update","apiVersion":"apiextensions.k8s.io/v1","fieldsType":"FieldsV1",` +
+	`"fieldsV1":{"f:metadata":{"f:labels":{"f:app.kubernetes.io/managed-by":{}}}}}]}}'`
 
 func quoted(names []string) string {
 	var q []string
@@ -259,14 +270,20 @@ func quoted(names []string) string {
 	return strings.Join(q, " ")
 }
 
+// crdAnnotations keep the CRD, and with it every Foo: helm keeps it when the release
+// is uninstalled or an upgrade or rollback leaves it out, and Argo CD, which renders the
+// chart with helm template and applies it itself, neither prunes it (crds.enabled set
+// to false) nor deletes it with the Application.
+const crdAnnotations = "    helm.sh/resource-policy: keep\n    argocd.argoproj.io/sync-options: Prune=false,Delete=false\n"
+
 // crdTemplate is the template of a CRD of artifacts/examples: rendered with
-// crds.enabled, and kept by helm when the release is uninstalled.
+// crds.enabled, and never deleted (crdAnnotations).
 func (a *artifacts) crdTemplate(y string) (string, error) {
 	const anchor = "metadata:\n  annotations:\n"
 	if !strings.HasPrefix(y, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"+anchor) {
 		return "", fmt.Errorf("want a CRD whose metadata starts with annotations, for helm's keep policy")
 	}
-	y = strings.Replace(y, anchor, anchor+"    helm.sh/resource-policy: keep\n", 1)
+	y = strings.Replace(y, anchor, anchor+crdAnnotations, 1)
 	out := []string{"{{- /* " + generatedBy + " */}}", "{{- if .Values.crds.enabled }}"}
 	for _, l := range lines(y) {
 		out = append(out, a.templateLine(l))
@@ -461,7 +478,7 @@ const testName = chartName + "-test"
 // metrics Service's endpoints and scrape /metrics. It fails unless a replica is Ready
 // and every Ready one refuses a scrape without a token and answers one with it. Test
 // hooks are created by helm test only, and recreated at each run; helm deletes the
-// RBAC after a passing run and leaves the Pod, for its log, until the next.
+// RBAC after each run and leaves the Pod, for its log, until the next.
 func testCheck() string {
 	hook := func(weight, deletePolicy string) string {
 		return fmt.Sprintf(`  labels:
@@ -471,7 +488,7 @@ func testCheck() string {
     helm.sh/hook-weight: %q
     helm.sh/hook-delete-policy: %s`, testName, weight, deletePolicy)
 	}
-	rbac := hook("-1", "before-hook-creation,hook-succeeded")
+	rbac := hook("-1", "before-hook-creation,hook-succeeded,hook-failed")
 	return fmt.Sprintf(`{{- /* %[1]s */ -}}
 apiVersion: v1
 kind: ServiceAccount
@@ -564,11 +581,7 @@ spec:
     runAsUser: 65532
     seccompProfile:
       type: RuntimeDefault
-{{- /* Where the controller's Pods may run, so may the test's. */}}
-{{- with .Values.affinity }}
-  affinity:
-{{- toYaml . | nindent 4 }}
-{{- end }}
+{{- /* Where the controller's Pods may run, so may the test's (not their affinity, which may keep Pods apart by the controller's labels). */}}
 {{- with .Values.imagePullSecrets }}
   imagePullSecrets:
 {{- toYaml . | nindent 4 }}
@@ -586,6 +599,9 @@ spec:
   - name: metrics-tls
     secret:
       secretName: %[5]s-metrics-cert
+      items:
+      - key: ca.crt
+        path: ca.crt
 {{- end }}
 `, generatedBy, testName, rbac, hook("0", "before-hook-creation"), chartName, imageHelper)
 }

@@ -136,10 +136,11 @@ func TestChartIsKustomize(t *testing.T) {
 					}
 				}
 			}
-			// The CRD is kept when the release is uninstalled.
+			// The CRD is never deleted.
 			for id := range examples.objects {
 				annotations := want[id.String()]["metadata"].(map[string]any)["annotations"].(map[string]any)
 				annotations["helm.sh/resource-policy"] = "keep"
+				annotations["argocd.argoproj.io/sync-options"] = "Prune=false,Delete=false"
 			}
 			for id, w := range want {
 				g, ok := got[id]

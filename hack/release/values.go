@@ -267,6 +267,7 @@ var refusedArgs = []struct{ flag, why string }{
 	{"metrics-bind-address", "the chart's Service, NetworkPolicy and ServiceMonitor use the metrics port"},
 	{"metrics-secure", "the chart serves metrics to authenticated callers only"},
 	{"health-probe-bind-address", "the chart's probes use the probe port"},
+	{"graceful-shutdown-timeout", "the chart's terminationGracePeriodSeconds leaves room for this drain, and no more"},
 	{"tls-cert-file", "certManager.enabled sets the serving certificate"},
 	{"tls-private-key-file", "certManager.enabled sets the serving certificate"},
 }

@@ -57,20 +57,9 @@ func TestInstallPaths(t *testing.T) {
 		// The chart would upgrade a CRD it does not own: it stops, saying how to give it
 		// the CRD or leave it be, and changes nothing.
 		out, err := env.HelmRun(ctx, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
-		give := regexp.MustCompile(`give it to the release first: (.*?)\. Or leave it to whoever applies it: --set crds.enabled=false`).FindStringSubmatch(out)
-		if err == nil || give == nil {
-			t.Fatalf("helm install over the examples' CRD: err = %v, want it refused, naming how to give it the CRD:\n%s", err, out)
-		}
 		t.Logf("helm install over the examples' CRD, refused:\n%s", out)
+		giveCRD(t, out, err)
 		api.unchanged(t, "the refused helm install")
-		// As the refusal says.
-		for command := range strings.SplitSeq(give[1], " && ") {
-			args := strings.Fields(command)
-			if args[0] != "kubectl" {
-				t.Fatalf("the refusal's command %q is not kubectl's", command)
-			}
-			env.Kubectl(t, args[1:]...)
-		}
 		env.Helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 		api.check(t, "helm install", releaseNamespace)
 		api.upgradeAndUninstall(t, chart, releaseNamespace)
@@ -130,6 +119,21 @@ func TestInstallPaths(t *testing.T) {
 		}
 		api.upgradeAndUninstall(t, chart, framework.DeployNamespace)
 	})
+}
+
+// giveCRD runs the command an install or upgrade refused with err and output out
+// names to give the CRD to the release, as a user would paste it.
+func giveCRD(t *testing.T, out string, err error) {
+	t.Helper()
+	give := regexp.MustCompile(`give it to the release first: (kubectl .*?)\. Or leave it to whoever applies it: --set crds.enabled=false`).FindStringSubmatch(out)
+	if err == nil || give == nil {
+		t.Fatalf("helm: err = %v, want it stopped at the CRD, naming how to give it to the release:\n%s", err, out)
+	}
+	args := strings.Fields(give[1])
+	for i := range args {
+		args[i] = strings.Trim(args[i], "'")
+	}
+	env.Kubectl(t, args[1:]...)
 }
 
 // check checks, after step, that the API is unchanged and that no object of the

@@ -21,10 +21,12 @@ import (
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
-// TestCRDUpgrade upgrades the release, with a converged Foo present, to a chart whose
-// CRD gained a field, as the next version's would: helm upgrades the CRD with the
-// release, the Foo and its Deployment stay the same objects, and a Foo may then carry
-// the field. helm uninstall keeps the CRD, the new field and the Foo.
+// TestCRDUpgrade gives the release a CRD that make deploy applied (kubectl's
+// server-side apply owns its fields) as the install check says, then upgrades the
+// release, with a converged Foo present, to a chart whose CRD gained a field, as the
+// next version's would: helm upgrades the CRD with the release, the Foo and its
+// Deployment stay the same objects, and a Foo may then carry the field. helm uninstall
+// keeps the CRD, the new field and the Foo.
 func TestCRDUpgrade(t *testing.T) {
 	ns := env.NewNamespace(t)
 	installed := installWithFoo(t, chartArchive(t), ns)
@@ -61,16 +63,17 @@ func TestCRDUpgrade(t *testing.T) {
 	}
 }
 
-// installWithFoo gives the CRD to the suite's release, as the install check says to
-// (whichever test kept it last), installs chart as that release and converges
+// installWithFoo applies the CRD as make deploy does and gives it to the suite's
+// release as the install check says, installs chart as that release and converges
 // example-foo in ns with a controller that then stops. It returns the API as it is
 // then.
 func installWithFoo(t *testing.T, chart, ns string) *apiSnapshot {
 	t.Helper()
-	if crdState(t) != "" {
-		env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by=Helm", "--overwrite")
-		env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name="+release, "meta.helm.sh/release-namespace="+releaseNamespace, "--overwrite")
-	}
+	env.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(env.RepoRoot, "artifacts", "examples"))
+	env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-")
+	env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by-")
+	out, err := env.HelmRun(t.Context(), "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
+	giveCRD(t, out, err)
 	env.Helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 	c := env.StartControllerWith(t, localcluster.ControllerOptions{Kubeconfig: env.Kubeconfig})
 	env.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(env.RepoRoot, "artifacts", "examples", "example-foo.yaml"))
@@ -154,14 +157,8 @@ func TestUpgradeFromThePreviousVersion(t *testing.T) {
 	api := snapshotAPI(t, ns)
 
 	out, err := env.HelmRun(ctx, "upgrade", release, chartArchive(t), "-n", releaseNamespace, "--reset-then-reuse-values", "--wait", "--timeout", "3m")
-	give := regexp.MustCompile(`give it to the release first: (.*?)\. Or leave it to whoever applies it`).FindStringSubmatch(out)
-	if err == nil || give == nil {
-		t.Fatalf("helm upgrade from %s: err = %v, want it stopped at the CRD, naming how to give it to the release:\n%s", previous, err, out)
-	}
+	giveCRD(t, out, err)
 	api.unchanged(t, "the refused upgrade")
-	for command := range strings.SplitSeq(give[1], " && ") {
-		env.Kubectl(t, strings.Fields(command)[1:]...)
-	}
 	env.Helm(t, "upgrade", release, chartArchive(t), "-n", releaseNamespace, "--reset-then-reuse-values", "--wait", "--timeout", "3m")
 	api.unchangedButTheCRDsSpec(t, "helm upgrade from "+previous)
 	ownedOnce(t, "helm upgrade from "+previous, releaseNamespace)
