@@ -135,18 +135,26 @@ func TestHelmChart(t *testing.T) {
 	env.Kubectl(t, "label", "namespace", releaseNamespace, "pod-security.kubernetes.io/enforce=restricted")
 	// Values a team sets: the Pods land where the nodeSelector says, and the controller
 	// (run with the Deployment's flags) takes the flags the named values give it.
+	const priorityClass = "sc-helm-controllers"
+	env.KubectlIn(t, `{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"`+priorityClass+`"},"value":1000}`, "apply", "-f", "-")
+	t.Cleanup(func() { _, _ = env.KubectlRun(context.Background(), "", "delete", "priorityclass", priorityClass, "--ignore-not-found") })
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	err := os.WriteFile(values, []byte(fmt.Sprintf(`
+replicas: 1
 resources: {limits: {cpu: "2", memory: 512Mi}, requests: {cpu: 200m, memory: 128Mi}}
 logging: {format: json, verbosity: 2}
 workers: 4
 leaderElection: {leaseDuration: 20s}
 extraArgs: ["--kube-api-qps=50", "--kube-api-burst=100"]
-nodeSelector: {%s: kwok}
+nodeSelector: {%[1]s: kwok}
 tolerations: [{key: dedicated, operator: Equal, value: controllers, effect: NoSchedule}]
 podLabels: {team: platform}
 podAnnotations: {example.com/owner: platform}
-`, localcluster.NodeLabel)), 0o644)
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: %[1]s, operator: In, values: [kwok]}]}]}}}
+topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {team: platform}}}]
+priorityClassName: %[2]s
+imagePullSecrets: [{name: registry}]
+`, localcluster.NodeLabel, priorityClass)), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +179,12 @@ podAnnotations: {example.com/owner: platform}
 		if got := d.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String(); got != "512Mi" {
 			t.Errorf("%s: the memory limit is %s, want the values' 512Mi", step, got)
 		}
+		spec := d.Spec.Template.Spec
+		if *d.Spec.Replicas != 1 || spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.PriorityClassName != priorityClass ||
+			len(spec.ImagePullSecrets) != 1 || len(spec.TopologySpreadConstraints) != 1 || spec.TopologySpreadConstraints[0].LabelSelector.MatchLabels["team"] != "platform" {
+			t.Errorf("%s: the Deployment has %d replicas, affinity %v, priority class %q, pull secrets %v, topology spread %v; want the values'",
+				step, *d.Spec.Replicas, spec.Affinity, spec.PriorityClassName, spec.ImagePullSecrets, spec.TopologySpreadConstraints)
+		}
 		pods, err := env.Kube.CoreV1().Pods(releaseNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "team=platform"})
 		if err != nil {
 			t.Fatal(err)
@@ -180,8 +194,8 @@ podAnnotations: {example.com/owner: platform}
 			if err != nil {
 				t.Fatalf("%s: the Pod %s on node %q: %v", step, p.Name, p.Spec.NodeName, err)
 			}
-			if node.Labels[localcluster.NodeLabel] != "kwok" || p.Annotations["example.com/owner"] != "platform" {
-				t.Errorf("%s: the Pod %s is on node %s (labels %v) with annotations %v", step, p.Name, node.Name, node.Labels, p.Annotations)
+			if node.Labels[localcluster.NodeLabel] != "kwok" || p.Annotations["example.com/owner"] != "platform" || p.Spec.Priority == nil || *p.Spec.Priority != 1000 {
+				t.Errorf("%s: the Pod %s is on node %s (labels %v) with annotations %v and priority %v", step, p.Name, node.Name, node.Labels, p.Annotations, p.Spec.Priority)
 			}
 		}
 		if len(pods.Items) == 0 {
@@ -218,8 +232,8 @@ podAnnotations: {example.com/owner: platform}
 	out = env.Helm(t, "upgrade", release, chart, "--namespace", releaseNamespace, "--reset-then-reuse-values", "--set", "sharded.enabled=true", "--wait", "--timeout", "3m")
 	t.Logf("helm upgrade:\n%s", out)
 	d := deployment(t, releaseNamespace)
-	if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
-		t.Fatalf("after the upgrade to sharded mode the Deployment has %d replicas and flags %q", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Args)
+	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--shard-slots=16") {
+		t.Fatalf("after the upgrade to sharded mode the Deployment has flags %q", d.Spec.Template.Spec.Containers[0].Args)
 	}
 	checkValues("helm upgrade --reset-then-reuse-values")
 	c = startDeployed(t, releaseNamespace)
