@@ -137,7 +137,9 @@ func TestHelmChart(t *testing.T) {
 	// (run with the Deployment's flags) takes the flags the named values give it.
 	const priorityClass = "sc-helm-controllers"
 	env.KubectlIn(t, `{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"`+priorityClass+`"},"value":1000}`, "apply", "-f", "-")
-	t.Cleanup(func() { _, _ = env.KubectlRun(context.Background(), "", "delete", "priorityclass", priorityClass, "--ignore-not-found") })
+	t.Cleanup(func() {
+		_, _ = env.KubectlRun(context.Background(), "", "delete", "priorityclass", priorityClass, "--ignore-not-found")
+	})
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	err := os.WriteFile(values, []byte(fmt.Sprintf(`
 replicas: 1
