@@ -93,31 +93,42 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 
-	var last error
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	err = wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+	return retryUntil(ctx, o.timeout, 2*time.Second, func(ctx context.Context) error {
 		addresses, err := readyEndpoints(ctx, kube, namespace, o.service)
 		if err == nil {
 			err = scrapeAll(ctx, client, addresses, strings.TrimSpace(string(token)))
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				// The timeout cut this try short: the last answer says more.
-				return false, nil
-			}
-			if !retryable(err) {
-				return false, err
-			}
-			last = err
-			return false, nil
+		if err == nil {
+			fmt.Fprintf(out, "%d Ready replicas of %s/%s answer an authenticated scrape with %s, and refuse one without a token: %s\n",
+				len(addresses), namespace, o.service, checkMetric, strings.Join(addresses, ", "))
 		}
-		fmt.Fprintf(out, "%d Ready replicas of %s/%s answer an authenticated scrape with %s, and refuse one without a token: %s\n",
-			len(addresses), namespace, o.service, checkMetric, strings.Join(addresses, ", "))
-		return true, nil
+		return err
 	})
-	if err != nil && last != nil {
-		return fmt.Errorf("after %v: %w", o.timeout, last)
+}
+
+// retryUntil calls try every interval until it succeeds, fails with an error that is
+// not retryable, or timeout ends. Timed out, it returns what the last complete try
+// found, which says more than that time ran out.
+func retryUntil(ctx context.Context, timeout, interval time.Duration, try func(context.Context) error) error {
+	var last error
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
+		err := try(ctx)
+		switch {
+		case err == nil:
+			return true, nil
+		case ctx.Err() != nil:
+			// The timeout cut this try short.
+			return false, ctx.Err()
+		case !retryable(err):
+			return false, err
+		}
+		last = err
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil && last != nil {
+		return fmt.Errorf("after %v: %w", timeout, last)
 	}
 	return err
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,6 +104,38 @@ func TestCheckScrapes(t *testing.T) {
 				t.Errorf("scrapeAll: %v, want an error saying %q", err, tc.want)
 			case err != nil && retryable(err) != tc.retry:
 				t.Errorf("scrapeAll: %v, retried: %v, want %v", err, retryable(err), tc.retry)
+			}
+		})
+	}
+}
+
+func TestCheckRetriesUntilItKnows(t *testing.T) {
+	notYet := retryLater("no Ready endpoint")
+	forbidden := errors.New("forbidden")
+	for _, tc := range []struct {
+		name    string
+		tries   []error // then nil
+		timeout time.Duration
+		want    string // in the error; empty for a pass
+	}{
+		{"passes after retries", []error{notYet, notYet}, time.Minute, ""},
+		{"a refusal after a retry is the answer", []error{notYet, forbidden}, time.Minute, "forbidden"},
+		{"timed out, the last answer", nil, 50 * time.Millisecond, "after 50ms: no Ready endpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i := 0
+			err := retryUntil(t.Context(), tc.timeout, 10*time.Millisecond, func(context.Context) error {
+				defer func() { i++ }()
+				if tc.tries == nil {
+					return notYet
+				}
+				if i < len(tc.tries) {
+					return tc.tries[i]
+				}
+				return nil
+			})
+			if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("retryUntil: %v, want %q", err, tc.want)
 			}
 		})
 	}
