@@ -8,7 +8,7 @@ FROM --platform=$BUILDPLATFORM golang:1.27.3 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
 # What --version and sample_controller_build_info report: docker build --build-arg
-# VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD).
+# VERSION=$(hack/version.sh) --build-arg REVISION=$(git rev-parse HEAD).
 ARG VERSION=(devel)
 ARG REVISION=unknown
 WORKDIR /src
