@@ -376,54 +376,59 @@ func dig(t *testing.T, o any, keys ...string) any {
 }
 
 // TestOperationsDocListsEveryValue checks the values table of docs/operations.md
-// against the chart's values: every value in one row, with its default (a default
-// that is not a scalar, as kustomize renders it, reads "artifacts/deploy's").
+// against the chart's values.schema.json: every value in one row, with its default (a
+// default that is not a scalar, as kustomize renders it, reads "artifacts/deploy's").
 func TestOperationsDocListsEveryValue(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := loadArtifacts(repoRoot(t))
+	data, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := a.render(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prometheus := slices.IndexFunc(components, func(c component) bool { return c.value == "prometheus" })
-	monitored, err := a.render(1 << prometheus)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := defaultsFrom(base, monitored, a.namespace)
-	if err != nil {
+	var schema map[string]any
+	if err := json.Unmarshal(data, &schema); err != nil {
 		t.Fatal(err)
 	}
 	defaults := map[string]string{}
-	for _, v := range leaves(chartValues(a.imageName, "", d), "") {
-		switch def := v.def.(type) {
-		case map[string]any:
-			defaults[v.name] = "`{}`"
-			if len(def) > 0 {
-				defaults[v.name] = "artifacts/deploy's"
+	// A value is a property with a default; an object of values has properties.
+	var walk func(prefix string, s map[string]any)
+	walk = func(prefix string, s map[string]any) {
+		props, _ := s["properties"].(map[string]any)
+		for name, p := range props {
+			p := p.(map[string]any)
+			def, ok := p["default"]
+			if !ok {
+				walk(prefix+name+".", p)
+				continue
 			}
-		case []any:
-			defaults[v.name] = "`[]`"
-			if len(def) > 0 {
-				defaults[v.name] = "artifacts/deploy's"
-			}
-		default:
-			j, err := json.Marshal(def)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defaults[v.name] = "`" + strings.Trim(string(j), `"`) + "`"
-			if s, ok := def.(string); ok && s == "" {
-				defaults[v.name] = "`\"\"`"
+			switch def := def.(type) {
+			case map[string]any:
+				defaults[prefix+name] = "`{}`"
+				if len(def) > 0 {
+					defaults[prefix+name] = "artifacts/deploy's"
+				}
+			case []any:
+				defaults[prefix+name] = "`[]`"
+				if len(def) > 0 {
+					defaults[prefix+name] = "artifacts/deploy's"
+				}
+			case string:
+				defaults[prefix+name] = "`" + def + "`"
+				if def == "" {
+					defaults[prefix+name] = "`\"\"`"
+				}
+			default:
+				j, err := json.Marshal(def)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defaults[prefix+name] = "`" + string(j) + "`"
 			}
 		}
 	}
+	walk("", schema)
 	row := regexp.MustCompile("(?m)^\\| (`[^|]+`) \\| ([^|]+) \\| [^|]+ \\|$")
 	seen := map[string]bool{}
 	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {

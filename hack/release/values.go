@@ -236,20 +236,6 @@ func valuesSchema(values []value) (string, error) {
 	return string(out) + "\n", nil
 }
 
-// leaves lists the chart's leaf values by their dotted path, in values.yaml's order.
-func leaves(vs []value, prefix string) []value {
-	var out []value
-	for _, v := range vs {
-		v.name = prefix + v.name
-		if v.fields != nil {
-			out = append(out, leaves(v.fields, v.name+".")...)
-			continue
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
 // refusedArgs are the flags extraArgs may not carry, with why: each is the chart's,
 // or has a value of its own.
 var refusedArgs = []struct{ flag, why string }{

@@ -50,10 +50,8 @@ func TestInstallPaths(t *testing.T) {
 	chart := chartArchive(t)
 
 	t.Run("examples, then the chart", func(t *testing.T) {
-		// The CRD as kubectl alone applied it: no release's (an earlier test's release
-		// kept it, with its ownership).
-		env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-")
-		env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by-")
+		// The CRD as kubectl alone applied it (an earlier test's release kept it).
+		disownCRD(t)
 		// The chart would upgrade a CRD it does not own: it stops, saying how to give it
 		// the CRD or leave it be, and changes nothing.
 		out, err := env.HelmRun(ctx, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
@@ -119,6 +117,14 @@ func TestInstallPaths(t *testing.T) {
 		}
 		api.upgradeAndUninstall(t, chart, framework.DeployNamespace)
 	})
+}
+
+// disownCRD leaves the CRD as kubectl, or an older chart's crds/, leaves it: no
+// release's, whichever test's release kept it last.
+func disownCRD(t *testing.T) {
+	t.Helper()
+	env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-", "helm.sh/resource-policy-")
+	env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by-")
 }
 
 // giveCRD runs the command an install or upgrade refused with err and output out

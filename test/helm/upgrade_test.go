@@ -70,8 +70,7 @@ func TestCRDUpgrade(t *testing.T) {
 func installWithFoo(t *testing.T, chart, ns string) *apiSnapshot {
 	t.Helper()
 	env.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(env.RepoRoot, "artifacts", "examples"))
-	env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-")
-	env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by-")
+	disownCRD(t)
 	out, err := env.HelmRun(t.Context(), "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 	giveCRD(t, out, err)
 	env.Helm(t, "install", release, chart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
@@ -134,8 +133,7 @@ func TestUpgradeFromThePreviousVersion(t *testing.T) {
 
 	// The CRD as the previous chart left it: installed from crds/, no release's.
 	if crdState(t) != "" {
-		env.Kubectl(t, "annotate", "crd", crdName, "meta.helm.sh/release-name-", "meta.helm.sh/release-namespace-", "helm.sh/resource-policy-")
-		env.Kubectl(t, "label", "crd", crdName, "app.kubernetes.io/managed-by-")
+		disownCRD(t)
 	}
 	env.Helm(t, "install", release, oldChart, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m")
 	ns := env.NewNamespace(t)
