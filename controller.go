@@ -60,6 +60,11 @@ const defaultShutdownTimeout = 30 * time.Second
 // rejection was reported on the Foo.
 var errRejected = errors.New("deployment write rejected")
 
+// errDeferred marks a sync that created the Foo's Deployment while other Foos were
+// queued: its status write, and the Event that reports the create, wait for their turn
+// behind them (Deployments first).
+var errDeferred = errors.New("status write deferred behind the queued Foos")
+
 // errStaleCache marks a sync skipped because the informer caches do not meet the Foo's
 // expectations (c.writes). The event that meets them requeues it.
 var errStaleCache = errors.New("the cache is stale")
@@ -440,6 +445,13 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	case err == nil:
 		syncsTotal.WithLabelValues(syncSuccess).Inc()
 		c.workqueue.Forget(key)
+	case errors.Is(err, errDeferred):
+		// Deployments first: a user waits for the Deployments, which the Foos queued
+		// behind this one lack; the status that reports this one comes after them. At
+		// the back of the queue, once: the next sync creates nothing.
+		syncsTotal.WithLabelValues(syncDeferred).Inc()
+		c.workqueue.Forget(key)
+		c.workqueue.Add(key)
 	case errors.Is(err, errStaleCache):
 		// Nothing done, nothing failed: the Foo keeps its backoff until the event.
 		syncsTotal.WithLabelValues(syncStale).Inc()
@@ -480,7 +492,10 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 }
 
 // syncHandler brings the Deployment of the named Foo in line with the Foo's spec and
-// writes the Foo's status. It writes nothing when nothing differs.
+// writes the Foo's status. It writes nothing when nothing differs. A sync that creates
+// the Deployment while other Foos wait in the queue stops there (errDeferred): their
+// Deployments, which users wait for, go before the status and the Event that report
+// this one, as at a cold start with every Foo new.
 func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "foo", klog.KRef(key.Namespace, key.Name))
 	ctx = klog.NewContext(ctx, logger)
@@ -510,6 +525,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 
 	s := &fooSync{c: c, foo: foo, records: foo.Status.Deployments}
+	if name, uid, ok := c.writes.Unrecorded(key, foo.UID); ok {
+		// Created by an earlier sync, which left the status write for later.
+		s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: name, UID: uid})
+	}
 	deployment, syncErr := c.syncDeployment(ctx, s)
 	foo = s.foo
 	var retryErr error
@@ -517,6 +536,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	case syncErr == nil:
 		c.writes.Report(key, foo.UID, "")
 		c.nameWatches.Done(key)
+		if s.made && c.workqueue.Len() > 0 {
+			return errDeferred
+		}
 		if err := c.deletePreviousDeployments(ctx, s); err != nil {
 			return err
 		}
@@ -544,7 +566,24 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		// or deleted.
 		statusErr = c.keepRecords(ctx, foo, s.records)
 	}
+	if statusErr == nil {
+		c.recorded(foo)
+	}
 	return errors.Join(retryErr, statusErr)
+}
+
+// recorded is called once a status write of foo holds the records of its sync: the
+// Deployment this process created for it, if the status did not record it yet, is
+// reported now, with an Event. Deployments first: after those of the Foos queued
+// before it.
+func (c *Controller) recorded(foo *samplev1alpha1.Foo) {
+	name, uid, ok := c.writes.Recorded(cache.MetaObjectToName(foo), foo.UID)
+	if !ok {
+		return
+	}
+	created := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: foo.Namespace, Name: name, UID: uid}}
+	c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
+		"Created Deployment %q", name)
 }
 
 // keepRecords writes records, the record of the Deployments created for foo as a sync
@@ -588,6 +627,8 @@ type fooSync struct {
 	records []samplev1alpha1.CreatedDeployment
 	// confirmed is set once the API server has confirmed foo current.
 	confirmed bool
+	// made is set when the sync created the Foo's Deployment.
+	made bool
 }
 
 // confirm makes sure, at most once a sync, that the Foo is as the cache has it
@@ -782,6 +823,7 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 			return nil, fmt.Errorf("%w: the Foo changed or went before its Deployment was recorded", errStaleCache)
 		}
 		s.foo, foo = written, written
+		c.recorded(foo)
 	}
 	desired := reconcile.NewDeployment(foo)
 	setLabels(desired, c.deploymentLabels)
@@ -791,10 +833,12 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 	created, err := deployments.Create(ctx, desired, metav1.CreateOptions{FieldManager: fieldManager})
 	if err == nil {
 		s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: name, UID: created.UID})
-		c.writes.ExpectWrite(writes.Deployments, cache.MetaObjectToName(foo), foo.UID, created.ResourceVersion)
+		s.made = true
+		key := cache.MetaObjectToName(foo)
+		c.writes.ExpectWrite(writes.Deployments, key, foo.UID, created.ResourceVersion)
+		// Until the status records it, and the Event reports it (syncHandler).
+		c.writes.Created(key, foo.UID, name, created.UID)
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
-		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
-			"Created Deployment %q", created.Name)
 		return created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {

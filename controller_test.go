@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -246,9 +247,10 @@ func TestSyncHandler(t *testing.T) {
 				f.Status.Deployments = reconcile.DropRecord(f.Status.Deployments, "web")
 			})),
 		},
+		// The create is told once the status records it, after the delete.
 		wantEvents: []string{
-			`Normal DeploymentCreated Created Deployment "web-v2"`,
 			`Normal DeploymentDeleted Deleted Deployment "web", replaced by "web-v2"`,
+			`Normal DeploymentCreated Created Deployment "web-v2"`,
 		},
 	}, {
 		// Its author may patch the Deployment but not delete it: the controller must
@@ -516,6 +518,104 @@ func TestSyncHandler(t *testing.T) {
 			f.checkEvents(tc.wantEvents...)
 		})
 	}
+}
+
+// TestDeploymentsFirst checks that a sync that creates a Foo's Deployment while other
+// Foos wait in the queue leaves the status write and the Event to the Foo's next sync,
+// which reads nothing more for it than a sync that did both; and that what the status
+// does not record yet is not lost when the deploymentName changes in between.
+func TestDeploymentsFirst(t *testing.T) {
+	foo := newFoo("web", ptr.To[int32](2))
+	queued := cache.ObjectName{Namespace: metav1.NamespaceDefault, Name: "queued"}
+	// deferred runs a sync of foo behind a queued Foo, which must create its
+	// Deployment and stop there, and puts the Deployment in the cache as the
+	// informer would.
+	deferred := func(t *testing.T, f *fixture, foo *samplev1alpha1.Foo) {
+		t.Helper()
+		f.controller.workqueue.Add(queued)
+		if err := f.sync(foo); !errors.Is(err, errDeferred) {
+			t.Fatalf("sync behind a queued Foo = %v, want %v", err, errDeferred)
+		}
+		f.checkActions([]action{create(reconcile.NewDeployment(foo))})
+		f.checkEvents()
+		created, err := f.kubeclient.AppsV1().Deployments(foo.Namespace).Get(t.Context(), foo.Spec.DeploymentName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.controller.deploymentsIndexer.Add(cachedCopy(created)); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.controller.workqueue.Get(); got != queued {
+			t.Fatalf("queue head = %v, want %v", got, queued)
+		}
+		f.controller.workqueue.Done(queued)
+		f.kubeclient.ClearActions()
+		f.client.ClearActions()
+	}
+
+	t.Run("the status and the Event come with the next sync", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		deferred(t, f, foo)
+		if err := f.sync(foo); err != nil {
+			t.Fatalf("the next sync = %v", err)
+		}
+		// No read of the Foo to learn whose the Deployment is: this process made it.
+		f.checkActions([]action{updateStatus(withStatus(foo, reconcile.NewDeployment(foo)))})
+		f.checkEvents(`Normal DeploymentCreated Created Deployment "web"`)
+		// Told once: the sync after it has nothing to do.
+		stored, err := f.client.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(t.Context(), foo.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.controller.foosIndexer.Update(stored); err != nil {
+			t.Fatal(err)
+		}
+		f.client.ClearActions()
+		if err := f.sync(stored); err != nil {
+			t.Fatal(err)
+		}
+		f.checkActions(nil)
+		f.checkEvents()
+	})
+
+	t.Run("an empty queue syncs the Foo in one go", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		if err := f.sync(foo); err != nil {
+			t.Fatal(err)
+		}
+		f.checkActions([]action{create(reconcile.NewDeployment(foo)), updateStatus(withStatus(foo, reconcile.NewDeployment(foo)))})
+		f.checkEvents(`Normal DeploymentCreated Created Deployment "web"`)
+	})
+
+	t.Run("a deploymentName changed before the status write", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
+		deferred(t, f, foo)
+		renamed := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2"; f.Generation = 2 })
+		update(f, renamed)
+		if err := f.controller.foosIndexer.Update(renamed.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		// web is recorded (and told) before web-v2 is created, and deleted after.
+		if err := f.sync(renamed); err != nil {
+			t.Fatalf("sync of the renamed Foo = %v", err)
+		}
+		if _, err := f.kubeclient.AppsV1().Deployments(foo.Namespace).Get(t.Context(), "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Deployment created under the previous name: %v, want it deleted", err)
+		}
+		stored, err := f.client.SamplecontrollerV1alpha1().Foos(foo.Namespace).Get(t.Context(), foo.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []samplev1alpha1.CreatedDeployment{{Name: "web-v2", UID: createdUID("web-v2")}}
+		if diff := cmp.Diff(want, stored.Status.Deployments); diff != "" {
+			t.Errorf("status.deployments (-want +got):\n%s", diff)
+		}
+		f.checkEvents(
+			`Normal DeploymentCreated Created Deployment "web"`,
+			`Normal DeploymentDeleted Deleted Deployment "web", replaced by "web-v2"`,
+			`Normal DeploymentCreated Created Deployment "web-v2"`,
+		)
+	})
 }
 
 // TestSyncHandlerMarksRefusals checks that only a reported refusal gets the capped

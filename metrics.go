@@ -97,11 +97,14 @@ const (
 	// syncFenced: the API server's fencing policy refused a write of the sync: the
 	// Lease names another replica (or, when it lasts, the policy cannot match this one).
 	syncFenced = "fenced"
+	// syncDeferred: the sync created the Foo's Deployment and left the status write
+	// for its turn behind the Foos queued (Deployments first).
+	syncDeferred = "deferred"
 )
 
 func init() {
 	// Every series exists from the start, so rates work from the first scrape.
-	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale, syncHeldBack, syncFenced} {
+	for _, result := range []string{syncSuccess, syncConflict, syncError, syncRejected, syncStale, syncHeldBack, syncFenced, syncDeferred} {
 		syncsTotal.WithLabelValues(result)
 	}
 	for _, resource := range []string{writes.Foos, writes.Deployments} {

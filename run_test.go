@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,6 +28,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	"github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned/fake"
@@ -492,5 +497,79 @@ func TestRunRefusalsBackOff(t *testing.T) {
 	}
 	if len(warnings) != 1 {
 		t.Errorf("%d Events for %d refusals of one cause, want 1: %q", len(warnings), creates.Load(), warnings)
+	}
+}
+
+// TestRunPutsDeploymentsFirst runs one worker over a cold start of new Foos: every
+// Deployment is created before any status is written, and then every Foo gets its
+// status and its Event, once.
+func TestRunPutsDeploymentsFirst(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const n = 20
+	var foos []runtime.Object
+	for i := range n {
+		foos = append(foos, newFoo(fmt.Sprintf("foo-%02d", i), ptr.To[int32](1)))
+	}
+	kubeclient, client := newClientsets(nil, foos...)
+	var mu sync.Mutex
+	var writes []string // "deployment NAME" and "status NAME", in the order sent
+	logWrite := func(what string) core.ReactionFunc {
+		return func(a core.Action) (bool, runtime.Object, error) {
+			name := ""
+			if o, ok := a.(core.CreateAction); ok {
+				name = o.GetObject().(metav1.Object).GetName()
+			}
+			if o, ok := a.(core.UpdateAction); ok {
+				name = o.GetObject().(metav1.Object).GetName()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			writes = append(writes, what+" "+name)
+			return false, nil, nil
+		}
+	}
+	kubeclient.PrependReactor("create", "deployments", logWrite("deployment"))
+	client.PrependReactor("update", "foos", logWrite("status"))
+	recorder := events.NewFakeRecorder(2 * n)
+	deferred := testutil.ToFloat64(syncsTotal.WithLabelValues(syncDeferred))
+	runController(t, ctx, kubeclient, client, 1, func(c *Controller) { c.recorder = recorder })
+
+	written := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(writes)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(written()) >= 2*n, nil
+	}); err != nil {
+		t.Fatalf("%d writes, want %d: %v", len(written()), 2*n, err)
+	}
+	got := written()
+	for i, w := range got {
+		if want := i < n; strings.HasPrefix(w, "deployment ") != want {
+			t.Fatalf("write %d is %q; want the %d Deployments first, then the statuses: %q", i, w, n, got)
+		}
+	}
+	statuses := map[string]int{}
+	for _, w := range got[n:] {
+		statuses[strings.TrimPrefix(w, "status ")]++
+	}
+	if len(statuses) != n {
+		t.Errorf("statuses written for %d Foos, want %d: %q", len(statuses), n, got[n:])
+	}
+	for i := range n {
+		select {
+		case e := <-recorder.Events:
+			if !strings.Contains(e, reconcile.EventDeploymentCreated) {
+				t.Errorf("event %d: %q, want %s", i, e, reconcile.EventDeploymentCreated)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d Events, want %d", i, n)
+		}
+	}
+	if d := testutil.ToFloat64(syncsTotal.WithLabelValues(syncDeferred)) - deferred; d != n {
+		t.Errorf("syncs_total{result=deferred} rose by %v, want %d: each sync that created a Deployment had Foos queued behind it", d, n)
 	}
 }

@@ -4,7 +4,8 @@
 // last writes, so that it neither decides on a cache older than them, KEP-5647's
 // staleness mitigation, nor syncs again on their echoes; and versions the API server
 // showed it newer than the cache), the Foo's deletion once the API server said it is
-// gone, and the refusal last reported to the Foo's author.
+// gone, the refusal last reported to the Foo's author, and the Deployment created for
+// it that its status does not record yet.
 package writes
 
 import (
@@ -78,6 +79,16 @@ type fooWrites struct {
 	// it: a sync on the cache would create a Deployment for a Foo that no longer
 	// exists. The informer's delete event, which forgets the record, ends it.
 	gone bool
+	// created is the Deployment the controller created for the Foo, by name and UID,
+	// until a sync records it in the Foo's status (status.deployments): the status
+	// write can come later than the create (Created).
+	created *createdDeployment
+}
+
+// createdDeployment is a Deployment the controller created, not recorded yet.
+type createdDeployment struct {
+	name string
+	uid  types.UID
 }
 
 // event is an informer event deferred while a sync runs.
@@ -287,6 +298,44 @@ func (w *Tracker) Report(key cache.ObjectName, uid types.UID, cause string) (cha
 	return changed
 }
 
+// Created records that the controller created the Deployment name, with UID
+// deployment, for the Foo named key with UID uid. The Foo's status records it once a
+// sync writes it, which may come after other Foos' creates (the controller puts the
+// Deployments first): until Recorded, Created tells the syncs in between what the
+// status lacks, so that they neither ask the API server whose Deployment it is nor lose
+// it when the Foo's deploymentName changes first.
+func (w *Tracker) Created(key cache.ObjectName, uid types.UID, name string, deployment types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.record(key, uid).created = &createdDeployment{name: name, uid: deployment}
+}
+
+// Unrecorded returns the Deployment that the controller created for the Foo named key
+// with UID uid and has not recorded in its status yet, if any.
+func (w *Tracker) Unrecorded(key cache.ObjectName, uid types.UID) (name string, deployment types.UID, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.writes[key]; r != nil && r.uid == uid && r.created != nil {
+		return r.created.name, r.created.uid, true
+	}
+	return "", "", false
+}
+
+// Recorded records that the Foo's status now holds what its syncs knew, and returns
+// the Deployment created for it that this recorded, if any: once.
+func (w *Tracker) Recorded(key cache.ObjectName, uid types.UID) (name string, deployment types.UID, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.writes[key]
+	if r == nil || r.uid != uid || r.created == nil {
+		return "", "", false
+	}
+	name, deployment, ok = r.created.name, r.created.uid, !r.gone
+	r.created = nil
+	w.dropIfEmpty(key, r)
+	return name, deployment, ok
+}
+
 // Forget drops the record of a Foo that is gone; an empty uid matches any.
 func (w *Tracker) Forget(key cache.ObjectName, uid types.UID) {
 	w.mu.Lock()
@@ -306,7 +355,7 @@ func (w *Tracker) Len() int {
 // dropIfEmpty deletes a record that holds nothing more. The caller holds mu.
 func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
 	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting && !r.syncing &&
-		r.refusal == "" && !r.gone {
+		r.refusal == "" && !r.gone && r.created == nil {
 		delete(w.writes, key)
 	}
 }

@@ -445,3 +445,66 @@ func TestRefusalsAndDeletions(t *testing.T) {
 		}
 	})
 }
+
+func TestCreatedUntilRecorded(t *testing.T) {
+	web := cache.ObjectName{Namespace: "default", Name: "web"}
+
+	t.Run("a created Deployment is told until recorded, then once", func(t *testing.T) {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Created(web, "uid-1", "web", "d-1")
+		for i := range 2 {
+			// The syncs in between, which the record outlives.
+			if _, ok := w.caughtUp(web, "uid-1"); !ok {
+				t.Fatalf("sync %d did not begin", i)
+			}
+			if name, uid, ok := w.Unrecorded(web, "uid-1"); !ok || name != "web" || uid != "d-1" {
+				t.Errorf("sync %d: Unrecorded = %q, %q, %v; want web, d-1, true", i, name, uid, ok)
+			}
+		}
+		if _, _, ok := w.Unrecorded(web, "uid-2"); ok {
+			t.Error("another Foo of the name is told the Deployment of the first")
+		}
+		if name, uid, ok := w.Recorded(web, "uid-1"); !ok || name != "web" || uid != "d-1" {
+			t.Errorf("Recorded = %q, %q, %v; want web, d-1, true", name, uid, ok)
+		}
+		if _, _, ok := w.Recorded(web, "uid-1"); ok {
+			t.Error("Recorded told the same Deployment twice")
+		}
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d records once recorded, want 0", n)
+		}
+	})
+
+	t.Run("the last create is the one unrecorded", func(t *testing.T) {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Created(web, "uid-1", "web", "d-1")
+		w.Created(web, "uid-1", "web-v2", "d-2")
+		if name, uid, ok := w.Unrecorded(web, "uid-1"); !ok || name != "web-v2" || uid != "d-2" {
+			t.Errorf("Unrecorded = %q, %q, %v; want web-v2, d-2, true", name, uid, ok)
+		}
+	})
+
+	t.Run("a Foo recreated under the name starts without it", func(t *testing.T) {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Created(web, "uid-1", "web", "d-1")
+		if _, ok := w.caughtUp(web, "uid-2"); !ok {
+			t.Fatal("the new Foo's sync did not begin")
+		}
+		if _, _, ok := w.Unrecorded(web, "uid-1"); ok {
+			t.Error("the first Foo's create outlived a sync of the Foo that took its name")
+		}
+	})
+
+	t.Run("a Foo gone from the API server is not told", func(t *testing.T) {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Created(web, "uid-1", "web", "d-1")
+		w.ExpectDeletion(web, "uid-1")
+		if _, _, ok := w.Recorded(web, "uid-1"); ok {
+			t.Error("Recorded told the Deployment of a Foo gone from the API server")
+		}
+		w.Forget(web, "uid-1")
+		if n := w.Len(); n != 0 {
+			t.Errorf("%d records once forgotten, want 0", n)
+		}
+	})
+}
