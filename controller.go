@@ -352,8 +352,9 @@ func (c *Controller) StartInformers(ctx context.Context) { c.informers.start(ctx
 func (c *Controller) ShutdownInformers() { c.informers.shutdown() }
 
 // Run waits for the caches to sync, then runs workers until ctx is cancelled. On
-// cancellation it stops taking new work, lets in-flight syncs finish for up to
-// shutdownTimeout, and returns once every worker has exited.
+// cancellation it stops taking new work but the status writes of the Deployments it
+// created, lets in-flight syncs and those finish for up to shutdownTimeout, and
+// returns once every worker has exited.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.workqueue.ShutDown()
@@ -431,27 +432,39 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer c.workqueue.Done(key)
-	if c.workqueue.ShuttingDown() {
-		// Stopping: leave what is still queued to the next process.
-		return false
+	if c.workqueue.ShuttingDown() && !c.writes.AnyUnrecorded(key) {
+		// Stopping: leave what is still queued to the next process, but for the status
+		// of a Deployment this process created (Deployments first): the next one would
+		// record it only at its first sync of the Foo, and a deploymentName changed
+		// before that would leave it behind, a Deployment nobody recorded.
+		return true
 	}
 
-	start := time.Now()
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	err := c.sync(syncCtx, key)
-	syncDuration.Observe(time.Since(start).Seconds())
-	switch {
-	case err == nil:
-		syncsTotal.WithLabelValues(syncSuccess).Inc()
-		c.workqueue.Forget(key)
-	case errors.Is(err, errDeferred):
+	sync := func() error {
+		start := time.Now()
+		defer func() { syncDuration.Observe(time.Since(start).Seconds()) }()
+		return c.sync(syncCtx, key)
+	}
+	err := sync()
+	if errors.Is(err, errDeferred) {
 		// Deployments first: a user waits for the Deployments, which the Foos queued
 		// behind this one lack; the status that reports this one comes after them. At
 		// the back of the queue, once: the next sync creates nothing.
 		syncsTotal.WithLabelValues(syncDeferred).Inc()
 		c.workqueue.Forget(key)
 		c.workqueue.Add(key)
+		if !c.workqueue.ShuttingDown() {
+			return true
+		}
+		// Stopping, and the queue may have refused the key: the status goes now.
+		err = sync()
+	}
+	switch {
+	case err == nil:
+		syncsTotal.WithLabelValues(syncSuccess).Inc()
+		c.workqueue.Forget(key)
 	case errors.Is(err, errStaleCache):
 		// Nothing done, nothing failed: the Foo keeps its backoff until the event.
 		syncsTotal.WithLabelValues(syncStale).Inc()
@@ -493,9 +506,9 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 
 // syncHandler brings the Deployment of the named Foo in line with the Foo's spec and
 // writes the Foo's status. It writes nothing when nothing differs. A sync that creates
-// the Deployment while other Foos wait in the queue stops there (errDeferred): their
-// Deployments, which users wait for, go before the status and the Event that report
-// this one, as at a cold start with every Foo new.
+// a new Foo's Deployment while other Foos wait in the queue stops there (errDeferred):
+// their Deployments, which users wait for, go before the status and the Event that
+// report this one, as at a cold start with every Foo new.
 func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "foo", klog.KRef(key.Namespace, key.Name))
 	ctx = klog.NewContext(ctx, logger)
@@ -525,9 +538,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	}
 
 	s := &fooSync{c: c, foo: foo, records: foo.Status.Deployments}
-	if name, uid, ok := c.writes.Unrecorded(key, foo.UID); ok {
+	for _, created := range c.writes.Unrecorded(key, foo.UID) {
 		// Created by an earlier sync, which left the status write for later.
-		s.records = reconcile.SetRecord(s.records, samplev1alpha1.CreatedDeployment{Name: name, UID: uid})
+		s.records = reconcile.SetRecord(s.records, created)
 	}
 	deployment, syncErr := c.syncDeployment(ctx, s)
 	foo = s.foo
@@ -536,7 +549,8 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 	case syncErr == nil:
 		c.writes.Report(key, foo.UID, "")
 		c.nameWatches.Done(key)
-		if s.made && c.workqueue.Len() > 0 {
+		if s.made && c.workqueue.Len() > 0 && !c.workqueue.ShuttingDown() && len(foo.Status.Deployments) == 0 && foo.Status.ObservedGeneration == 0 {
+			// A new Foo: its status and Event wait behind the Foos queued.
 			return errDeferred
 		}
 		if err := c.deletePreviousDeployments(ctx, s); err != nil {
@@ -561,36 +575,36 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) erro
 		status.Deployments = s.records
 		return status
 	})
+	recorded := statusErr == nil && written != nil
 	if statusErr == nil && written == nil && !equality.Semantic.DeepEqual(s.records, foo.Status.Deployments) {
 		// Given up for a new spec: its sync must still know what this one created
 		// or deleted.
-		statusErr = c.keepRecords(ctx, foo, s.records)
+		recorded, statusErr = c.keepRecords(ctx, foo, s.records)
 	}
-	if statusErr == nil {
+	if recorded {
 		c.recorded(foo)
 	}
 	return errors.Join(retryErr, statusErr)
 }
 
-// recorded is called once a status write of foo holds the records of its sync: the
-// Deployment this process created for it, if the status did not record it yet, is
-// reported now, with an Event. Deployments first: after those of the Foos queued
+// recorded is called once a status write of foo carried the records of its sync: the
+// Deployments this process created for it that the status did not record yet are
+// reported now, with an Event each. Deployments first: after those of the Foos queued
 // before it.
 func (c *Controller) recorded(foo *samplev1alpha1.Foo) {
-	name, uid, ok := c.writes.Recorded(cache.MetaObjectToName(foo), foo.UID)
-	if !ok {
-		return
+	for _, r := range c.writes.Recorded(cache.MetaObjectToName(foo), foo.UID) {
+		created := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: foo.Namespace, Name: r.Name, UID: r.UID}}
+		c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
+			"Created Deployment %q", r.Name)
 	}
-	created := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: foo.Namespace, Name: name, UID: uid}}
-	c.recorder.Eventf(foo, created, corev1.EventTypeNormal, reconcile.EventDeploymentCreated, "Create",
-		"Created Deployment %q", name)
 }
 
 // keepRecords writes records, the record of the Deployments created for foo as a sync
 // left it, onto the Foo as the API server has it now, unless that Foo is another or
-// its record changed since foo.
-func (c *Controller) keepRecords(ctx context.Context, foo *samplev1alpha1.Foo, records []samplev1alpha1.CreatedDeployment) error {
+// its record changed since foo; it tells whether it wrote them.
+func (c *Controller) keepRecords(ctx context.Context, foo *samplev1alpha1.Foo, records []samplev1alpha1.CreatedDeployment) (bool, error) {
 	foos := c.sampleclientset.SamplecontrollerV1alpha1().Foos(foo.Namespace)
+	wrote := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		current, err := foos.Get(ctx, foo.Name, metav1.GetOptions{})
 		if err != nil {
@@ -605,16 +619,17 @@ func (c *Controller) keepRecords(ctx context.Context, foo *samplev1alpha1.Foo, r
 			// Not the echo of a sync's write: no sync has seen the new spec. The Foo
 			// syncs again once the cache holds the record.
 			c.writes.Expect(writes.Foos, cache.MetaObjectToName(written), written.UID, written.ResourceVersion)
+			wrote = true
 		}
 		return err
 	})
 	if apierrors.IsNotFound(err) {
-		return nil // the garbage collector deletes its Deployments
+		return false, nil // the garbage collector deletes its Deployments
 	}
 	if err != nil {
-		return fmt.Errorf("recording the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
+		return false, fmt.Errorf("recording the Deployments of Foo %s/%s: %w", foo.Namespace, foo.Name, err)
 	}
-	return nil
+	return wrote, nil
 }
 
 // fooSync is what the steps of one sync of a Foo share.
@@ -837,7 +852,7 @@ func (c *Controller) createDeployment(ctx context.Context, s *fooSync) (*appsv1.
 		key := cache.MetaObjectToName(foo)
 		c.writes.ExpectWrite(writes.Deployments, key, foo.UID, created.ResourceVersion)
 		// Until the status records it, and the Event reports it (syncHandler).
-		c.writes.Created(key, foo.UID, name, created.UID)
+		c.writes.Created(key, foo.UID, samplev1alpha1.CreatedDeployment{Name: name, UID: created.UID})
 		klog.FromContext(ctx).Info("Created Deployment", "deployment", klog.KObj(created))
 		return created, nil
 	}

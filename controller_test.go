@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -520,24 +521,41 @@ func TestSyncHandler(t *testing.T) {
 	}
 }
 
-// TestDeploymentsFirst checks that a sync that creates a Foo's Deployment while other
-// Foos wait in the queue leaves the status write and the Event to the Foo's next sync,
-// which reads nothing more for it than a sync that did both; and that what the status
-// does not record yet is not lost when the deploymentName changes in between.
+// TestDeploymentsFirst checks that a sync that creates a new Foo's Deployment while
+// other Foos wait in the queue leaves the status write and the Event to the Foo's next
+// turn, at the back of the queue, which reads nothing more for it than a sync that did
+// both; that what the status does not record yet is not lost when the deploymentName
+// changes in between; and that a stopping controller writes those statuses, and only
+// those, before it leaves the queue to the next process.
 func TestDeploymentsFirst(t *testing.T) {
 	foo := newFoo("web", ptr.To[int32](2))
-	queued := cache.ObjectName{Namespace: metav1.NamespaceDefault, Name: "queued"}
-	// deferred runs a sync of foo behind a queued Foo, which must create its
-	// Deployment and stop there, and puts the Deployment in the cache as the
-	// informer would.
-	deferred := func(t *testing.T, f *fixture, foo *samplev1alpha1.Foo) {
+	other := newFoo("other", ptr.To[int32](1))
+	key, otherKey := cache.MetaObjectToName(foo), cache.MetaObjectToName(other)
+	// deferred has a worker take foo, queued before other, and checks that it created
+	// foo's Deployment and stopped there, to come back after other; it puts the
+	// Deployment in the cache as the informer would.
+	deferred := func(t *testing.T, f *fixture) {
 		t.Helper()
-		f.controller.workqueue.Add(queued)
-		if err := f.sync(foo); !errors.Is(err, errDeferred) {
-			t.Fatalf("sync behind a queued Foo = %v, want %v", err, errDeferred)
+		_, ctx := ktesting.NewTestContext(t)
+		q := f.controller.workqueue
+		q.Add(key)
+		q.Add(otherKey)
+		before := testutil.ToFloat64(syncsTotal.WithLabelValues(syncDeferred))
+		if !f.controller.processNextWorkItem(ctx) {
+			t.Fatal("the worker stopped")
+		}
+		if got := testutil.ToFloat64(syncsTotal.WithLabelValues(syncDeferred)) - before; got != 1 {
+			t.Errorf("syncs_total{result=deferred} rose by %v, want 1", got)
 		}
 		f.checkActions([]action{create(reconcile.NewDeployment(foo))})
 		f.checkEvents()
+		if got := q.Len(); got != 2 {
+			t.Fatalf("queue length %d after the deferral, want 2: other, then web again", got)
+		}
+		if head, _ := q.Get(); head != otherKey {
+			t.Fatalf("queue head %v, want %v: the deferred Foo goes to the back", head, otherKey)
+		}
+		q.Done(otherKey)
 		created, err := f.kubeclient.AppsV1().Deployments(foo.Namespace).Get(t.Context(), foo.Spec.DeploymentName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -545,19 +563,16 @@ func TestDeploymentsFirst(t *testing.T) {
 		if err := f.controller.deploymentsIndexer.Add(cachedCopy(created)); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := f.controller.workqueue.Get(); got != queued {
-			t.Fatalf("queue head = %v, want %v", got, queued)
-		}
-		f.controller.workqueue.Done(queued)
 		f.kubeclient.ClearActions()
 		f.client.ClearActions()
 	}
 
-	t.Run("the status and the Event come with the next sync", func(t *testing.T) {
-		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
-		deferred(t, f, foo)
-		if err := f.sync(foo); err != nil {
-			t.Fatalf("the next sync = %v", err)
+	t.Run("the status and the Event come with the next turn", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo, other}, nil, nil)
+		deferred(t, f)
+		_, ctx := ktesting.NewTestContext(t)
+		if !f.controller.processNextWorkItem(ctx) {
+			t.Fatal("the worker stopped")
 		}
 		// No read of the Foo to learn whose the Deployment is: this process made it.
 		f.checkActions([]action{updateStatus(withStatus(foo, reconcile.NewDeployment(foo)))})
@@ -587,9 +602,21 @@ func TestDeploymentsFirst(t *testing.T) {
 		f.checkEvents(`Normal DeploymentCreated Created Deployment "web"`)
 	})
 
+	t.Run("a Foo that had a Deployment is synced in one go", func(t *testing.T) {
+		// Its Deployment was deleted: recreating it is not a cold start, and its
+		// record must not wait.
+		ready := withStatus(foo, availableDeployment(foo))
+		f := newFixture(t, []*samplev1alpha1.Foo{ready}, nil, nil)
+		f.controller.workqueue.Add(otherKey)
+		if err := f.sync(ready); err != nil {
+			t.Fatalf("sync = %v, want nil", err)
+		}
+		f.checkEvents(`Normal DeploymentCreated Created Deployment "web"`)
+	})
+
 	t.Run("a deploymentName changed before the status write", func(t *testing.T) {
-		f := newFixture(t, []*samplev1alpha1.Foo{foo}, nil, nil)
-		deferred(t, f, foo)
+		f := newFixture(t, []*samplev1alpha1.Foo{foo, other}, nil, nil)
+		deferred(t, f)
 		renamed := modifiedFoo(foo, func(f *samplev1alpha1.Foo) { f.Spec.DeploymentName = "web-v2"; f.Generation = 2 })
 		update(f, renamed)
 		if err := f.controller.foosIndexer.Update(renamed.DeepCopy()); err != nil {
@@ -615,6 +642,32 @@ func TestDeploymentsFirst(t *testing.T) {
 			`Normal DeploymentDeleted Deleted Deployment "web", replaced by "web-v2"`,
 			`Normal DeploymentCreated Created Deployment "web-v2"`,
 		)
+	})
+
+	t.Run("a stopping controller writes the deferred statuses only", func(t *testing.T) {
+		third := newFoo("third", ptr.To[int32](1))
+		f := newFixture(t, []*samplev1alpha1.Foo{foo, other, third}, nil, nil)
+		deferred(t, f)
+		q := f.controller.workqueue
+		q.Add(cache.MetaObjectToName(third))
+		q.ShutDown()
+		_, ctx := ktesting.NewTestContext(t)
+		for f.controller.processNextWorkItem(ctx) {
+		}
+		// third, never synced, is left to the next process; web's status is written.
+		f.checkActions([]action{updateStatus(withStatus(foo, reconcile.NewDeployment(foo)))})
+		f.checkEvents(`Normal DeploymentCreated Created Deployment "web"`)
+	})
+
+	t.Run("a sync that creates while the controller stops does not defer", func(t *testing.T) {
+		f := newFixture(t, []*samplev1alpha1.Foo{foo, other}, nil, nil)
+		f.controller.workqueue.Add(otherKey)
+		f.controller.workqueue.ShutDown()
+		if err := f.sync(foo); err != nil {
+			t.Fatalf("sync = %v, want nil", err)
+		}
+		f.checkActions([]action{create(reconcile.NewDeployment(foo)), updateStatus(withStatus(foo, reconcile.NewDeployment(foo)))})
+		f.checkEvents(`Normal DeploymentCreated Created Deployment "web"`)
 	})
 }
 

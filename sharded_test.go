@@ -242,9 +242,9 @@ func TestSyncHandlerInSlot(t *testing.T) {
 		t.Fatal("the caches did not sync")
 	}
 
-	// The informer queued both Foos: the status waits behind them (errDeferred).
-	if err := controller.syncHandler(ctx, cache.MetaObjectToName(mine)); err != nil && !errors.Is(err, errDeferred) {
-		t.Fatal(err)
+	// The informer queued both Foos: the new Foo's status waits behind them.
+	if err := controller.syncHandler(ctx, cache.MetaObjectToName(mine)); !errors.Is(err, errDeferred) {
+		t.Fatalf("sync of the slot's new Foo = %v, want %v", err, errDeferred)
 	}
 	d, err := kubeClient.AppsV1().Deployments(mine.Namespace).Get(ctx, mine.Spec.DeploymentName, metav1.GetOptions{})
 	if err != nil {

@@ -9,11 +9,14 @@
 package writes
 
 import (
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
 // The resources whose versions a Tracker expects, as Begin names them.
@@ -79,16 +82,10 @@ type fooWrites struct {
 	// it: a sync on the cache would create a Deployment for a Foo that no longer
 	// exists. The informer's delete event, which forgets the record, ends it.
 	gone bool
-	// created is the Deployment the controller created for the Foo, by name and UID,
-	// until a sync records it in the Foo's status (status.deployments): the status
+	// created are the Deployments the controller created for the Foo, one per name,
+	// until a sync records them in the Foo's status (status.deployments): the status
 	// write can come later than the create (Created).
-	created *createdDeployment
-}
-
-// createdDeployment is a Deployment the controller created, not recorded yet.
-type createdDeployment struct {
-	name string
-	uid  types.UID
+	created []samplev1alpha1.CreatedDeployment
 }
 
 // event is an informer event deferred while a sync runs.
@@ -298,42 +295,57 @@ func (w *Tracker) Report(key cache.ObjectName, uid types.UID, cause string) (cha
 	return changed
 }
 
-// Created records that the controller created the Deployment name, with UID
-// deployment, for the Foo named key with UID uid. The Foo's status records it once a
-// sync writes it, which may come after other Foos' creates (the controller puts the
-// Deployments first): until Recorded, Created tells the syncs in between what the
-// status lacks, so that they neither ask the API server whose Deployment it is nor lose
-// it when the Foo's deploymentName changes first.
-func (w *Tracker) Created(key cache.ObjectName, uid types.UID, name string, deployment types.UID) {
+// Created records that the controller created the Deployment d for the Foo named key
+// with UID uid. The Foo's status records it once a sync writes it, which may come after
+// other Foos' creates (the controller puts the Deployments first): until Recorded,
+// Unrecorded tells the syncs in between what the status lacks, so that they neither
+// ask the API server whose Deployment it is nor lose it when the Foo's deploymentName
+// changes first.
+func (w *Tracker) Created(key cache.ObjectName, uid types.UID, d samplev1alpha1.CreatedDeployment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.record(key, uid).created = &createdDeployment{name: name, uid: deployment}
+	r := w.record(key, uid)
+	r.created = slices.DeleteFunc(r.created, func(c samplev1alpha1.CreatedDeployment) bool { return c.Name == d.Name })
+	r.created = append(r.created, d)
 }
 
-// Unrecorded returns the Deployment that the controller created for the Foo named key
-// with UID uid and has not recorded in its status yet, if any.
-func (w *Tracker) Unrecorded(key cache.ObjectName, uid types.UID) (name string, deployment types.UID, ok bool) {
+// Unrecorded returns the Deployments that the controller created for the Foo named key
+// with UID uid and that its status does not record yet.
+func (w *Tracker) Unrecorded(key cache.ObjectName, uid types.UID) []samplev1alpha1.CreatedDeployment {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if r := w.writes[key]; r != nil && r.uid == uid && r.created != nil {
-		return r.created.name, r.created.uid, true
+	if r := w.writes[key]; r != nil && r.uid == uid {
+		return slices.Clone(r.created)
 	}
-	return "", "", false
+	return nil
 }
 
-// Recorded records that the Foo's status now holds what its syncs knew, and returns
-// the Deployment created for it that this recorded, if any: once.
-func (w *Tracker) Recorded(key cache.ObjectName, uid types.UID) (name string, deployment types.UID, ok bool) {
+// AnyUnrecorded tells whether the controller created a Deployment for a Foo named key,
+// of any UID, that the Foo's status does not record yet.
+func (w *Tracker) AnyUnrecorded(key cache.ObjectName) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.writes[key]
-	if r == nil || r.uid != uid || r.created == nil {
-		return "", "", false
+	return r != nil && len(r.created) > 0
+}
+
+// Recorded records that a status write of the Foo carried every record its sync knew,
+// and returns the Deployments created for it that this recorded: once each. None for a
+// Foo the API server said is gone.
+func (w *Tracker) Recorded(key cache.ObjectName, uid types.UID) []samplev1alpha1.CreatedDeployment {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.writes[key]
+	if r == nil || r.uid != uid {
+		return nil
 	}
-	name, deployment, ok = r.created.name, r.created.uid, !r.gone
+	recorded := r.created
+	if r.gone {
+		recorded = nil
+	}
 	r.created = nil
 	w.dropIfEmpty(key, r)
-	return name, deployment, ok
+	return recorded
 }
 
 // Forget drops the record of a Foo that is gone; an empty uid matches any.
@@ -355,7 +367,7 @@ func (w *Tracker) Len() int {
 // dropIfEmpty deletes a record that holds nothing more. The caller holds mu.
 func (w *Tracker) dropIfEmpty(key cache.ObjectName, r *fooWrites) {
 	if r.statusEcho == "" && r.deploymentEcho == "" && r.foo == "" && r.deployment == "" && !r.waiting && !r.syncing &&
-		r.refusal == "" && !r.gone && r.created == nil {
+		r.refusal == "" && !r.gone && len(r.created) == 0 {
 		delete(w.writes, key)
 	}
 }

@@ -1,10 +1,13 @@
 package writes
 
 import (
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
 // storeAt is a store that has applied everything up to its resourceVersion.
@@ -448,59 +451,66 @@ func TestRefusalsAndDeletions(t *testing.T) {
 
 func TestCreatedUntilRecorded(t *testing.T) {
 	web := cache.ObjectName{Namespace: "default", Name: "web"}
+	d1 := samplev1alpha1.CreatedDeployment{Name: "web", UID: "d-1"}
+	d2 := samplev1alpha1.CreatedDeployment{Name: "web-v2", UID: "d-2"}
 
-	t.Run("a created Deployment is told until recorded, then once", func(t *testing.T) {
+	t.Run("created Deployments are told until recorded, then once", func(t *testing.T) {
 		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
-		w.Created(web, "uid-1", "web", "d-1")
+		w.Created(web, "uid-1", d1)
+		w.Created(web, "uid-1", d2)
 		for i := range 2 {
-			// The syncs in between, which the record outlives.
+			// The syncs in between, which the records outlive.
 			if _, ok := w.caughtUp(web, "uid-1"); !ok {
 				t.Fatalf("sync %d did not begin", i)
 			}
-			if name, uid, ok := w.Unrecorded(web, "uid-1"); !ok || name != "web" || uid != "d-1" {
-				t.Errorf("sync %d: Unrecorded = %q, %q, %v; want web, d-1, true", i, name, uid, ok)
+			if got := w.Unrecorded(web, "uid-1"); !slices.Equal(got, []samplev1alpha1.CreatedDeployment{d1, d2}) {
+				t.Errorf("sync %d: Unrecorded = %v, want %v", i, got, []samplev1alpha1.CreatedDeployment{d1, d2})
 			}
 		}
-		if _, _, ok := w.Unrecorded(web, "uid-2"); ok {
-			t.Error("another Foo of the name is told the Deployment of the first")
+		if got := w.Unrecorded(web, "uid-2"); got != nil {
+			t.Errorf("another Foo of the name is told the Deployments of the first: %v", got)
 		}
-		if name, uid, ok := w.Recorded(web, "uid-1"); !ok || name != "web" || uid != "d-1" {
-			t.Errorf("Recorded = %q, %q, %v; want web, d-1, true", name, uid, ok)
+		if !w.AnyUnrecorded(web) {
+			t.Error("AnyUnrecorded = false before the records were written")
 		}
-		if _, _, ok := w.Recorded(web, "uid-1"); ok {
-			t.Error("Recorded told the same Deployment twice")
+		if got := w.Recorded(web, "uid-1"); !slices.Equal(got, []samplev1alpha1.CreatedDeployment{d1, d2}) {
+			t.Errorf("Recorded = %v, want %v", got, []samplev1alpha1.CreatedDeployment{d1, d2})
 		}
-		if n := w.Len(); n != 0 {
-			t.Errorf("%d records once recorded, want 0", n)
+		if got := w.Recorded(web, "uid-1"); got != nil {
+			t.Errorf("Recorded told %v twice", got)
 		}
-	})
-
-	t.Run("the last create is the one unrecorded", func(t *testing.T) {
-		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
-		w.Created(web, "uid-1", "web", "d-1")
-		w.Created(web, "uid-1", "web-v2", "d-2")
-		if name, uid, ok := w.Unrecorded(web, "uid-1"); !ok || name != "web-v2" || uid != "d-2" {
-			t.Errorf("Unrecorded = %q, %q, %v; want web-v2, d-2, true", name, uid, ok)
+		if w.AnyUnrecorded(web) || w.Len() != 0 {
+			t.Errorf("AnyUnrecorded = %v and %d records once recorded, want false and 0", w.AnyUnrecorded(web), w.Len())
 		}
 	})
 
-	t.Run("a Foo recreated under the name starts without it", func(t *testing.T) {
+	t.Run("a Deployment created again under its name replaces the first", func(t *testing.T) {
 		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
-		w.Created(web, "uid-1", "web", "d-1")
+		w.Created(web, "uid-1", d1)
+		again := samplev1alpha1.CreatedDeployment{Name: "web", UID: "d-3"}
+		w.Created(web, "uid-1", again)
+		if got := w.Unrecorded(web, "uid-1"); !slices.Equal(got, []samplev1alpha1.CreatedDeployment{again}) {
+			t.Errorf("Unrecorded = %v, want %v", got, []samplev1alpha1.CreatedDeployment{again})
+		}
+	})
+
+	t.Run("a Foo recreated under the name starts without them", func(t *testing.T) {
+		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
+		w.Created(web, "uid-1", d1)
 		if _, ok := w.caughtUp(web, "uid-2"); !ok {
 			t.Fatal("the new Foo's sync did not begin")
 		}
-		if _, _, ok := w.Unrecorded(web, "uid-1"); ok {
-			t.Error("the first Foo's create outlived a sync of the Foo that took its name")
+		if got := w.Unrecorded(web, "uid-1"); got != nil {
+			t.Errorf("the first Foo's creates outlived a sync of the Foo that took its name: %v", got)
 		}
 	})
 
 	t.Run("a Foo gone from the API server is not told", func(t *testing.T) {
 		w := newTracked(&storeAt{"10"}, &storeAt{"10"})
-		w.Created(web, "uid-1", "web", "d-1")
+		w.Created(web, "uid-1", d1)
 		w.ExpectDeletion(web, "uid-1")
-		if _, _, ok := w.Recorded(web, "uid-1"); ok {
-			t.Error("Recorded told the Deployment of a Foo gone from the API server")
+		if got := w.Recorded(web, "uid-1"); got != nil {
+			t.Errorf("Recorded told %v of a Foo gone from the API server", got)
 		}
 		w.Forget(web, "uid-1")
 		if n := w.Len(); n != 0 {
