@@ -8,6 +8,7 @@
 #                       metrics or probe endpoints. -> _output/bin/peer-classic
 #   controller-runtime  test/bench/controllerruntime, the job as a kubebuilder user
 #                       writes it (a module of its own). -> _output/bin/peer-controller-runtime
+#                       The bench's controller-runtime-tuned peer is the same binary.
 #
 # Usage: hack/build-peers.sh [classic] [controller-runtime]   (default: both)
 #

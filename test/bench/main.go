@@ -225,15 +225,21 @@ func run(ctx context.Context, cfg config) error {
 		controllers = append(controllers, other)
 	}
 	if len(cfg.peers) > 0 {
-		progressf("building the peers %s", strings.Join(cfg.peers, ", "))
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-peers.sh"), cfg.peers...)
+		var builds []string
+		for _, name := range cfg.peers {
+			if b := peerBuild(name); !slices.Contains(builds, b) {
+				builds = append(builds, b)
+			}
+		}
+		progressf("building the peers %s", strings.Join(builds, ", "))
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "build-peers.sh"), builds...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("hack/build-peers.sh: %w\n%s", err, out)
 		}
 	}
 	for _, name := range cfg.peers {
-		controllers = append(controllers, peer(name, filepath.Join(root, "_output", "bin")))
+		controllers = append(controllers, peer(name, filepath.Join(root, "_output", "bin"), cfg.workers))
 	}
 
 	res := &results{Started: time.Now(), Args: cfg.args}

@@ -133,14 +133,23 @@ func TestPlan(t *testing.T) {
 func TestPeers(t *testing.T) {
 	// Every peer runs with the admin kubeconfig and, where it takes one, the bench's resync.
 	for _, name := range peerNames {
-		c := peer(name, "/bin")
+		c := peer(name, "/bin", 32)
 		cmd := strings.Join(c.command("/k"), " ")
-		if c.Binary != "/bin/peer-"+name || !strings.Contains(cmd, "kubeconfig=/k") || !c.Peer {
+		if c.Binary != "/bin/peer-"+peerBuild(name) || !strings.Contains(cmd, "kubeconfig=/k") || !c.Peer {
 			t.Errorf("peer %s: binary %s, command %q, any status %v", name, c.Binary, cmd, c.AnyStatus)
 		}
 	}
-	if cmd := strings.Join(peer("controller-runtime", "/bin").command("/k"), " "); !strings.Contains(cmd, "--sync-period="+resync.String()) {
-		t.Errorf("the controller-runtime peer runs %q, without the bench's resync", cmd)
+	for _, name := range []string{"controller-runtime", "controller-runtime-tuned"} {
+		if cmd := strings.Join(peer(name, "/bin", 32).command("/k"), " "); !strings.Contains(cmd, "--sync-period="+resync.String()) {
+			t.Errorf("the %s peer runs %q, without the bench's resync", name, cmd)
+		}
+	}
+	// Tuned as its documentation shows, with ours' workers.
+	tuned := strings.Join(peer("controller-runtime-tuned", "/bin", 32).command("/k"), " ")
+	for _, arg := range []string{"--max-concurrent-reconciles=32", "--own-deployments-only", "--strip-managed-fields"} {
+		if !strings.Contains(tuned, arg) {
+			t.Errorf("the tuned controller-runtime peer runs %q, without %s", tuned, arg)
+		}
 	}
 }
 
@@ -156,8 +165,8 @@ func TestControllerArgs(t *testing.T) {
 	}
 	// Ours and the limits are done only with their Events; a peer's are not ours to
 	// wait for.
-	if !ours.events() || peer("classic", "/bin").events() || !limits[0].events() || !limits[1].events() {
-		t.Errorf("events: ours %v, classic %v, limits %v and %v", ours.events(), peer("classic", "/bin").events(), limits[0].events(), limits[1].events())
+	if !ours.events() || peer("classic", "/bin", 32).events() || !limits[0].events() || !limits[1].events() {
+		t.Errorf("events: ours %v, classic %v, limits %v and %v", ours.events(), peer("classic", "/bin", 32).events(), limits[0].events(), limits[1].events())
 	}
 }
 

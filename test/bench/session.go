@@ -377,22 +377,30 @@ func ourController(cfg config, binary string) side {
 	return d
 }
 
-// peerNames are the controllers a user would pick instead of ours.
-var peerNames = []string{"classic", "controller-runtime"}
+// peerNames are the controllers a user would pick instead of ours: controller-runtime
+// twice, at its defaults and tuned as its documentation shows (workers as ours', a
+// cache of only its own Deployments, without managedFields).
+var peerNames = []string{"classic", "controller-runtime", "controller-runtime-tuned"}
 
-// peer runs a peer at its defaults, with the bench's resync where it takes one (the
-// classic one's is 30 s already).
-func peer(name, binDir string) side {
-	c := side{Name: name, Binary: filepath.Join(binDir, "peer-"+name), Peer: true}
+// peer runs a peer, with the bench's resync where it takes one (the classic one's is
+// 30 s already); workers are ours'.
+func peer(name, binDir string, workers int) side {
+	c := side{Name: name, Binary: filepath.Join(binDir, "peer-"+peerBuild(name)), Peer: true}
 	switch name {
 	case "classic":
 		// Its status has no conditions; at 5 requests a second 10000 Foos take an hour.
 		c.AnyStatus, c.MaxFoos = true, 1000
 	case "controller-runtime":
 		c.Args = []string{"--health-probe-bind-address=0", "--sync-period=" + resync.String()}
+	case "controller-runtime-tuned":
+		c.Args = []string{"--health-probe-bind-address=0", "--sync-period=" + resync.String(),
+			fmt.Sprintf("--max-concurrent-reconciles=%d", workers), "--own-deployments-only", "--strip-managed-fields"}
 	}
 	return c
 }
+
+// peerBuild is what hack/build-peers.sh builds for the peer name.
+func peerBuild(name string) string { return strings.TrimSuffix(name, "-tuned") }
 
 func startLimit(ctx context.Context, s *session, watching bool) error {
 	ctx, cancel := context.WithCancel(ctx)

@@ -1,6 +1,8 @@
 // Command controllerruntime is the bench's controller-runtime peer: the Foo job as a
 // kubebuilder user writes it, with the manager at its defaults, CreateOrUpdate of the
-// Deployment, the status written when it changed, and no Events (../README.md). A
+// Deployment, the status written when it changed, and no Events (../README.md). Its
+// flags tune it as controller-runtime's documentation shows a user who cares: more
+// workers, a cache of only its own Deployments, no managedFields in the cache. A
 // module of its own, so that controller-runtime stays out of the other go.mod files.
 package main
 
@@ -16,12 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -29,13 +33,25 @@ import (
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 )
 
+// managedLabel is put on the peer's Deployments with --own-deployments-only, whose
+// cache selects them by it.
+const managedLabel = "app.kubernetes.io/managed-by"
+
+// managedBy is managedLabel's value on the peer's Deployments.
+const managedBy = "foo-controller-runtime"
+
 func main() {
 	var metricsAddr, probeAddr string
 	var syncPeriod time.Duration
+	var workers int
+	var ownOnly, stripManagedFields bool
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint; 0 turns it off")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the probe endpoints; 0 turns them off")
 	// Not in kubebuilder's scaffold: the bench gives every side the same resync.
 	flag.DurationVar(&syncPeriod, "sync-period", 10*time.Hour, "how often the cache replays its objects (controller-runtime's default)")
+	flag.IntVar(&workers, "max-concurrent-reconciles", 1, "reconciles run at once (controller-runtime's default)")
+	flag.BoolVar(&ownOnly, "own-deployments-only", false, "label the Deployments it makes "+managedLabel+"="+managedBy+" and cache only those (cache.Options.ByObject)")
+	flag.BoolVar(&stripManagedFields, "strip-managed-fields", false, "drop managedFields from every cached object (cache.TransformStripManagedFields)")
 	flag.Parse() // with controller-runtime's --kubeconfig
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
 	log := ctrl.Log.WithName("setup")
@@ -50,16 +66,26 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(samplev1alpha1.AddToScheme(scheme))
 
+	cacheOptions := cache.Options{SyncPeriod: &syncPeriod}
+	if ownOnly {
+		cacheOptions.ByObject = map[client.Object]cache.ByObject{
+			&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{managedLabel: managedBy})},
+		}
+	}
+	if stripManagedFields {
+		cacheOptions.DefaultTransform = cache.TransformStripManagedFields()
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  cache.Options{SyncPeriod: &syncPeriod},
+		Cache:                  cacheOptions,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
 	})
 	must(err, "unable to create the manager")
 	// Foos and the Deployments they own, as kubebuilder's SetupWithManager watches them.
 	must(ctrl.NewControllerManagedBy(mgr).For(&samplev1alpha1.Foo{}).Owns(&appsv1.Deployment{}).Named("foo").
-		Complete(&FooReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}), "unable to create the controller")
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(&FooReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), label: ownOnly}), "unable to create the controller")
 	log.Info("starting the manager")
 	must(mgr.Start(ctrl.SetupSignalHandler()), "the manager failed")
 }
@@ -68,6 +94,7 @@ func main() {
 type FooReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
+	label  bool // put managedLabel on the Deployments
 }
 
 // Reconcile creates or updates the Foo's Deployment, then writes its status if changed.
@@ -88,6 +115,9 @@ func (r *FooReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			deployment.Spec.Template.Spec.Containers = []corev1.Container{{Name: "nginx", Image: "nginx:latest"}}
 		}
 		deployment.Spec.Replicas = foo.Spec.Replicas
+		if r.label {
+			metav1.SetMetaDataLabel(&deployment.ObjectMeta, managedLabel, managedBy)
+		}
 		return controllerutil.SetControllerReference(&foo, deployment, r.Scheme)
 	}); err != nil {
 		return ctrl.Result{}, err
