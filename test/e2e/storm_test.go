@@ -27,11 +27,13 @@ import (
 // them. A Foo created in a quiet namespace meanwhile must have its Event written ahead
 // of the storm's queue, not behind it; and no Event of either may be lost.
 //
-// Nothing else writes in that cluster (no controller manager), so each Deployment and
-// Event keeps the resourceVersion of its creation, and those versions, one etcd's
-// revisions, order every write: how many of the storm's Events were written between
-// the quiet Foo's Deployment and its Event, against how many were waiting when it came,
-// tells the turns apart without a clock.
+// Nothing else writes in that cluster (no controller manager), so each Foo keeps the
+// resourceVersion of its one status write, after which the controller records its
+// Event (Deployments first: the statuses come after the Deployments of the Foos
+// queued), and each Event that of its creation. Those versions, one etcd's revisions,
+// order every write: how many of the storm's Events were written between the quiet
+// Foo's status and its Event, against how many were waiting when it came, tells the
+// turns apart without a clock.
 func TestEventStormLeavesOtherNamespacesOnTime(t *testing.T) {
 	t.Parallel()
 	const storm, quiet, stormFoos = "storm", "quiet", 1000
@@ -96,11 +98,11 @@ func TestEventStormLeavesOtherNamespacesOnTime(t *testing.T) {
 			fmt.Sprintf("%d of the storm's %d Events, %d of the quiet namespace's 1", len(stormEvents), stormFoos, len(quietEvents))
 	})
 	drained := time.Since(start)
-	calm, err := kube.AppsV1().Deployments(quiet).Get(ctx, "calm", metav1.GetOptions{})
+	calm, err := sample.SamplecontrollerV1alpha1().Foos(quiet).Get(ctx, "calm", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stormDeployments, err := kube.AppsV1().Deployments(storm).List(ctx, metav1.ListOptions{})
+	stormFooList, err := sample.SamplecontrollerV1alpha1().Foos(storm).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,11 +113,14 @@ func TestEventStormLeavesOtherNamespacesOnTime(t *testing.T) {
 		}
 		return cmp < 0
 	}
-	// Waiting when the quiet Foo's Deployment was created: the storm's Deployments
-	// created before it, less the storm's Events written before it.
+	// Waiting when the quiet Foo's Event was recorded, at its status write: the storm's
+	// Events recorded before it, at theirs, less those written before it.
 	waiting := 0
-	for _, d := range stormDeployments.Items {
-		if before(d.ResourceVersion, calm.ResourceVersion) {
+	for _, foo := range stormFooList.Items {
+		if foo.Status.ObservedGeneration != foo.Generation {
+			t.Fatalf("storm Foo %s has no status: its Event was recorded without it", foo.Name)
+		}
+		if before(foo.ResourceVersion, calm.ResourceVersion) {
 			waiting++
 		}
 	}
@@ -133,9 +138,8 @@ func TestEventStormLeavesOtherNamespacesOnTime(t *testing.T) {
 	if waiting < 100 {
 		t.Fatalf("only %d of the storm's Events were waiting when the quiet Foo's Deployment was created: the storm shows nothing", waiting)
 	}
-	// A turn each: the writes of the quiet Foo's sync after its Deployment, and the
-	// one storm Event in flight when it was recorded. Behind the storm, it would wait
-	// for every one.
+	// A turn each: the storm Events in flight when it was recorded. Behind the storm,
+	// it would wait for every one.
 	if overtaken*10 > waiting {
 		t.Errorf("%d of the %d storm Events waiting were written before the quiet namespace's one: it waited behind the storm", overtaken, waiting)
 	}
