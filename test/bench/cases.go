@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -44,7 +43,7 @@ type coldStartResult struct {
 	PerFooTotal, EventWritesPerFoo float64
 	// CPU until convergence: the controller's since it started, the others' since the
 	// side started.
-	ControllerCPUSeconds, APIServerCPUSeconds, BenchCPUSeconds float64
+	ControllerCPUSeconds, APIServerCPUSeconds float64
 }
 
 func (r coldStartResult) timedOutText() string {
@@ -76,8 +75,8 @@ func coldStart(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	r.APIServerCPUSeconds, r.BenchCPUSeconds = (cpu[0] - before[0]).Seconds(), (cpu[1] - before[1]).Seconds()
-	r.ControllerCPUSeconds, s.converged = cpu[2].Seconds(), r.Converged
+	r.APIServerCPUSeconds = (cpu[0] - before[0]).Seconds()
+	r.ControllerCPUSeconds, s.converged = cpu[1].Seconds(), r.Converged
 	if r.Converged {
 		progressf("%s: converged %d Foos in %.2f s", s.name, r.Foos, r.Seconds)
 	} else {
@@ -98,16 +97,12 @@ func coldStart(ctx context.Context, s *session) error {
 	return nil
 }
 
-// cpuTimes reads the CPU time of kube-apiserver, the bench (not its children) and the
-// controller.
-func (s *session) cpuTimes() ([3]time.Duration, error) {
-	var usage syscall.Rusage
+// cpuTimes reads the CPU time of kube-apiserver and of the controller's processes, all
+// from /proc.
+func (s *session) cpuTimes() ([2]time.Duration, error) {
 	cpu, err := s.cluster.Component(localcluster.ComponentAPIServer).CPUTime()
-	if err == nil {
-		err = syscall.Getrusage(syscall.RUSAGE_SELF, &usage)
-	}
 	controllers, _, errProcs := sumProcs(s.procs, (*localcluster.Process).CPUTime)
-	return [3]time.Duration{cpu, time.Duration(usage.Utime.Nano() + usage.Stime.Nano()), controllers}, cmp.Or(err, errProcs)
+	return [2]time.Duration{cpu, controllers}, cmp.Or(err, errProcs)
 }
 
 func sumProcs[T int64 | time.Duration](procs []*localcluster.Process, read func(*localcluster.Process) (T, error)) (sum T, each []T, err error) {
@@ -336,7 +331,7 @@ func restart(ctx context.Context, s *session) error {
 		return err
 	}
 	began := time.Now()
-	stopInformers, err := startInformers(ctx, kube, sample, func(*samplev1alpha1.Foo) {})
+	stopInformers, err := startInformers(ctx, kube, sample)
 	if err != nil {
 		return err
 	}
@@ -568,13 +563,10 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 				s.replicas[i]++
 				c := tracker.sent(name, s.replicas[i], time.Now())
 				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.replicas[i])
-				patched, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				_, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
 				if tracker.answered(c, time.Now(), err) == 1 && err != nil && ctx.Err() == nil {
 					progressf("%s: patching Foo %s: %v", s.name, name, err)
-				}
-				if err == nil && s.limit != nil && !s.limit.watching {
-					s.limit.follow(i, patched)
 				}
 			}
 		})

@@ -12,19 +12,19 @@ import (
 func TestReplaceBlock(t *testing.T) {
 	at := time.Date(2026, 11, 24, 4, 30, 0, 0, time.UTC)
 	page := []byte("# Performance\n\nText.\n\n<!-- bench -->\nan old table\n<!-- end of bench -->\n\nAfter.\n")
-	page, err := replaceBlock(page, docsBlock("--foos=100", "| a |\n", at, "linux/amd64, 2 cores", "abc"))
+	page, err := replaceBlock(page, docsBlock("--foos=100", "| a |\n", at, "linux/amd64, 2 cores", "abc", "performance.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "# Performance\n\nText.\n\n<!-- bench -->\n\n" +
-		"`make bench BENCH_ARGS='--foos=100'` on 2026-11-24 04:30 UTC, linux/amd64, 2 cores, commit abc; each figure is the median of its rounds (--pairs), with their range. Written by the bench; run it again to replace it.\n\n" +
+		"`make bench BENCH_ARGS='--foos=100'` on 2026-11-24 04:30 UTC, linux/amd64, 2 cores, commit abc; each figure is the median of its rounds (--pairs), with their range; every figure of the run is in performance.json beside this page. Written by the bench; run it again to replace it.\n\n" +
 		"| a |\n\n<!-- end of bench -->\n\nAfter.\n"
 	if string(page) != want {
 		t.Errorf("page =\n%s\nwant\n%s", page, want)
 	}
 
 	// Another command line replaces the block too: there is one table.
-	page, err = replaceBlock(page, docsBlock("", "| b |", at, "m", "def"))
+	page, err = replaceBlock(page, docsBlock("", "| b |", at, "m", "def", "performance.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +75,11 @@ func TestDocsArgs(t *testing.T) {
 		if !slices.Equal(cfg.args, []string{"--cases=memory"}) || cfg.docs != "x.md" {
 			t.Errorf("parseFlags(%q): args %q, docs %q", args, cfg.args, cfg.docs)
 		}
+	}
+}
+
+func TestResultsBeside(t *testing.T) {
+	if got := resultsBeside("../docs/performance.md"); got != "../docs/performance.json" {
+		t.Errorf("resultsBeside = %q, want ../docs/performance.json", got)
 	}
 }

@@ -1,5 +1,5 @@
-// Command bench measures the controller on a local control plane against the limits
-// and prints one markdown table; README.md says what each figure means.
+// Command bench measures the controller on a local control plane beside its peers and
+// its floor and prints one markdown table; README.md says what each figure means.
 package main
 
 import (
@@ -39,7 +39,7 @@ type config struct {
 }
 
 // allCases are what --cases picks from, run after every session's cold start.
-var allCases = []string{"limit", "steady", "memory", "reaction", "restart", "relist"}
+var allCases = []string{"floor", "steady", "memory", "reaction", "restart", "relist"}
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -54,7 +54,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.reactionInflight, "reaction-inflight", 100, "reaction case: most patches in flight at once; 100 sustain 1000 changes/s while a patch takes under 100 ms")
 	fs.DurationVar(&cfg.steadyWindow, "steady-window", 65*time.Second, "steady-state case: how long writes are counted (every controller resyncs every 30 s)")
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "wait after convergence before counting requests or reading memory")
-	fs.IntVar(&cfg.workers, "workers", 32, "requests the limits have in flight (the controller's default --workers), and the bench when it creates objects")
+	fs.IntVar(&cfg.workers, "workers", 32, "the controller's default --workers, given to the floor and the tuned controller-runtime peer, and the requests the bench has in flight when it creates objects")
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start after this long and report how far it got")
 	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated (empty for none), built by hack/build-peers.sh")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments appended to ours")
@@ -146,9 +146,6 @@ func plan(cfg config, controllers []side) []sessionPlan {
 		}
 	}
 	sides, sizes := slices.Clone(controllers), slices.Clone(cfg.foos)
-	if slices.Contains(cfg.cases, "limit") {
-		sides = append(sides, limits...)
-	}
 	if len(reactions)+len(later) > 0 {
 		sizes = append(sizes, cfg.steadyFoos)
 	}
@@ -165,7 +162,7 @@ func plan(cfg config, controllers []side) []sessionPlan {
 				cases := []benchCase{{"cold start", coldStart}}
 				if n == cfg.steadyFoos {
 					cases = append(cases, reactions...)
-					if !d.Limit {
+					if !d.Floor {
 						cases = append(cases, later...)
 					}
 				}
@@ -241,6 +238,16 @@ func run(ctx context.Context, cfg config) error {
 	for _, name := range cfg.peers {
 		controllers = append(controllers, peer(name, filepath.Join(root, "_output", "bin"), cfg.workers))
 	}
+	if slices.Contains(cfg.cases, "floor") {
+		floor := floorSide(cfg, filepath.Join(cfg.outDir, floorName))
+		progressf("building the floor into %s", floor.Binary)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", floor.Binary, "./bench/floor")
+		cmd.Dir = filepath.Join(root, "test")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building the floor: %w\n%s", err, out)
+		}
+		controllers = append(controllers, floor)
+	}
 
 	res := &results{Started: time.Now(), Args: cfg.args}
 	var runErr error
@@ -260,7 +267,9 @@ func run(ctx context.Context, cfg config) error {
 	table := buildTable(res).markdown()
 	fmt.Print(table)
 	if cfg.docs != "" && runErr == nil {
-		runErr = writeDocs(cfg.docs, strings.Join(cfg.args, " "), table, res.Finished, builtFrom)
+		// The page's figures, and every other of the run beside them to check them by.
+		runErr = errors.Join(writeDocs(cfg.docs, strings.Join(cfg.args, " "), table, res.Finished, builtFrom),
+			os.WriteFile(resultsBeside(cfg.docs), append(data, '\n'), 0o644))
 	}
 	return runErr
 }
@@ -274,7 +283,7 @@ type results struct {
 
 type runResult struct {
 	Column      string
-	Limit, Peer bool
+	Floor, Peer bool
 	Side        side
 	Foos, Pair  int
 	ColdStart   *coldStartResult `json:",omitempty"`
@@ -298,10 +307,10 @@ func row(section, n, sub int, format string, args ...any) rowKey {
 }
 
 // table is the report: one row per figure, one column per side. A ratio row is each
-// side's figure in another row ÷ a limit's or a peer's, pair by pair.
+// side's figure in another row ÷ the floor's or a peer's, pair by pair.
 type table struct {
 	columns []string // in the order of the runs
-	limits  map[string]bool
+	floors  map[string]bool
 	cells   map[rowKey]map[string]*cell
 	ratios  map[rowKey]ratioOf
 }
@@ -320,21 +329,17 @@ type cell struct {
 const timedOut = "n/a (timed out)"
 
 func buildTable(res *results) *table {
-	t := &table{limits: map[string]bool{}, cells: map[rowKey]map[string]*cell{}, ratios: map[rowKey]ratioOf{}}
-	// Every request key of a size, and the bench's CPU on ours' side: its watching.
-	keys, watching := map[int][]string{}, map[[2]int]float64{}
+	t := &table{floors: map[string]bool{}, cells: map[rowKey]map[string]*cell{}, ratios: map[rowKey]ratioOf{}}
+	keys := map[int][]string{} // every request key of a size
 	for _, r := range res.Runs {
 		if cs := r.ColdStart; cs != nil {
 			keys[cs.Foos] = slices.AppendSeq(keys[cs.Foos], maps.Keys(cs.PerFoo))
-			if r.Column == ourName && cs.Converged && cs.BenchCPUSeconds > 0 {
-				watching[[2]int{cs.Foos, r.Pair}] = cs.BenchCPUSeconds
-			}
 		}
 	}
 	for _, r := range res.Runs {
 		if !slices.Contains(t.columns, r.Column) {
 			t.columns = append(t.columns, r.Column)
-			t.limits[r.Column] = r.Limit
+			t.floors[r.Column] = r.Floor
 		}
 		// set records the pair's figure in row k, or if not ok, why there is none.
 		set := func(k rowKey, v float64, ok bool, otherwise string) {
@@ -362,7 +367,7 @@ func buildTable(res *results) *table {
 			}
 			seconds := at(0, "cold start, %d Foos (s)")
 			set(seconds, cs.Seconds, ok, cs.timedOutText())
-			ratio(at(1, "cold start, %d Foos ÷ %s (×)", r.Column), seconds, r.Limit && ok && cs.Seconds > 0)
+			ratio(at(1, "cold start, %d Foos ÷ %s (×)", r.Column), seconds, r.Floor && ok && cs.Seconds > 0)
 			lastDeployment, lastStatus := at(2, "cold start, %d Foos: the last Deployment (s)"), at(3, "cold start, %d Foos: the last status (s)")
 			set(lastDeployment, cs.DeploymentsSeconds, ok, timedOut)
 			set(lastStatus, cs.StatusesSeconds, ok, timedOut)
@@ -373,24 +378,17 @@ func buildTable(res *results) *table {
 				set(at(5, "requests per Foo, %d Foos: %s", k), cs.PerFoo[k], ok, timedOut)
 			}
 			set(at(6, "events written per Foo, %d Foos"), cs.EventWritesPerFoo, ok, timedOut)
-			own := cs.ControllerCPUSeconds // or the limit's: the bench's beyond its watching
-			if w, found := watching[[2]int{n, r.Pair}]; found && r.Limit && cs.BenchCPUSeconds > 0 {
-				own = cs.BenchCPUSeconds - w
-			}
-			if own != 0 {
-				ownCPU := at(7, "CPU per Foo, %d Foos: the controller, or the limit's writes and informers (ms)")
+			if own := cs.ControllerCPUSeconds; own != 0 {
+				ownCPU := at(7, "CPU per Foo, %d Foos: the controller (ms)")
 				set(ownCPU, 1000*own/float64(n), ok, timedOut)
-				ratio(at(8, "CPU per Foo, %d Foos: the controller ÷ %s (×)", r.Column), ownCPU, r.Limit && ok)
+				ratio(at(8, "CPU per Foo, %d Foos: the controller ÷ %s (×)", r.Column), ownCPU, (r.Floor || r.Peer) && ok)
 				// Every process's CPU moves with the pace of the round, kube-apiserver's too.
-				set(at(9, "CPU per Foo, %d Foos: the controller, or the limit's own, ÷ kube-apiserver's (×)"), own/cs.APIServerCPUSeconds, ok && cs.APIServerCPUSeconds > 0, "n/a")
-			}
-			if cs.BenchCPUSeconds > 0 {
-				set(at(10, "CPU per Foo, %d Foos: the bench, which watches every side and runs the limits (ms)"), 1000*cs.BenchCPUSeconds/float64(n), ok, timedOut)
+				set(at(9, "CPU per Foo, %d Foos: the controller ÷ kube-apiserver's (×)"), own/cs.APIServerCPUSeconds, ok && cs.APIServerCPUSeconds > 0, "n/a")
 			}
 			if cs.APIServerCPUSeconds > 0 {
 				apiserverCPU := at(11, "CPU per Foo, %d Foos: kube-apiserver (ms)")
 				set(apiserverCPU, 1000*cs.APIServerCPUSeconds/float64(n), ok, timedOut)
-				ratio(at(12, "CPU per Foo, %d Foos: kube-apiserver ÷ %s (×)", r.Column), apiserverCPU, r.Limit && ok)
+				ratio(at(12, "CPU per Foo, %d Foos: kube-apiserver ÷ %s (×)", r.Column), apiserverCPU, r.Floor && ok)
 			}
 		}
 		if st := r.Steady; st != nil {
@@ -435,17 +433,17 @@ func buildTable(res *results) *table {
 				at(6, "p50 from the patch's response (ms)"): rr.AcceptedP50Ms, at(7, "p99 from the patch's response (ms)"): rr.AcceptedP99Ms} {
 				set(k, v, delivered, "none delivered")
 			}
-			ratio(at(5, "p99 ÷ %s (×)", r.Column), p99, r.Limit && delivered && rr.P99Ms > 0)
+			ratio(at(5, "p99 ÷ %s (×)", r.Column), p99, (r.Floor || r.Peer) && delivered && rr.P99Ms > 0)
 		}
 	}
 	return t
 }
 
-// markdown renders the table: the controllers' columns, then the limits'.
+// markdown renders the table: the controllers' columns, then the floor's.
 func (t *table) markdown() string {
-	isLimit := func(c string) bool { return t.limits[c] }
-	notLimit := func(c string) bool { return !t.limits[c] }
-	columns := slices.Concat(slices.DeleteFunc(slices.Clone(t.columns), isLimit), slices.DeleteFunc(slices.Clone(t.columns), notLimit))
+	isFloor := func(c string) bool { return t.floors[c] }
+	notFloor := func(c string) bool { return !t.floors[c] }
+	columns := slices.Concat(slices.DeleteFunc(slices.Clone(t.columns), isFloor), slices.DeleteFunc(slices.Clone(t.columns), notFloor))
 	var b strings.Builder
 	writeLine := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
 	writeLine(append([]string{"case"}, columns...))
@@ -527,13 +525,19 @@ func formatNumber(v float64) string {
 
 const docsBegin, docsEnd = "<!-- bench -->", "<!-- end of bench -->"
 
-func docsBlock(args, table string, finished time.Time, machine, commit string) string {
+// resultsBeside is where --docs keeps the run's results.json: beside the page, under
+// its name (docs/performance.md: docs/performance.json).
+func resultsBeside(page string) string {
+	return strings.TrimSuffix(page, filepath.Ext(page)) + ".json"
+}
+
+func docsBlock(args, table string, finished time.Time, machine, commit, results string) string {
 	command := "make bench"
 	if args != "" {
 		command += " BENCH_ARGS='" + args + "'"
 	}
-	return fmt.Sprintf("\n`%s` on %s, %s, commit %s; each figure is the median of its rounds (--pairs), with their range. Written by the bench; run it again to replace it.\n\n%s\n\n",
-		command, finished.UTC().Format("2006-01-02 15:04 MST"), machine, commit, strings.TrimRight(table, "\n"))
+	return fmt.Sprintf("\n`%s` on %s, %s, commit %s; each figure is the median of its rounds (--pairs), with their range; every figure of the run is in %s beside this page. Written by the bench; run it again to replace it.\n\n%s\n\n",
+		command, finished.UTC().Format("2006-01-02 15:04 MST"), machine, commit, results, strings.TrimRight(table, "\n"))
 }
 
 // replaceBlock puts block into page between the marker lines, each once on a line of
@@ -559,7 +563,7 @@ func replaceBlock(page []byte, block string) ([]byte, error) {
 func writeDocs(path, args, table string, finished time.Time, commit string) error {
 	page, err := os.ReadFile(path)
 	if err == nil {
-		page, err = replaceBlock(page, docsBlock(args, table, finished, machine(), commit))
+		page, err = replaceBlock(page, docsBlock(args, table, finished, machine(), commit, filepath.Base(resultsBeside(path))))
 	}
 	if err == nil {
 		err = os.WriteFile(path, page, 0o644)

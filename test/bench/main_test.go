@@ -57,16 +57,12 @@ func TestPlan(t *testing.T) {
 		args: []string{"--foos=100,1000", "--rates=25,100", "--pairs=2"},
 		want: []string{
 			"ours 100 pair 1: cold start",
-			"limit watching 100 pair 1: cold start",
-			"limit 100 pair 1: cold start",
-			"limit watching 100 pair 2: cold start",
-			"limit 100 pair 2: cold start",
+			"floor 100 pair 1: cold start",
+			"floor 100 pair 2: cold start",
 			"ours 100 pair 2: cold start",
 			"ours 1000 pair 1: cold start, reaction 25/s, reaction 100/s, steady, memory, restart, relist",
-			"limit watching 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
-			"limit 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
-			"limit watching 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
-			"limit 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
+			"floor 1000 pair 1: cold start, reaction 25/s, reaction 100/s",
+			"floor 1000 pair 2: cold start, reaction 25/s, reaction 100/s",
 			"ours 1000 pair 2: cold start, reaction 25/s, reaction 100/s, steady, memory, restart, relist",
 		},
 	}, {
@@ -79,11 +75,10 @@ func TestPlan(t *testing.T) {
 		},
 	}, {
 		name: "without later cases, no extra size",
-		args: []string{"--foos=10", "--steady-foos=20", "--cases=limit", "--pairs=1"},
+		args: []string{"--foos=10", "--steady-foos=20", "--cases=floor", "--pairs=1"},
 		want: []string{
 			"ours 10 pair 1: cold start",
-			"limit watching 10 pair 1: cold start",
-			"limit 10 pair 1: cold start",
+			"floor 10 pair 1: cold start",
 		},
 	}, {
 		name:  "two controllers alternate too",
@@ -114,6 +109,9 @@ func TestPlan(t *testing.T) {
 			controllers := []side{{Name: ourName}}
 			if tt.other {
 				controllers = append(controllers, side{Name: "classic", MaxFoos: 1000})
+			}
+			if slices.Contains(cfg.cases, "floor") { // as run adds it
+				controllers = append(controllers, floorSide(cfg, "/bin/floor"))
 			}
 			var got []string
 			for _, p := range plan(cfg, controllers) {
@@ -163,10 +161,15 @@ func TestControllerArgs(t *testing.T) {
 	if ours.AnyStatus || !ours.Ours {
 		t.Errorf("ours %+v", ours)
 	}
-	// Ours and the limits are done only with their Events; a peer's are not ours to
+	// Ours and the floor are done only with their Events; a peer's are not ours to
 	// wait for.
-	if !ours.events() || peer("classic", "/bin", 32).events() || !limits[0].events() || !limits[1].events() {
-		t.Errorf("events: ours %v, classic %v, limits %v and %v", ours.events(), peer("classic", "/bin", 32).events(), limits[0].events(), limits[1].events())
+	floor := floorSide(config{workers: 32}, "/bin/floor")
+	if !ours.events() || peer("classic", "/bin", 32).events() || !floor.events() {
+		t.Errorf("events: ours %v, classic %v, floor %v", ours.events(), peer("classic", "/bin", 32).events(), floor.events())
+	}
+	// The floor watches the bench's namespace with ours' workers and resync.
+	if got, want := strings.Join(floor.command("/k"), " "), "--kubeconfig=/k --namespace=bench --resync-period=30s --workers=32"; got != want {
+		t.Errorf("floor = %q, want %q", got, want)
 	}
 }
 

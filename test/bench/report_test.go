@@ -45,7 +45,7 @@ func TestCell(t *testing.T) {
 	}
 }
 
-// sampleResults is a run of ours, the classic peer and both limits on 100 Foos,
+// sampleResults is a run of ours, the classic peer and the floor on 100 Foos,
 // one pair, with the later cases on 100 Foos; the classic one timed out on 1000.
 func sampleResults() *results {
 	return &results{Runs: []runResult{
@@ -54,7 +54,7 @@ func sampleResults() *results {
 			ColdStart: &coldStartResult{
 				Foos: 100, Converged: true, Seconds: 0.5, DeploymentsSeconds: 0.3, StatusesSeconds: 0.45,
 				PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1}, PerFooTotal: 2, EventWritesPerFoo: 1,
-				ControllerCPUSeconds: 0.05, APIServerCPUSeconds: 0.2, BenchCPUSeconds: 0.02,
+				ControllerCPUSeconds: 0.05, APIServerCPUSeconds: 0.2,
 			},
 			Steady:    &steadyResult{Foos: 100, PerMinute: 0},
 			Memory:    &memoryResult{Foos: 100, Unrelated: 1000, RSSBefore: 30 << 20, RSSAfter: 31 << 20, RSSPer10k: 10 << 20, RSSFileBefore: 12 << 20, APIServerRSS: 300 << 20, EtcdRSS: 100 << 20},
@@ -74,22 +74,13 @@ func sampleResults() *results {
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 0, AchievedRate: 90, DeadlineSeconds: 120}},
 		},
 		{
-			Column: "limit watching", Limit: true, Foos: 100, Pair: 1,
+			Column: "floor", Floor: true, Foos: 100, Pair: 1,
 			ColdStart: &coldStartResult{
-				Foos: 100, Converged: true, Seconds: 0.4,
+				Foos: 100, Converged: true, Seconds: 0.4, DeploymentsSeconds: 0.35, StatusesSeconds: 0.38,
 				PerFoo: map[string]float64{"POST deployments": 1, "POST events": 1, "PUT foos/status": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
-				APIServerCPUSeconds: 0.16, BenchCPUSeconds: 0.06,
+				ControllerCPUSeconds: 0.04, APIServerCPUSeconds: 0.16,
 			},
 			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, Exact: 1000, AchievedRate: 100, P50Ms: 10, P99Ms: 25, MaxMs: 30, DeadlineSeconds: 120}},
-		},
-		{
-			Column: "limit", Limit: true, Foos: 100, Pair: 1,
-			ColdStart: &coldStartResult{
-				Foos: 100, Converged: true, Seconds: 0.25,
-				PerFoo: map[string]float64{"POST deployments": 1, "POST events": 1, "PUT foos/status": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
-				BenchCPUSeconds: 0.05,
-			},
-			Reactions: []reactionResult{{Rate: 100, Sent: 1000, Delivered: 1000, Exact: 1000, AchievedRate: 100, P50Ms: 8, P99Ms: 20, MaxMs: 30, DeadlineSeconds: 120}},
 		},
 		{
 			Column: "classic", Peer: true, Foos: 1000, Pair: 1,
@@ -101,45 +92,32 @@ func sampleResults() *results {
 func TestMarkdownComparison(t *testing.T) {
 	got := buildTable(sampleResults()).markdown()
 	for _, want := range []string{
-		"| case | ours | classic | limit watching | limit |\n| --- | --: | --: | --: | --: |\n",
-		"| cold start, 100 Foos (s) | 0.500 | 20.0 | 0.400 | 0.250 |\n",
-		"| cold start, 100 Foos ÷ limit (×) | 2.00 | 80.0 | 1.60 |  |\n",
-		"| cold start, 100 Foos ÷ limit watching (×) | 1.25 | 50.0 |  |  |\n",
-		"| cold start, 100 Foos: the last Deployment (s) | 0.300 | 15.0 | 0 | 0 |\n",
-		"| cold start, 100 Foos: the last Deployment ÷ classic (×) | 0.020 |  |  |  |\n",
-		"| cold start, 100 Foos: the last status ÷ classic (×) | 0.025 |  |  |  |\n",
-		"| cold start, 1000 Foos: the last status (s) |  | n/a (timed out) |  |  |\n",
-		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 3.00 | 3.00 |\n",
-		"| requests per Foo, 100 Foos: POST events | 0 | 1.00 | 1.00 | 1.00 |\n",
-		"| events written per Foo, 100 Foos | 1.00 | 1.00 | 1.00 | 1.00 |\n",
-		"| CPU per Foo, 100 Foos: the controller, or the limit's writes and informers (ms) | 0.500 |  | 0.400 | 0.300 |\n",
-		"| CPU per Foo, 100 Foos: the controller ÷ limit (×) | 1.67 |  | 1.33 |  |\n",
-		"| CPU per Foo, 100 Foos: the controller ÷ limit watching (×) | 1.25 |  |  |  |\n",
-		"| CPU per Foo, 100 Foos: the controller, or the limit's own, ÷ kube-apiserver's (×) | 0.250 |  | 0.250 | n/a |\n",
-		"| CPU per Foo, 100 Foos: the bench, which watches every side and runs the limits (ms) | 0.200 |  | 0.600 | 0.500 |\n",
-		"| CPU per Foo, 100 Foos: kube-apiserver (ms) | 2.00 |  | 1.60 |  |\n",
-		"| CPU per Foo, 100 Foos: kube-apiserver ÷ limit watching (×) | 1.25 |  |  |  |\n",
-		"| cold start, 1000 Foos (s) |  | timed out: 812 of 1000 after 600 s |  |  |\n",
-		"| requests per Foo, 1000 Foos: total |  | n/a (timed out) |  |  |\n",
-		"| steady state, 100 Foos: writes per minute | 0 | 300 |  |  |\n",
-		"| RSS per 10000 unrelated Deployments (MiB) | 10.0 | 200 |  |  |\n",
-		"| RSS of kube-apiserver, 100 Foos (MiB) | 300 |  |  |  |\n",
-		"| RSS, 100 Foos: of it mapped from files, the binary mostly (MiB) | 12.0 |  |  |  |\n",
-		"| RSS, 100 Foos + 1000 unrelated Deployments (MiB) | 31.0 | 60.0 |  |  |\n",
-		"| restart, 100 Foos converged: writes in the steady-state window after it | 0 | 200 |  |  |\n",
-		"| restart, 100 Foos converged: /readyz (s) | 0.600 | no /readyz |  |  |\n",
-		"| restart, 100 Foos converged: /readyz ÷ informers filled (×) | 1.20 |  |  |  |\n",
-		"| kube-apiserver restarted, 100 Foos converged: writes in the steady-state window after it | 0 |  |  |  |\n",
-		"| kube-apiserver restarted, 100 Foos converged: the controller's peak RSS ÷ its RSS before (×) | 1.50 |  |  |  |\n",
-		"| reaction, 100 changes/s: sent per second | 100 | 90.0 | 100 | 100 |\n",
-		"| reaction, 100 changes/s: delivered within 120 s (%) | 100 | 0 | 100 | 100 |\n",
-		"| reaction, 100 changes/s: p50 (ms) | 12.0 | none delivered | 10.0 | 8.00 |\n",
-		"| reaction, 100 changes/s: p99 ÷ limit (×) | 2.00 |  | 1.25 |  |\n",
-		"| reaction, 100 changes/s: p99 ÷ limit watching (×) | 1.60 |  |  |  |\n",
+		"| case | ours | classic | floor |\n| --- | --: | --: | --: |\n",
+		"| cold start, 100 Foos (s) | 0.500 | 20.0 | 0.400 |\n",
+		"| cold start, 100 Foos ÷ floor (×) | 1.25 | 50.0 |  |\n",
+		"| cold start, 100 Foos: the last Deployment ÷ classic (×) | 0.020 |  |  |\n",
+		"| cold start, 100 Foos: the last status ÷ classic (×) | 0.025 |  |  |\n",
+		"| cold start, 1000 Foos: the last status (s) |  | n/a (timed out) |  |\n",
+		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 3.00 |\n",
+		"| requests per Foo, 100 Foos: POST events | 0 | 1.00 | 1.00 |\n",
+		"| CPU per Foo, 100 Foos: the controller (ms) | 0.500 |  | 0.400 |\n",
+		"| CPU per Foo, 100 Foos: the controller ÷ floor (×) | 1.25 |  |  |\n",
+		"| CPU per Foo, 100 Foos: the controller ÷ kube-apiserver's (×) | 0.250 |  | 0.250 |\n",
+		"| CPU per Foo, 100 Foos: kube-apiserver ÷ floor (×) | 1.25 |  |  |\n",
+		"| cold start, 1000 Foos (s) |  | timed out: 812 of 1000 after 600 s |  |\n",
+		"| steady state, 100 Foos: writes per minute | 0 | 300 |  |\n",
+		"| RSS, 100 Foos + 1000 unrelated Deployments (MiB) | 31.0 | 60.0 |  |\n",
+		"| restart, 100 Foos converged: /readyz (s) | 0.600 | no /readyz |  |\n",
+		"| reaction, 100 changes/s: delivered within 120 s (%) | 100 | 0 | 100 |\n",
+		"| reaction, 100 changes/s: p50 (ms) | 12.0 | none delivered | 10.0 |\n",
+		"| reaction, 100 changes/s: p99 ÷ floor (×) | 1.60 |  |  |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q; table:\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "p99 ÷ classic") {
+		t.Errorf("a ratio to a side that delivered none:\n%s", got)
 	}
 
 	// The rows follow the cases, by size or rate, in the order of each case's figures.
@@ -151,8 +129,7 @@ func TestMarkdownComparison(t *testing.T) {
 	}
 	want := []string{
 		"cold start, 100 Foos (s)",
-		"cold start, 100 Foos ÷ limit (×)",
-		"cold start, 100 Foos ÷ limit watching (×)",
+		"cold start, 100 Foos ÷ floor (×)",
 		"cold start, 100 Foos: the last Deployment (s)",
 		"cold start, 100 Foos: the last Deployment ÷ classic (×)",
 		"cold start, 100 Foos: the last status (s)",
@@ -162,13 +139,11 @@ func TestMarkdownComparison(t *testing.T) {
 		"requests per Foo, 100 Foos: POST events",
 		"requests per Foo, 100 Foos: PUT foos/status",
 		"events written per Foo, 100 Foos",
-		"CPU per Foo, 100 Foos: the controller, or the limit's writes and informers (ms)",
-		"CPU per Foo, 100 Foos: the controller ÷ limit (×)",
-		"CPU per Foo, 100 Foos: the controller ÷ limit watching (×)",
-		"CPU per Foo, 100 Foos: the controller, or the limit's own, ÷ kube-apiserver's (×)",
-		"CPU per Foo, 100 Foos: the bench, which watches every side and runs the limits (ms)",
+		"CPU per Foo, 100 Foos: the controller (ms)",
+		"CPU per Foo, 100 Foos: the controller ÷ floor (×)",
+		"CPU per Foo, 100 Foos: the controller ÷ kube-apiserver's (×)",
 		"CPU per Foo, 100 Foos: kube-apiserver (ms)",
-		"CPU per Foo, 100 Foos: kube-apiserver ÷ limit watching (×)",
+		"CPU per Foo, 100 Foos: kube-apiserver ÷ floor (×)",
 		"cold start, 1000 Foos (s)",
 		"cold start, 1000 Foos: the last Deployment (s)",
 		"cold start, 1000 Foos: the last status (s)",
@@ -194,8 +169,7 @@ func TestMarkdownComparison(t *testing.T) {
 		"reaction, 100 changes/s: p50 (ms)",
 		"reaction, 100 changes/s: p99 (ms)",
 		"reaction, 100 changes/s: max (ms)",
-		"reaction, 100 changes/s: p99 ÷ limit (×)",
-		"reaction, 100 changes/s: p99 ÷ limit watching (×)",
+		"reaction, 100 changes/s: p99 ÷ floor (×)",
 		"reaction, 100 changes/s: p50 from the patch's response (ms)",
 		"reaction, 100 changes/s: p99 from the patch's response (ms)",
 	}
@@ -204,37 +178,27 @@ func TestMarkdownComparison(t *testing.T) {
 	}
 }
 
-// In pairs, a figure is the median of the pairs with their range, and a ratio to a
-// limit is taken pair by pair, only where both sides converged, and then summed up
-// the same way.
+// In pairs, a figure is the median of the pairs with their range, and a ratio to the
+// floor is taken pair by pair, only where both sides converged, and then summed up the
+// same way.
 func TestMarkdownPairs(t *testing.T) {
-	run := func(column string, pair int, seconds float64, converged bool) runResult {
-		return runResult{Column: column, Limit: strings.HasPrefix(column, "limit"), Foos: 1000, Pair: pair,
-			ColdStart: &coldStartResult{Foos: 1000, Converged: converged, Seconds: seconds, DeploymentsDone: 1000, StatusesDone: 990}}
+	run := func(column string, pair int, seconds, cpu float64, converged bool) runResult {
+		return runResult{Column: column, Floor: column == floorName, Foos: 1000, Pair: pair,
+			ColdStart: &coldStartResult{Foos: 1000, Converged: converged, Seconds: seconds, DeploymentsDone: 1000, StatusesDone: 990, ControllerCPUSeconds: cpu}}
 	}
 	res := &results{Runs: []runResult{
-		run("ours", 1, 6, true), run("limit watching", 1, 5, true), run("limit", 1, 4, true),
-		run("limit watching", 2, 5.5, true), run("limit", 2, 5, true), run("ours", 2, 5.5, true),
-		run("limit", 3, 4, true), run("ours", 3, 8, true), run("limit watching", 3, 4.4, true),
-		run("ours", 4, 1, true), run("limit watching", 4, 1, true), run("limit", 4, 700, false), // the limit timed out: no ratios
+		run("ours", 1, 6, 3, true), run("floor", 1, 5, 2, true),
+		run("floor", 2, 5.5, 2.5, true), run("ours", 2, 5.5, 3, true),
+		run("ours", 3, 8, 4, true), run("floor", 3, 4.4, 2, true),
+		run("floor", 4, 700, 9, false), run("ours", 4, 1, 1, true), // the floor timed out: no ratios
 	}}
-	// The bench's CPU grows from pair to pair; a limit's own is what it spends beyond
-	// ours' side of the same pair: 2 s for the watching limit, 1.5 s for the other.
-	for _, r := range res.Runs {
-		r.ColdStart.BenchCPUSeconds = float64(r.Pair) + map[string]float64{"limit watching": 2, "limit": 1.5}[r.Column]
-		if r.Column == "ours" {
-			r.ColdStart.ControllerCPUSeconds = 3
-		}
-	}
 	got := buildTable(res).markdown()
 	for _, want := range []string{
-		"| case | ours | limit watching | limit |\n",
-		"| cold start, 1000 Foos (s) | 5.75 (1.00-8.00) | 4.70 (1.00-5.50) | 4.00 (4.00-5.00); pair 4: timed out: 990 of 1000 after 700 s |\n",
-		"| cold start, 1000 Foos ÷ limit (×) | 1.50 (1.10-2.00) | 1.10 (1.10-1.25) |  |\n",
-		"| cold start, 1000 Foos ÷ limit watching (×) | 1.10 (1.00-1.82) |  |  |\n",
-		"| CPU per Foo, 1000 Foos: the controller, or the limit's writes and informers (ms) | 3.00 | 2.00 | 1.50; pair 4: n/a (timed out) |\n",
-		"| CPU per Foo, 1000 Foos: the controller ÷ limit (×) | 2.00 | 1.33 |  |\n",
-		"| CPU per Foo, 1000 Foos: the controller ÷ limit watching (×) | 1.50 |  |  |\n",
+		"| case | ours | floor |\n",
+		"| cold start, 1000 Foos (s) | 5.75 (1.00-8.00) | 5.00 (4.40-5.50); pair 4: timed out: 990 of 1000 after 700 s |\n",
+		"| cold start, 1000 Foos ÷ floor (×) | 1.20 (1.00-1.82) |  |\n",
+		"| CPU per Foo, 1000 Foos: the controller (ms) | 3.00 (1.00-4.00) | 2.00 (2.00-2.50); pair 4: n/a (timed out) |\n",
+		"| CPU per Foo, 1000 Foos: the controller ÷ floor (×) | 1.50 (1.20-2.00) |  |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q; table:\n%s", want, got)
@@ -255,8 +219,8 @@ func TestMarkdownOneController(t *testing.T) {
 			t.Errorf("line %q does not have two columns", l)
 		}
 	}
-	if strings.Contains(got, "÷ limit") {
-		t.Errorf("a table without a limit has a ratio to it:\n%s", got)
+	if strings.Contains(got, "÷ floor") {
+		t.Errorf("a table without the floor has a ratio to it:\n%s", got)
 	}
 }
 

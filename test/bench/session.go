@@ -13,14 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	eventsinformers "k8s.io/client-go/informers/events/v1"
@@ -59,7 +55,6 @@ type session struct {
 	ctrls     []*localcluster.Controller // ours, with their endpoints
 	stopping  *atomic.Bool               // the bench stops procs: their exits end nothing
 	restarts  int                        // how often the controller was started again
-	limit     *limitRun                  // the limit's writers
 	fail      func(error)                // ends the cases with this error: the controller exited, say
 	converged bool                       // the cold start converged
 	replicas  []int32                    // the last spec.replicas the reaction case set on each Foo
@@ -76,7 +71,7 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	s := &session{cfg: cfg, name: sessionName(fmt.Sprintf("%s %d %d", p.side.Name, p.foos, p.pair)), side: p.side, fail: fail,
-		result: runResult{Column: p.side.Name, Limit: p.side.Limit, Peer: p.side.Peer, Side: p.side, Foos: p.foos, Pair: p.pair}}
+		result: runResult{Column: p.side.Name, Floor: p.side.Floor, Peer: p.side.Peer, Side: p.side, Foos: p.foos, Pair: p.pair}}
 	defer s.stop()
 	if err := s.setUp(ctx, root, p.foos); err != nil {
 		return s.result, err
@@ -161,9 +156,6 @@ func (s *session) stop() {
 	if len(s.procs) > 0 {
 		errs = append(errs, s.stopController())
 	}
-	if s.limit != nil {
-		s.limit.stop()
-	}
 	if s.watch != nil {
 		s.watch.stop()
 	}
@@ -199,14 +191,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // fooName names the i-th Foo, and its Deployment.
 func fooName(i int) string { return fmt.Sprintf("foo-%05d", i) }
-
-func (s *session) fooIndex(name string) (int, bool) {
-	var i int
-	if _, err := fmt.Sscanf(name, "foo-%d", &i); err != nil || i < 0 || i >= len(s.foos) || s.foos[i].Name != name {
-		return 0, false
-	}
-	return i, true
-}
 
 // parallel calls fn for 0..n-1 from workers goroutines until the first error.
 func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
@@ -288,30 +272,34 @@ func dropManagedFields(obj any) (any, error) {
 // observe hands later changes to fn; nil drops them.
 func (w *watcher) observe(fn func(obj any, at time.Time)) { w.to.Store(&fn) }
 
-// side is a column of the table: a controller, or a limit, the bench making our
-// controller's writes itself (README.md). The watching limit learns of a change from
-// its Foo informer, where the plain limit takes the patch's response.
+// side is a column of the table: a controller, ours or a peer, or the floor, the least
+// controller that makes ours' writes (README.md).
 type side struct {
-	Name            string
-	Binary          string   `json:",omitempty"`
-	Args            []string `json:",omitempty"`
-	AnyStatus       bool     `json:",omitempty"` // a Foo's status counts as done once written at all
-	Ours, Peer      bool     `json:"-"`          // ours serves metrics and probes and records Events
-	Limit, Watching bool     `json:",omitempty"`
-	MaxFoos         int      `json:",omitempty"` // more would take it past any cold-start timeout
-	Replicas        int      `json:",omitempty"` // above 1: ours in sharded mode
+	Name       string
+	Binary     string   `json:",omitempty"`
+	Args       []string `json:",omitempty"`
+	AnyStatus  bool     `json:",omitempty"` // a Foo's status counts as done once written at all
+	Ours, Peer bool     `json:"-"`          // ours serves metrics and probes and records Events
+	Floor      bool     `json:",omitempty"`
+	MaxFoos    int      `json:",omitempty"` // more would take it past any cold-start timeout
+	Replicas   int      `json:",omitempty"` // above 1: ours in sharded mode
 }
-
-var limits = []side{{Name: "limit watching", Limit: true, Watching: true}, {Name: "limit", Limit: true}}
 
 const (
 	ourName             = "ours"
+	floorName           = "floor"
 	resync              = 30 * time.Second // on every side with informers; the steady-state window covers one
 	shardLeaseNamespace = "sample-controller-system"
 )
 
+// floorSide runs the floor, built at binary, with ours' workers.
+func floorSide(cfg config, binary string) side {
+	return side{Name: floorName, Binary: binary, Floor: true, Args: []string{"--namespace=" + benchNamespace,
+		"--resync-period=" + resync.String(), fmt.Sprintf("--workers=%d", cfg.workers)}}
+}
+
 // events tells whether a cold start waits for every DeploymentCreated Event too.
-func (d side) events() bool { return d.Ours || d.Limit }
+func (d side) events() bool { return d.Ours || d.Floor }
 
 // command is the side's arguments; ours is given the kubeconfig by StartController.
 func (d side) command(kubeconfig string) []string {
@@ -321,12 +309,9 @@ func (d side) command(kubeconfig string) []string {
 	return append([]string{"--kubeconfig=" + kubeconfig}, d.Args...)
 }
 
-// start starts the limit, or the controller's processes, whose exit ends the session's
-// cases unless the bench stopped them.
+// start starts the controller's processes, whose exit ends the session's cases unless
+// the bench stopped them.
 func (d side) start(ctx context.Context, s *session) error {
-	if d.Limit {
-		return startLimit(ctx, s, d.Watching)
-	}
 	kubeconfig := s.cluster.KubeconfigPath()
 	stopping := new(atomic.Bool)
 	s.procs, s.ctrls, s.stopping = nil, nil, stopping
@@ -402,54 +387,6 @@ func peer(name, binDir string, workers int) side {
 // peerBuild is what hack/build-peers.sh builds for the peer name.
 func peerBuild(name string) string { return strings.TrimSuffix(name, "-tuned") }
 
-func startLimit(ctx context.Context, s *session, watching bool) error {
-	ctx, cancel := context.WithCancel(ctx)
-	run := &limitRun{s: s, watching: watching, cancel: cancel, queue: workqueue.NewTyped[int](),
-		deployments: make([]*appsv1.Deployment, len(s.foos)), latest: map[int]*samplev1alpha1.Foo{}}
-	s.limit = run // stopped with the session, also after an error here
-	var err error
-	if run.kube, run.sample, run.closeIdle, err = clientsAsOurs(s.cluster, "sample-controller-bench-limit"); err != nil {
-		return err
-	}
-	if watching {
-		stopInformers, err := startInformers(ctx, run.kube, run.sample, run.specChanged)
-		if err != nil {
-			return err
-		}
-		run.cancel = func() { cancel(); stopInformers() }
-	}
-	progressf("%s: writing a Deployment, an Event and a status per Foo with %d requests in flight", s.name, s.cfg.workers)
-	run.wg.Go(func() {
-		if err := parallel(ctx, len(s.foos), s.cfg.workers, run.create); err != nil && ctx.Err() == nil {
-			s.fail(err)
-		}
-	})
-	for range s.cfg.workers {
-		run.wg.Go(func() {
-			for run.work(ctx) {
-			}
-		})
-	}
-	return nil
-}
-
-// limitRun is a limit's writers, with clients of their own built as ours.
-type limitRun struct {
-	s         *session
-	kube      kubernetes.Interface
-	sample    clientset.Interface
-	closeIdle func()
-	cancel    context.CancelFunc
-	watching  bool // it follows its Foo informer (specChanged), not the patches' responses
-	wg        sync.WaitGroup
-	queue     workqueue.TypedInterface[int] // Foos to follow, by index
-	failed    atomic.Bool                   // a write failed, and was reported
-
-	mu          sync.Mutex
-	deployments []*appsv1.Deployment        // by index, as last written
-	latest      map[int]*samplev1alpha1.Foo // by index, as the last change followed left it
-}
-
 // clientsAsOurs builds clients as our controller builds its own: built-in types as
 // protobuf, Foos as JSON, on one connection of their own (the Dial function keeps
 // client-go from sharing its cached transport), with no rate limit.
@@ -473,127 +410,16 @@ func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubern
 }
 
 // startInformers fills informers of the Foos and their Deployments built as ours (no
-// index: ours keeps only those it reads), and calls changed on a change of a spec.
-func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface, changed func(*samplev1alpha1.Foo)) (stop func(), err error) {
+// index: ours keeps only those it reads), with handlers, as ours, so that they resync.
+func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (stop func(), err error) {
 	deployments := appsinformers.NewFilteredDeploymentInformer(kube, benchNamespace, resync, nil,
 		func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel })
 	foos := fooinformers.NewFooInformer(sample, benchNamespace, resync, nil)
 	errTransforms := errors.Join(deployments.SetTransform(cached.TrimDeployment), foos.SetTransform(cached.TrimFoo))
-	// An informer resyncs only for its handlers, and ours has them.
 	_, errDeployments := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{})
-	_, err = foos.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
-		if old, foo := oldObj.(*samplev1alpha1.Foo), newObj.(*samplev1alpha1.Foo); foo.Generation != old.Generation {
-			changed(foo)
-		}
-	}})
-	if err = errors.Join(errTransforms, errDeployments, err); err != nil {
+	_, errFoos := foos.AddEventHandler(cache.ResourceEventHandlerFuncs{})
+	if err = errors.Join(errTransforms, errDeployments, errFoos); err != nil {
 		return nil, err
 	}
-	return runInformers(ctx, "the limit's informers", deployments, foos)
-}
-
-func (l *limitRun) create(ctx context.Context, i int) error {
-	foo := l.s.foos[i]
-	d, err := l.kube.AppsV1().Deployments(foo.Namespace).Create(ctx, reconcile.NewDeployment(foo), metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("creating Deployment %s: %w", foo.Spec.DeploymentName, err)
-	}
-	l.store(i, d)
-	if _, err := l.kube.EventsV1().Events(foo.Namespace).Create(ctx, createdEvent(foo, d, time.Now()), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("recording the creation of Deployment %s: %w", d.Name, err)
-	}
-	return l.writeStatus(ctx, foo, d)
-}
-
-func (l *limitRun) writeStatus(ctx context.Context, foo *samplev1alpha1.Foo, d *appsv1.Deployment) error {
-	withStatus := foo.DeepCopy()
-	withStatus.Status = reconcile.CalculateStatus(foo, d, nil, metav1.Now())
-	_, err := l.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
-	return err
-}
-
-// createdEvent is our controller's Event, as client-go's events.EventRecorder builds it.
-func createdEvent(foo *samplev1alpha1.Foo, d *appsv1.Deployment, now time.Time) *eventsv1.Event {
-	ref := func(apiVersion, kind string, m *metav1.ObjectMeta) corev1.ObjectReference {
-		return corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
-	}
-	return &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", foo.Name, now.UnixNano()), Namespace: foo.Namespace},
-		EventTime:           metav1.NewMicroTime(now),
-		ReportingController: "sample-controller",
-		ReportingInstance:   "sample-controller-bench",
-		Action:              "Create",
-		Reason:              reconcile.EventDeploymentCreated,
-		Regarding:           ref(reconcile.FooGVK.GroupVersion().String(), "Foo", &foo.ObjectMeta),
-		Related:             ptr.To(ref("apps/v1", "Deployment", &d.ObjectMeta)),
-		Note:                fmt.Sprintf("Created Deployment %q", d.Name),
-		Type:                corev1.EventTypeNormal,
-	}
-}
-
-// follow queues the writes for the i-th Foo, as a change made it.
-func (l *limitRun) follow(i int, foo *samplev1alpha1.Foo) {
-	l.mu.Lock()
-	l.latest[i] = foo
-	l.mu.Unlock()
-	l.queue.Add(i)
-}
-
-func (l *limitRun) specChanged(foo *samplev1alpha1.Foo) {
-	if i, ok := l.s.fooIndex(foo.Name); ok {
-		l.follow(i, foo)
-	}
-}
-
-// work makes the writes for one queued Foo as ours does: a patch, then the status.
-func (l *limitRun) work(ctx context.Context) bool {
-	i, shutdown := l.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer l.queue.Done(i)
-	l.mu.Lock()
-	foo, d := l.latest[i], l.deployments[i]
-	l.mu.Unlock()
-	if d == nil { // not created: no change comes before the cold start converged
-		return true
-	}
-	changed, _ := reconcile.UpdateDeployment(foo, d)
-	deployments := l.kube.AppsV1().Deployments(foo.Namespace)
-	patch, err := reconcile.DeploymentPatch(d, changed)
-	if err == nil {
-		var updated *appsv1.Deployment
-		if updated, err = deployments.Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err == nil {
-			l.store(i, updated)
-			// A conflict: a newer change queued the Foo again, and supersedes this one.
-			if err = l.writeStatus(ctx, foo, updated); apierrors.IsConflict(err) {
-				err = nil
-			}
-		}
-	}
-	if err != nil && ctx.Err() == nil {
-		if !l.failed.Swap(true) {
-			progressf("%s: %v (the first of the limit's writes to fail)", l.s.name, err)
-		}
-		// Read it again, so that one failure does not make every later update conflict.
-		if fresh, getErr := deployments.Get(ctx, d.Name, metav1.GetOptions{}); getErr == nil {
-			l.store(i, fresh)
-		}
-	}
-	return true
-}
-
-func (l *limitRun) store(i int, d *appsv1.Deployment) {
-	l.mu.Lock()
-	l.deployments[i] = d
-	l.mu.Unlock()
-}
-
-func (l *limitRun) stop() {
-	l.cancel()
-	l.queue.ShutDown()
-	l.wg.Wait()
-	if l.closeIdle != nil { // nil if the clients were not built
-		l.closeIdle()
-	}
+	return runInformers(ctx, "the informers", deployments, foos)
 }
