@@ -181,10 +181,6 @@ func WithEmulatedVersion(version string) SuiteOption {
 func (e *Env) install(ctx context.Context) error {
 	e.Kubeconfig = e.Cluster.KubeconfigPath()
 	cfg := e.Cluster.RESTConfig()
-	// The suites' own reads, every 100 ms per wait and several waits at once, are
-	// not what is tested: client-go's default of 5 per second would delay them, and
-	// a wait could time out on its own client. The apiserver's limits still apply.
-	cfg.QPS = -1
 	var err error
 	if e.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
