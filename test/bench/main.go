@@ -34,7 +34,9 @@ type config struct {
 	foos, rates                                                                        []int
 	pairs, steadyFoos, unrelated, workers, reactionInflight, shardReplicas, shardSlots int
 	steadyWindow, settle, coldStartTimeout, reactionDuration, reactionDeadline         time.Duration
-	controllerArgs, compare, outDir, docs                                              string   // outDir: <repo>/_output/bench
+	controllerArgs, compare, outDir, docs                                              string // outDir: <repo>/_output/bench
+	bare                                                                               bool
+	shipped                                                                            shipped  // read from artifacts/deploy
 	args                                                                               []string // the flags given but --docs, for the page and results.json
 }
 
@@ -58,6 +60,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start after this long and report how far it got")
 	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated (empty for none), built by hack/build-peers.sh")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments appended to ours")
+	fs.BoolVar(&cfg.bare, "bare", false, "also run ours bare, as the bench did before it ran ours as shipped: without election, with plain metrics nobody scrapes")
 	fs.StringVar(&cfg.compare, "compare", "", "another build of ours, a binary, run as ours beside it in the same rounds: a change against the build before it")
 	fs.IntVar(&cfg.shardReplicas, "shard-replicas", 1, "run ours as this many replicas in sharded mode (--shard-slots), with the Lease timings of artifacts/deploy/components/sharded; 1 runs one replica, unsharded")
 	fs.IntVar(&cfg.shardSlots, "shard-slots", 16, "with --shard-replicas above 1: the number of slots, as the sharded component sets it")
@@ -210,14 +213,20 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	builtFrom := commit(ctx, root) // before the build: the tree may change while the bench runs
-	ours := ourController(cfg, filepath.Join(cfg.outDir, "sample-controller"))
+	if cfg.shipped, err = readShipped(root); err != nil {
+		return err
+	}
+	ours := ourController(cfg, filepath.Join(cfg.outDir, "sample-controller"), true)
 	progressf("building the controller into %s", ours.Binary)
 	if err := localcluster.BuildController(ctx, root, ours.Binary); err != nil {
 		return err
 	}
 	controllers := []side{ours}
+	if cfg.bare && cfg.shardReplicas == 1 {
+		controllers = append(controllers, ourController(cfg, ours.Binary, false))
+	}
 	if cfg.compare != "" {
-		other := ourController(cfg, cfg.compare)
+		other := ourController(cfg, cfg.compare, true)
 		other.Name += " " + filepath.Base(cfg.compare)
 		controllers = append(controllers, other)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -154,7 +156,7 @@ func TestPeers(t *testing.T) {
 func TestControllerArgs(t *testing.T) {
 	// --controller-args go to ours, after its defaults; the kubeconfig and the ports are
 	// passed when it starts.
-	ours := ourController(config{controllerArgs: "--workers=4 -v=2"}, "/bin/sample-controller")
+	ours := ourController(config{controllerArgs: "--workers=4 -v=2"}, "/bin/sample-controller", false)
 	if got, want := strings.Join(ours.command("/k"), " "), "--resync-period=30s --workers=4 -v=2"; got != want {
 		t.Errorf("ours = %q, want %q", got, want)
 	}
@@ -189,5 +191,36 @@ func TestSessionName(t *testing.T) {
 		if got := sessionName(description); got != want {
 			t.Errorf("sessionName(%q) = %q, want %q", description, got, want)
 		}
+	}
+}
+
+// Ours runs as artifacts/deploy's Deployment runs it, but at the addresses the bench
+// gives it; bare is the bench's older configuration.
+func TestOursAsShipped(t *testing.T) {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config{controllerArgs: "-v=2"}
+	if cfg.shipped, err = readShipped(root); err != nil {
+		t.Fatal(err)
+	}
+	ours := ourController(cfg, "/bin/sample-controller", true)
+	args := strings.Join(ours.command("/k"), " ")
+	for _, want := range []string{"--resync-period=30s --leader-elect ", "--leader-elect-retry-period=1s", "--graceful-shutdown-timeout=30s", " -v=2"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("ours as shipped runs %q, without %q", args, want)
+		}
+	}
+	for _, unwanted := range []string{"--metrics-bind-address", "--health-probe-bind-address", "--metrics-secure"} {
+		if strings.Contains(args, unwanted) {
+			t.Errorf("ours as shipped runs %q, with the manifest's %s: the bench chooses it", args, unwanted)
+		}
+	}
+	if !ours.Shipped || ours.Name != ourName || !slices.Equal(ours.Env, []string{"MEMORY_LIMIT=268435456"}) {
+		t.Errorf("ours as shipped: %+v, want Shipped, named %q, with the manifest's 256Mi as MEMORY_LIMIT", ours, ourName)
+	}
+	if bare := ourController(cfg, "/bin/sample-controller", false); bare.Shipped || bare.Name != "ours bare" || strings.Contains(strings.Join(bare.Args, " "), "--leader-elect") {
+		t.Errorf("ours bare: %+v", bare)
 	}
 }

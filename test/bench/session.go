@@ -5,15 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/cached"
 	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
@@ -51,14 +58,16 @@ type session struct {
 	foos    []*samplev1alpha1.Foo
 	side    side
 
-	procs     []*localcluster.Process    // the controller's processes
-	ctrls     []*localcluster.Controller // ours, with their endpoints
-	stopping  *atomic.Bool               // the bench stops procs: their exits end nothing
-	restarts  int                        // how often the controller was started again
-	fail      func(error)                // ends the cases with this error: the controller exited, say
-	converged bool                       // the cold start converged
-	replicas  []int32                    // the last spec.replicas the reaction case set on each Foo
-	result    runResult
+	procs        []*localcluster.Process    // the controller's processes
+	ctrls        []*localcluster.Controller // ours, with their endpoints
+	stopping     *atomic.Bool               // the bench stops procs: their exits end nothing
+	restarts     int                        // how often the controller was started again
+	scraperToken string                     // shipped: the token ours' /metrics is scraped with
+	scrapes      atomic.Int64               // shipped: scrapes answered
+	fail         func(error)                // ends the cases with this error: the controller exited, say
+	converged    bool                       // the cold start converged
+	replicas     []int32                    // the last spec.replicas the reaction case set on each Foo
+	result       runResult
 }
 
 // sessionName makes a description a file name: runs of letters and digits, dashed.
@@ -111,6 +120,11 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	for _, ns := range namespaces {
 		if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	if s.side.Shipped {
+		if s.scraperToken, err = scraperToken(ctx, s.kube); err != nil {
+			return err
 		}
 	}
 	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
@@ -279,7 +293,9 @@ type side struct {
 	Binary     string   `json:",omitempty"`
 	Args       []string `json:",omitempty"`
 	AnyStatus  bool     `json:",omitempty"` // a Foo's status counts as done once written at all
+	Env        []string `json:",omitempty"`
 	Ours, Peer bool     `json:"-"`          // ours serves metrics and probes and records Events
+	Shipped    bool     `json:",omitempty"` // ours as artifacts/deploy runs it, its secure metrics scraped
 	Floor      bool     `json:",omitempty"`
 	MaxFoos    int      `json:",omitempty"` // more would take it past any cold-start timeout
 	Replicas   int      `json:",omitempty"` // above 1: ours in sharded mode
@@ -327,9 +343,13 @@ func (d side) start(ctx context.Context, s *session) error {
 		var err error
 		if d.Ours {
 			var ctrl *localcluster.Controller
-			ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: d.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name, Args: d.command(kubeconfig)})
+			ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: d.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name,
+				Args: d.command(kubeconfig), Env: d.Env, SecureMetrics: d.Shipped})
 			if err == nil {
 				s.ctrls, proc = append(s.ctrls, ctrl), ctrl.Process
+			}
+			if err == nil && d.Shipped {
+				err = s.scrape(ctrl)
 			}
 		} else { // a peer may read $KUBECONFIG too
 			proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: d.Binary, Args: d.command(kubeconfig), Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
@@ -348,18 +368,140 @@ func (d side) start(ctx context.Context, s *session) error {
 	return nil
 }
 
-// ourController runs our controller with the bench's resync, --controller-args and,
-// sharded, the sharded component's Lease timings.
-func ourController(cfg config, binary string) side {
-	d := side{Name: ourName, Binary: binary, Ours: true,
-		Args: append([]string{"--resync-period=" + resync.String()}, strings.Fields(cfg.controllerArgs)...)}
-	if cfg.shardReplicas > 1 {
+// ourController runs our controller with the bench's resync and --controller-args:
+// as shipped (the arguments and memory limit of artifacts/deploy's Deployment, its
+// metrics served over HTTPS and scraped), or bare as the bench ran it before (no
+// election, plain metrics); sharded, with the sharded component's Lease timings.
+func ourController(cfg config, binary string, shipped bool) side {
+	d := side{Name: ourName, Binary: binary, Ours: true, Args: []string{"--resync-period=" + resync.String()}}
+	switch {
+	case cfg.shardReplicas > 1:
 		d.Name = fmt.Sprintf("%s, %d sharded replicas", ourName, cfg.shardReplicas)
 		d.Replicas = cfg.shardReplicas
 		d.Args = append(d.Args, "--leader-elect-resource-namespace="+shardLeaseNamespace, "--leader-elect-lease-duration=15s",
 			"--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s", fmt.Sprintf("--shard-slots=%d", cfg.shardSlots))
+	case shipped:
+		d.Shipped, d.Env = true, cfg.shipped.env
+		d.Args = append(d.Args, cfg.shipped.args...)
+	default:
+		d.Name += " bare"
 	}
+	d.Args = append(d.Args, strings.Fields(cfg.controllerArgs)...)
 	return d
+}
+
+// shipped is what artifacts/deploy's Deployment gives the controller that a process
+// outside a Pod can have: its arguments, but the addresses the bench chooses, and its
+// memory limit as MEMORY_LIMIT (the CPU limit needs a cgroup; POD_NAME and POD_UID a Pod).
+type shipped struct {
+	args, env []string
+}
+
+func readShipped(root string) (shipped, error) {
+	path := filepath.Join(root, "artifacts", "deploy", "deployment.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return shipped{}, err
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &d); err != nil {
+		return shipped{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(d.Spec.Template.Spec.Containers) != 1 {
+		return shipped{}, fmt.Errorf("%s: want a Deployment of one container", path)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	var out shipped
+	for _, arg := range c.Args {
+		name, _, _ := strings.Cut(arg, "=")
+		if !slices.Contains([]string{"--metrics-bind-address", "--health-probe-bind-address", "--metrics-secure"}, name) {
+			out.args = append(out.args, arg)
+		}
+	}
+	if limit, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		out.env = append(out.env, fmt.Sprintf("MEMORY_LIMIT=%d", limit.Value()))
+	}
+	return out, nil
+}
+
+// scrapeInterval is the shipped ServiceMonitor's.
+const scrapeInterval = 30 * time.Second
+
+// scrape gets ctrl's /metrics every scrapeInterval, as Prometheus would, with the token
+// of a ServiceAccount bound to the shipped scrapers' role, on one kept-alive connection,
+// until the controller exits. A scrape refused ends the session.
+func (s *session) scrape(ctrl *localcluster.Controller) error {
+	client, err := ctrl.MetricsClient(s.scraperToken)
+	if err != nil {
+		return err
+	}
+	go func() {
+		ticker := time.NewTicker(scrapeInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctrl.Process.Exited():
+				return
+			case <-ticker.C:
+			}
+			if err := scrapeOnce(client, ctrl.MetricsURL); err != nil && !s.stopping.Load() {
+				s.fail(fmt.Errorf("scraping %s: %w", ctrl.MetricsURL, err))
+				return
+			}
+			s.scrapes.Add(1)
+		}
+	}()
+	return nil
+}
+
+func scrapeOnce(client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeInterval)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// scraperToken binds a ServiceAccount of the namespace default to the shipped role of
+// metrics scrapers (artifacts/deploy's sample-controller-metrics-reader, created here
+// with its rules) and returns a token of it.
+func scraperToken(ctx context.Context, kube kubernetes.Interface) (string, error) {
+	const name = "bench-scraper"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "sample-controller-metrics-reader"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: metav1.NamespaceDefault, Name: name}}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault}}
+	_, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+	if err == nil {
+		_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = kube.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return "", fmt.Errorf("the scrapers' ServiceAccount: %w", err)
+	}
+	token, err := kube.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token of the scrapers' ServiceAccount: %w", err)
+	}
+	return token.Status.Token, nil
 }
 
 // peerNames are the controllers a user would pick instead of ours: controller-runtime
