@@ -166,6 +166,9 @@ func (s *session) stopController() error {
 
 // stop stops everything and removes the cluster's etcd data; the logs stay.
 func (s *session) stop() {
+	if s.side.Shipped {
+		progressf("%s: %d scrapes of ours' /metrics answered", s.name, s.scrapes.Load())
+	}
 	var errs []error
 	if len(s.procs) > 0 {
 		errs = append(errs, s.stopController())
@@ -349,7 +352,7 @@ func (d side) start(ctx context.Context, s *session) error {
 				s.ctrls, proc = append(s.ctrls, ctrl), ctrl.Process
 			}
 			if err == nil && d.Shipped {
-				err = s.scrape(ctrl)
+				s.scrape(ctrl)
 			}
 		} else { // a peer may read $KUBECONFIG too
 			proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: d.Binary, Args: d.command(kubeconfig), Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
@@ -428,30 +431,34 @@ func readShipped(root string) (shipped, error) {
 const scrapeInterval = 30 * time.Second
 
 // scrape gets ctrl's /metrics every scrapeInterval, as Prometheus would, with the token
-// of a ServiceAccount bound to the shipped scrapers' role, on one kept-alive connection,
-// until the controller exits. A scrape refused ends the session.
-func (s *session) scrape(ctrl *localcluster.Controller) error {
-	client, err := ctrl.MetricsClient(s.scraperToken)
-	if err != nil {
-		return err
-	}
+// of a ServiceAccount bound to the shipped scrapers' role, on one kept-alive connection
+// (trusting the certificate the controller wrote by the first scrape), until the
+// controller exits. A scrape refused ends the session.
+func (s *session) scrape(ctrl *localcluster.Controller) {
 	go func() {
 		ticker := time.NewTicker(scrapeInterval)
 		defer ticker.Stop()
+		var client *http.Client
 		for {
 			select {
 			case <-ctrl.Process.Exited():
 				return
 			case <-ticker.C:
 			}
-			if err := scrapeOnce(client, ctrl.MetricsURL); err != nil && !s.stopping.Load() {
+			var err error
+			if client == nil {
+				client, err = ctrl.MetricsClient(s.scraperToken)
+			}
+			if err == nil {
+				err = scrapeOnce(client, ctrl.MetricsURL)
+			}
+			if err != nil && !s.stopping.Load() {
 				s.fail(fmt.Errorf("scraping %s: %w", ctrl.MetricsURL, err))
 				return
 			}
 			s.scrapes.Add(1)
 		}
 	}()
-	return nil
 }
 
 func scrapeOnce(client *http.Client, url string) error {
