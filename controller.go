@@ -442,12 +442,12 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	sync := func() error {
+	timedSync := func() error {
 		start := time.Now()
 		defer func() { syncDuration.Observe(time.Since(start).Seconds()) }()
 		return c.sync(syncCtx, key)
 	}
-	err := sync()
+	err := timedSync()
 	if errors.Is(err, errDeferred) {
 		// Deployments first: a user waits for the Deployments, which the Foos queued
 		// behind this one lack; the status that reports this one comes after them. At
@@ -459,7 +459,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 			return true
 		}
 		// Stopping, and the queue may have refused the key: the status goes now.
-		err = sync()
+		err = timedSync()
 	}
 	switch {
 	case err == nil:
