@@ -160,8 +160,18 @@ func (t *electionRun) startedLeading(leaderCtx context.Context) {
 		select {
 		case <-timer.C:
 		case <-leaderCtx.Done():
-			timer.Stop()
+		case <-t.ctx.Done():
 		}
+		timer.Stop()
+	}
+	// Asked to stop before the tenure began: no work ran, so nothing is left to drain,
+	// and the Lease is released now rather than held to the end of the wait.
+	if t.ctx.Err() != nil {
+		t.mu.Lock()
+		t.worked = true
+		t.mu.Unlock()
+		t.endElection()
+		return
 	}
 	// Work stops when asked to (ctx) or when the Lease is lost (leaderCtx). Its writes
 	// are held to the tenure.

@@ -235,6 +235,38 @@ func TestCreatedLeaseWaitsADuration(t *testing.T) {
 	}
 }
 
+// TestStopWhileWaitingOutACreatedLease stops a process that created the Lease while it
+// waits out the Lease duration: Run returns at once, without running the work, and
+// releases the Lease, so that the next replica takes it a retry period later instead
+// of once it expires.
+func TestStopWhileWaitingOutACreatedLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	const duration = time.Minute
+	client.PrependReactor("create", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		time.AfterFunc(100*time.Millisecond, cancel) // the SIGTERM, during the wait
+		return false, nil, nil
+	})
+	began := time.Now()
+	result := Run(ctx, Config{
+		Lock: testLock(client, Lease{Name: "slot-0", Duration: duration, RenewDeadline: 45 * time.Second, RetryPeriod: 100 * time.Millisecond}),
+	}, func(context.Context) error {
+		t.Error("the work ran, though the process was stopped before its tenure began")
+		return nil
+	})
+	if took := time.Since(began); took > duration/2 {
+		t.Errorf("Run returned %v after the stop, want at once, not at the end of the %v wait", took, duration)
+	}
+	if result.Err != nil || result.ReleaseErr != nil {
+		t.Errorf("Run = %+v, want no error and the Lease released", result)
+	}
+	if holder := testHolder(t, client); holder != "" {
+		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	}
+}
+
 // testLock is member a's lock of the Lease system/slot-0, with lease's timings, on a
 // client whose Leases get resourceVersions and conflicts as on an API server.
 func testLock(client *fake.Clientset, lease Lease) *LeaseLock {
