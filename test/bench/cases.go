@@ -44,6 +44,9 @@ type coldStartResult struct {
 	// CPU until convergence: the controller's since it started, the others' since the
 	// side started.
 	ControllerCPUSeconds, APIServerCPUSeconds float64
+	// When the first Deployment was done; ours as shipped: the longest interval between
+	// two renewals of its Lease until --settle after convergence.
+	FirstDeploymentSeconds, LongestRenewalSeconds float64
 }
 
 func (r coldStartResult) timedOutText() string {
@@ -64,6 +67,7 @@ func coldStart(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
+	s.watch.lease.longestRenewal() // the renewals from here
 	if err := s.side.start(ctx, s); err != nil {
 		return err
 	}
@@ -89,6 +93,10 @@ func coldStart(ctx context.Context, s *session) error {
 	now, err := s.requests(ctx)
 	if err != nil {
 		return err
+	}
+	if s.side.Shipped {
+		r.LongestRenewalSeconds = s.watch.lease.longestRenewal().Seconds()
+		progressf("%s: ours renewed its Lease at most %.2f s apart", s.name, r.LongestRenewalSeconds)
 	}
 	r.Requests = now.minus(requestsBefore)
 	r.PerFoo, r.PerFooTotal = r.Requests.perFoo(r.Foos), r.Requests.total()/float64(r.Foos)
@@ -143,6 +151,7 @@ type convergence struct {
 	// When every Deployment, and every status, was last seen done, until the whole is
 	// (one may fall behind and come back); -1 while one is not.
 	depsAfter, statusesAfter, doneAfter time.Duration
+	firstAfter                          time.Duration // when the first Deployment was done; -1 before
 	done                                bool
 }
 
@@ -152,7 +161,7 @@ type fooProgress struct {
 }
 
 func newConvergence(foos []*samplev1alpha1.Foo, anyStatus, events bool, start time.Time) *convergence {
-	c := &convergence{anyStatus: anyStatus, events: events, start: start, depsAfter: -1, statusesAfter: -1,
+	c := &convergence{anyStatus: anyStatus, events: events, start: start, depsAfter: -1, statusesAfter: -1, firstAfter: -1,
 		byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}}
 	for _, f := range foos {
 		p := &fooProgress{foo: f}
@@ -190,6 +199,9 @@ func (c *convergence) observe(obj any, at time.Time) {
 		}
 	}
 	lastDone(&c.depsAfter, c.nDep == n)
+	if c.firstAfter < 0 && c.nDep > 0 {
+		c.firstAfter = now
+	}
 	lastDone(&c.statusesAfter, c.nFoo == n)
 	if c.nDep == n && c.nFoo == n && (!c.events || c.nEvent == n) {
 		c.done, c.doneAfter = true, now
@@ -230,6 +242,7 @@ func (c *convergence) result(waited time.Duration) coldStartResult {
 	r := coldStartResult{Foos: len(c.byUID), Converged: c.done, Seconds: waited.Seconds(), DeploymentsDone: c.nDep, StatusesDone: c.nFoo}
 	if c.done {
 		r.Seconds, r.DeploymentsSeconds, r.StatusesSeconds = c.doneAfter.Seconds(), c.depsAfter.Seconds(), c.statusesAfter.Seconds()
+		r.FirstDeploymentSeconds = c.firstAfter.Seconds()
 	}
 	return r
 }
@@ -346,7 +359,6 @@ func restart(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	s.restarts++
 	start := time.Now()
 	if err := s.side.start(ctx, s); err != nil {
 		return err
@@ -519,8 +531,8 @@ func reactionCase(rate int) benchCase {
 
 func reaction(ctx context.Context, s *session, rate int) error {
 	cfg := s.cfg
-	r := reactionResult{Foos: len(s.foos), Rate: rate, Sent: int(float64(rate) * cfg.reactionDuration.Seconds()),
-		Seconds: cfg.reactionDuration.Seconds(), DeadlineSeconds: cfg.reactionDeadline.Seconds()}
+	r := reactionResult{Foos: len(s.foos), Rate: rate, Sent: cfg.reactionSamples,
+		Seconds: float64(cfg.reactionSamples) / float64(rate), DeadlineSeconds: cfg.reactionDeadline.Seconds()}
 	tracker := newLatencyTracker()
 	s.watch.observe(func(obj any, at time.Time) {
 		if d, ok := obj.(*appsv1.Deployment); ok && d.Spec.Replicas != nil {
@@ -528,7 +540,7 @@ func reaction(ctx context.Context, s *session, rate int) error {
 		}
 	})
 	defer s.watch.observe(nil)
-	progressf("%s: changing %d Foos at %d/s for %v", s.name, len(s.foos), rate, cfg.reactionDuration)
+	progressf("%s: changing %d Foos at %d/s, %d changes", s.name, len(s.foos), rate, r.Sent)
 	if err := s.sendChanges(ctx, tracker, rate, r.Sent); err != nil {
 		return err
 	}

@@ -130,9 +130,10 @@ func TestConvergence(t *testing.T) {
 	if !c.isDone() {
 		t.Fatal("not done with every Deployment and status in place")
 	}
-	// The last Deployment at 500 ms; the statuses all done at 460 ms, after one fell
-	// behind at 450.
-	want := coldStartResult{Foos: 2, Converged: true, Seconds: 0.5, DeploymentsDone: 2, StatusesDone: 2, DeploymentsSeconds: 0.5, StatusesSeconds: 0.46}
+	// The first Deployment at 100 ms, the last at 500; the statuses all done at 460 ms,
+	// after one fell behind at 450.
+	want := coldStartResult{Foos: 2, Converged: true, Seconds: 0.5, DeploymentsDone: 2, StatusesDone: 2,
+		FirstDeploymentSeconds: 0.1, DeploymentsSeconds: 0.5, StatusesSeconds: 0.46}
 	got := c.result(time.Minute)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("result = %+v, want %+v", got, want)

@@ -30,14 +30,14 @@ import (
 
 // config is the command line.
 type config struct {
-	cases, peers                                                                       []string
-	foos, rates                                                                        []int
-	pairs, steadyFoos, unrelated, workers, reactionInflight, shardReplicas, shardSlots int
-	steadyWindow, settle, coldStartTimeout, reactionDuration, reactionDeadline         time.Duration
-	controllerArgs, compare, outDir, docs                                              string // outDir: <repo>/_output/bench
-	bare                                                                               bool
-	shipped                                                                            shipped  // read from artifacts/deploy
-	args                                                                               []string // the flags given but --docs, for the page and results.json
+	cases, peers                                                                                        []string
+	foos, rates                                                                                         []int
+	pairs, steadyFoos, unrelated, workers, reactionInflight, reactionSamples, shardReplicas, shardSlots int
+	steadyWindow, settle, coldStartTimeout, reactionDeadline                                            time.Duration
+	controllerArgs, compare, outDir, docs                                                               string // outDir: <repo>/_output/bench
+	bare                                                                                                bool
+	shipped                                                                                             shipped  // read from artifacts/deploy
+	args                                                                                                []string // the flags given but --docs, for the page and results.json
 }
 
 // allCases are what --cases picks from, run after every session's cold start.
@@ -51,7 +51,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.steadyFoos, "steady-foos", 1000, "the size whose sessions go on with the reaction, steady-state and memory cases")
 	fs.IntVar(&cfg.unrelated, "unrelated-deployments", 10000, "unrelated Deployments created in another namespace for the memory case")
 	rates := fs.String("rates", "25,100,1000", "reaction case: spec changes per second, comma-separated")
-	fs.DurationVar(&cfg.reactionDuration, "reaction-duration", 10*time.Second, "reaction case: how long changes are sent at each rate")
+	fs.IntVar(&cfg.reactionSamples, "reaction-samples", 2000, "reaction case: changes sent at each rate, one every 1/rate seconds (2000 at 25/s take 80 s)")
 	fs.DurationVar(&cfg.reactionDeadline, "reaction-deadline", 2*time.Minute, "reaction case: how long after the last change the bench waits for the Deployments")
 	fs.IntVar(&cfg.reactionInflight, "reaction-inflight", 100, "reaction case: most patches in flight at once; 100 sustain 1000 changes/s while a patch takes under 100 ms")
 	fs.DurationVar(&cfg.steadyWindow, "steady-window", 65*time.Second, "steady-state case: how long writes are counted (every controller resyncs every 30 s)")
@@ -81,7 +81,7 @@ func parseFlags(args []string) (config, error) {
 	if err := errors.Join(errFoos, errRates, errPeers, err); err != nil {
 		return cfg, err
 	}
-	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--unrelated-deployments": cfg.unrelated} {
+	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
@@ -381,6 +381,11 @@ func buildTable(res *results) *table {
 			set(lastDeployment, cs.DeploymentsSeconds, ok, timedOut)
 			set(lastStatus, cs.StatusesSeconds, ok, timedOut)
 			ratio(at(2, "cold start, %d Foos: the last Deployment ÷ %s (×)", r.Column), lastDeployment, r.Peer && ok)
+			// What a wait before the first write (ours' election) leaves out.
+			set(at(2, "cold start, %d Foos: the first Deployment (s)"), cs.FirstDeploymentSeconds, ok, timedOut)
+			afterFirst := at(2, "cold start, %d Foos: the last Deployment after the first (s)")
+			set(afterFirst, cs.DeploymentsSeconds-cs.FirstDeploymentSeconds, ok, timedOut)
+			ratio(at(2, "cold start, %d Foos: the last Deployment after the first ÷ %s (×)", r.Column), afterFirst, r.Peer && ok)
 			ratio(at(3, "cold start, %d Foos: the last status ÷ %s (×)", r.Column), lastStatus, r.Peer && ok)
 			set(at(4, "requests per Foo, %d Foos: total"), cs.PerFooTotal, ok, timedOut)
 			for _, k := range keys[n] {
@@ -398,6 +403,9 @@ func buildTable(res *results) *table {
 				apiserverCPU := at(11, "CPU per Foo, %d Foos: kube-apiserver (ms)")
 				set(apiserverCPU, 1000*cs.APIServerCPUSeconds/float64(n), ok, timedOut)
 				ratio(at(12, "CPU per Foo, %d Foos: kube-apiserver ÷ %s (×)", r.Column), apiserverCPU, r.Floor && ok)
+			}
+			if r.Side.Shipped {
+				set(at(13, "cold start, %d Foos: ours' Lease, the longest interval between renewals (s)"), cs.LongestRenewalSeconds, ok, timedOut)
 			}
 		}
 		if st := r.Steady; st != nil {

@@ -52,7 +52,7 @@ func sampleResults() *results {
 		{
 			Column: "ours", Foos: 100, Pair: 1,
 			ColdStart: &coldStartResult{
-				Foos: 100, Converged: true, Seconds: 0.5, DeploymentsSeconds: 0.3, StatusesSeconds: 0.45,
+				Foos: 100, Converged: true, Seconds: 0.5, FirstDeploymentSeconds: 0.1, DeploymentsSeconds: 0.3, StatusesSeconds: 0.45,
 				PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1}, PerFooTotal: 2, EventWritesPerFoo: 1,
 				ControllerCPUSeconds: 0.05, APIServerCPUSeconds: 0.2,
 			},
@@ -65,7 +65,7 @@ func sampleResults() *results {
 		{
 			Column: "classic", Peer: true, Foos: 100, Pair: 1,
 			ColdStart: &coldStartResult{
-				Foos: 100, Converged: true, Seconds: 20, DeploymentsSeconds: 15, StatusesSeconds: 18,
+				Foos: 100, Converged: true, Seconds: 20, FirstDeploymentSeconds: 5, DeploymentsSeconds: 15, StatusesSeconds: 18,
 				PerFoo: map[string]float64{"POST deployments": 1, "PUT foos/status": 1, "POST events": 1}, PerFooTotal: 3, EventWritesPerFoo: 1,
 			},
 			Steady:    &steadyResult{Foos: 100, PerMinute: 300},
@@ -96,6 +96,8 @@ func TestMarkdownComparison(t *testing.T) {
 		"| cold start, 100 Foos (s) | 0.500 | 20.0 | 0.400 |\n",
 		"| cold start, 100 Foos ÷ floor (×) | 1.25 | 50.0 |  |\n",
 		"| cold start, 100 Foos: the last Deployment ÷ classic (×) | 0.020 |  |  |\n",
+		"| cold start, 100 Foos: the last Deployment after the first (s) | 0.200 | 10.0 | 0.350 |\n",
+		"| cold start, 100 Foos: the last Deployment after the first ÷ classic (×) | 0.020 |  |  |\n",
 		"| cold start, 100 Foos: the last status ÷ classic (×) | 0.025 |  |  |\n",
 		"| cold start, 1000 Foos: the last status (s) |  | n/a (timed out) |  |\n",
 		"| requests per Foo, 100 Foos: total | 2.00 | 3.00 | 3.00 |\n",
@@ -130,7 +132,10 @@ func TestMarkdownComparison(t *testing.T) {
 	want := []string{
 		"cold start, 100 Foos (s)",
 		"cold start, 100 Foos ÷ floor (×)",
+		"cold start, 100 Foos: the first Deployment (s)",
 		"cold start, 100 Foos: the last Deployment (s)",
+		"cold start, 100 Foos: the last Deployment after the first (s)",
+		"cold start, 100 Foos: the last Deployment after the first ÷ classic (×)",
 		"cold start, 100 Foos: the last Deployment ÷ classic (×)",
 		"cold start, 100 Foos: the last status (s)",
 		"cold start, 100 Foos: the last status ÷ classic (×)",
@@ -145,7 +150,9 @@ func TestMarkdownComparison(t *testing.T) {
 		"CPU per Foo, 100 Foos: kube-apiserver (ms)",
 		"CPU per Foo, 100 Foos: kube-apiserver ÷ floor (×)",
 		"cold start, 1000 Foos (s)",
+		"cold start, 1000 Foos: the first Deployment (s)",
 		"cold start, 1000 Foos: the last Deployment (s)",
+		"cold start, 1000 Foos: the last Deployment after the first (s)",
 		"cold start, 1000 Foos: the last status (s)",
 		"requests per Foo, 1000 Foos: total",
 		"events written per Foo, 1000 Foos",

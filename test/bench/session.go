@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	eventsinformers "k8s.io/client-go/informers/events/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -61,7 +64,8 @@ type session struct {
 	procs        []*localcluster.Process    // the controller's processes
 	ctrls        []*localcluster.Controller // ours, with their endpoints
 	stopping     *atomic.Bool               // the bench stops procs: their exits end nothing
-	restarts     int                        // how often the controller was started again
+	starts       int                        // how often the controller was started
+	kubeconfig   string                     // shipped: the shipped ServiceAccount's; otherwise the admin's
 	scraperToken string                     // shipped: the token ours' /metrics is scraped with
 	scrapes      atomic.Int64               // shipped: scrapes answered
 	fail         func(error)                // ends the cases with this error: the controller exited, say
@@ -115,20 +119,23 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	}
 	namespaces := []string{benchNamespace, unrelatedNamespace}
 	if s.side.Replicas > 1 {
-		namespaces = append(namespaces, shardLeaseNamespace) // the sharded replicas' Leases
+		namespaces = append(namespaces, leaseNamespace) // the sharded replicas' Leases
 	}
 	for _, ns := range namespaces {
 		if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
 	}
+	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
+		return err
+	}
 	if s.side.Shipped {
+		if err := s.installShipped(ctx, root); err != nil {
+			return err
+		}
 		if s.scraperToken, err = scraperToken(ctx, s.kube); err != nil {
 			return err
 		}
-	}
-	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
-		return err
 	}
 
 	began := time.Now()
@@ -155,12 +162,31 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	return nil
 }
 
+// installShipped applies artifacts/deploy's namespace, ServiceAccount and RBAC, and
+// writes a kubeconfig that authenticates as that ServiceAccount in its groups: ours as
+// shipped is a normal user with exactly the shipped rights, under the API server's
+// default flow schemas (service-accounts), not an admin exempt from them.
+func (s *session) installShipped(ctx context.Context, root string) error {
+	deploy := filepath.Join(root, "artifacts", "deploy")
+	cmd := exec.CommandContext(ctx, filepath.Join(s.cluster.BinDir(), "kubectl"), "--kubeconfig="+s.cluster.KubeconfigPath(),
+		"apply", "--namespace="+leaseNamespace, "-f", filepath.Join(deploy, "namespace.yaml"),
+		"-f", filepath.Join(deploy, "serviceaccount.yaml"), "-f", filepath.Join(deploy, "rbac.yaml"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("applying artifacts/deploy's RBAC: %w\n%s", err, out)
+	}
+	s.kubeconfig = filepath.Join(s.cluster.Dir(), "sample-controller.kubeconfig")
+	return s.cluster.WriteKubeconfig(s.kubeconfig, "system:serviceaccount:"+leaseNamespace+":sample-controller",
+		"system:serviceaccounts", "system:serviceaccounts:"+leaseNamespace)
+}
+
+// stopController stops the controller's processes, which the session then has none of.
 func (s *session) stopController() error {
 	s.stopping.Store(true)
 	var errs []error
 	for _, proc := range s.procs {
 		errs = append(errs, proc.Stop(localcluster.ControllerStopGrace))
 	}
+	s.procs, s.ctrls = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -246,9 +272,41 @@ func runInformers(ctx context.Context, what string, informers ...cache.SharedInd
 // watcher hands every change of the Foos, Deployments and Events, with the time it
 // arrived, to the function observe set. It only watches: the bench adds no requests.
 type watcher struct {
-	stop func()
-	foos cache.Store
-	to   atomic.Pointer[func(obj any, at time.Time)]
+	stop  func()
+	foos  cache.Store
+	to    atomic.Pointer[func(obj any, at time.Time)]
+	lease leaseRecord
+}
+
+// leaseRecord follows ours' Lease as the watch sees it, whatever observe is set to:
+// the longest interval between two renewals by one holder.
+type leaseRecord struct {
+	mu      sync.Mutex
+	holder  string
+	renewed time.Time // its last renewTime
+	longest time.Duration
+}
+
+func (r *leaseRecord) observe(l *coordinationv1.Lease) {
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	if l.Name != leaseName || l.Spec.RenewTime == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if holder != "" && holder == r.holder {
+		r.longest = max(r.longest, l.Spec.RenewTime.Sub(r.renewed))
+	}
+	r.holder, r.renewed = holder, l.Spec.RenewTime.Time
+}
+
+// longestRenewal is the longest interval between renewals since it was last called.
+func (r *leaseRecord) longestRenewal() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	longest := r.longest
+	r.longest = 0
+	return longest
 }
 
 func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (*watcher, error) {
@@ -256,14 +314,18 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 	deployments := appsinformers.NewDeploymentInformer(kube, benchNamespace, 0, index)
 	events := eventsinformers.NewEventInformer(kube, benchNamespace, 0, index)
 	foos := fooinformers.NewFooInformer(sample, benchNamespace, 0, index)
+	leases := coordinationinformers.NewLeaseInformer(kube, leaseNamespace, 0, index)
 	w := &watcher{foos: foos.GetStore()}
 	deliver := func(obj any) {
-		if to := w.to.Load(); to != nil && *to != nil {
-			(*to)(obj, time.Now())
+		now := time.Now()
+		if l, ok := obj.(*coordinationv1.Lease); ok {
+			w.lease.observe(l)
+		} else if to := w.to.Load(); to != nil && *to != nil {
+			(*to)(obj, now)
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: deliver, UpdateFunc: func(_, obj any) { deliver(obj) }}
-	for _, informer := range []cache.SharedIndexInformer{deployments, events, foos} {
+	for _, informer := range []cache.SharedIndexInformer{deployments, events, foos, leases} {
 		var err error
 		if informer != foos { // the Foos keep their managedFields, which tell whether a status was written
 			err = informer.SetTransform(dropManagedFields)
@@ -273,7 +335,7 @@ func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clients
 		}
 	}
 	var err error
-	if w.stop, err = runInformers(ctx, "the bench's watch", deployments, events, foos); err != nil {
+	if w.stop, err = runInformers(ctx, "the bench's watch", deployments, events, foos, leases); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -305,10 +367,12 @@ type side struct {
 }
 
 const (
-	ourName             = "ours"
-	floorName           = "floor"
-	resync              = 30 * time.Second // on every side with informers; the steady-state window covers one
-	shardLeaseNamespace = "sample-controller-system"
+	ourName   = "ours"
+	floorName = "floor"
+	resync    = 30 * time.Second // on every side with informers; the steady-state window covers one
+	// Ours' Leases are in artifacts/deploy's namespace, as in a Pod there.
+	leaseNamespace = "sample-controller-system"
+	leaseName      = "sample-controller" // --leader-elect-resource-name's default
 )
 
 // floorSide runs the floor, built at binary, with ours' workers.
@@ -331,7 +395,7 @@ func (d side) command(kubeconfig string) []string {
 // start starts the controller's processes, whose exit ends the session's cases unless
 // the bench stopped them.
 func (d side) start(ctx context.Context, s *session) error {
-	kubeconfig := s.cluster.KubeconfigPath()
+	kubeconfig := cmp.Or(s.kubeconfig, s.cluster.KubeconfigPath())
 	stopping := new(atomic.Bool)
 	s.procs, s.ctrls, s.stopping = nil, nil, stopping
 	for i := range max(1, d.Replicas) {
@@ -339,8 +403,8 @@ func (d side) start(ctx context.Context, s *session) error {
 		if d.Replicas > 1 {
 			name += fmt.Sprintf("-%d", i)
 		}
-		if s.restarts > 0 {
-			name += fmt.Sprintf("-restart-%d", s.restarts)
+		if s.starts > 0 {
+			name += fmt.Sprintf("-start-%d", s.starts+1)
 		}
 		var proc *localcluster.Process
 		var err error
@@ -368,6 +432,7 @@ func (d side) start(ctx context.Context, s *session) error {
 			}
 		}()
 	}
+	s.starts++
 	return nil
 }
 
@@ -381,11 +446,12 @@ func ourController(cfg config, binary string, shipped bool) side {
 	case cfg.shardReplicas > 1:
 		d.Name = fmt.Sprintf("%s, %d sharded replicas", ourName, cfg.shardReplicas)
 		d.Replicas = cfg.shardReplicas
-		d.Args = append(d.Args, "--leader-elect-resource-namespace="+shardLeaseNamespace, "--leader-elect-lease-duration=15s",
+		d.Args = append(d.Args, "--leader-elect-resource-namespace="+leaseNamespace, "--leader-elect-lease-duration=15s",
 			"--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s", fmt.Sprintf("--shard-slots=%d", cfg.shardSlots))
 	case shipped:
 		d.Shipped, d.Env = true, cfg.shipped.env
 		d.Args = append(d.Args, cfg.shipped.args...)
+		d.Args = append(d.Args, "--leader-elect-resource-namespace="+leaseNamespace)
 	default:
 		d.Name += " bare"
 	}
@@ -483,20 +549,15 @@ func scrapeOnce(client *http.Client, url string) error {
 }
 
 // scraperToken binds a ServiceAccount of the namespace default to the shipped role of
-// metrics scrapers (artifacts/deploy's sample-controller-metrics-reader, created here
-// with its rules) and returns a token of it.
+// metrics scrapers (artifacts/deploy's sample-controller-metrics-reader, installed with
+// the shipped RBAC) and returns a token of it.
 func scraperToken(ctx context.Context, kube kubernetes.Interface) (string, error) {
 	const name = "bench-scraper"
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "sample-controller-metrics-reader"},
-		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sample-controller-metrics-reader"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: metav1.NamespaceDefault, Name: name}}}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault}}
-	_, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
-	if err == nil {
-		_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-	}
+	_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
 	if err == nil {
 		_, err = kube.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, sa, metav1.CreateOptions{})
 	}
