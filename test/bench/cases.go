@@ -575,7 +575,7 @@ func (s *session) sendChanges(ctx context.Context, tracker *latencyTracker, rate
 				s.replicas[i]++
 				c := tracker.sent(name, s.replicas[i], time.Now())
 				patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.replicas[i])
-				_, err := s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				_, err := s.sample.SamplecontrollerV1alpha1().Foos(s.foos[i].Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 				<-inflight
 				if tracker.answered(c, time.Now(), err) == 1 && err != nil && ctx.Err() == nil {
 					progressf("%s: patching Foo %s: %v", s.name, name, err)

@@ -30,14 +30,14 @@ import (
 
 // config is the command line.
 type config struct {
-	cases, peers                                                                                        []string
-	foos, rates                                                                                         []int
-	pairs, steadyFoos, unrelated, workers, reactionInflight, reactionSamples, shardReplicas, shardSlots int
-	steadyWindow, settle, coldStartTimeout, reactionDeadline                                            time.Duration
-	controllerArgs, compare, outDir, docs                                                               string // outDir: <repo>/_output/bench
-	bare                                                                                                bool
-	shipped                                                                                             shipped  // read from artifacts/deploy
-	args                                                                                                []string // the flags given but --docs, for the page and results.json
+	cases, peers                                                                                                    []string
+	foos, rates                                                                                                     []int
+	pairs, steadyFoos, unrelated, workers, reactionInflight, reactionSamples, shardReplicas, shardSlots, namespaces int
+	steadyWindow, settle, coldStartTimeout, reactionDeadline                                                        time.Duration
+	controllerArgs, compare, outDir, docs                                                                           string // outDir: <repo>/_output/bench
+	bare                                                                                                            bool
+	shipped                                                                                                         shipped  // read from artifacts/deploy
+	args                                                                                                            []string // the flags given but --docs, for the page and results.json
 }
 
 // allCases are what --cases picks from, run after every session's cold start.
@@ -49,6 +49,7 @@ func parseFlags(args []string) (config, error) {
 	foos := fs.String("foos", "1000,10000", "cold-start sizes: numbers of Foos, comma-separated")
 	fs.IntVar(&cfg.pairs, "pairs", 3, "cold starts of every side at each size, in rotating order (AB BA AB, or ABC BCA CAB), each on a fresh cluster")
 	fs.IntVar(&cfg.steadyFoos, "steady-foos", 1000, "the size whose sessions go on with the reaction, steady-state and memory cases")
+	fs.IntVar(&cfg.namespaces, "namespaces", 1, "the Foos are spread round-robin over this many namespaces: bench, or bench-0, bench-1...")
 	fs.IntVar(&cfg.unrelated, "unrelated-deployments", 10000, "unrelated Deployments created in another namespace for the memory case")
 	rates := fs.String("rates", "25,100,1000", "reaction case: spec changes per second, comma-separated")
 	fs.IntVar(&cfg.reactionSamples, "reaction-samples", 2000, "reaction case: changes sent at each rate, one every 1/rate seconds (2000 at 25/s take 80 s)")
@@ -81,7 +82,7 @@ func parseFlags(args []string) (config, error) {
 	if err := errors.Join(errFoos, errRates, errPeers, err); err != nil {
 		return cfg, err
 	}
-	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated} {
+	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated, "--namespaces": cfg.namespaces} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}

@@ -117,14 +117,21 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	if err := localcluster.InstallCRD(ctx, s.cluster.RESTConfig(), filepath.Join(root, "artifacts", "examples", "crd.yaml")); err != nil {
 		return err
 	}
-	namespaces := []string{benchNamespace, unrelatedNamespace}
+	namespaces := []string{unrelatedNamespace}
 	if s.side.Replicas > 1 {
 		namespaces = append(namespaces, leaseNamespace) // the sharded replicas' Leases
 	}
-	for _, ns := range namespaces {
-		if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating namespace %s: %w", ns, err)
+	for i := range min(n, s.cfg.namespaces) {
+		namespaces = append(namespaces, s.cfg.fooNamespace(i))
+	}
+	err = parallel(ctx, len(namespaces), s.cfg.workers, func(ctx context.Context, i int) error {
+		if _, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespaces[i]}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", namespaces[i], err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
 		return err
@@ -142,11 +149,11 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	s.foos = make([]*samplev1alpha1.Foo, n)
 	err = parallel(ctx, n, s.cfg.workers, func(ctx context.Context, i int) error {
 		foo := &samplev1alpha1.Foo{
-			ObjectMeta: metav1.ObjectMeta{Name: fooName(i), Namespace: benchNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: fooName(i), Namespace: s.cfg.fooNamespace(i)},
 			Spec:       samplev1alpha1.FooSpec{DeploymentName: fooName(i), Replicas: ptr.To[int32](initialReplicas)},
 		}
 		var err error
-		if s.foos[i], err = s.sample.SamplecontrollerV1alpha1().Foos(benchNamespace).Create(ctx, foo, metav1.CreateOptions{}); err != nil {
+		if s.foos[i], err = s.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).Create(ctx, foo, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating Foo %s: %w", foo.Name, err)
 		}
 		return nil
@@ -235,6 +242,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 // fooName names the i-th Foo, and its Deployment.
 func fooName(i int) string { return fmt.Sprintf("foo-%05d", i) }
 
+// fooNamespace is the namespace of Foo i: --namespaces of them, round-robin.
+func (cfg config) fooNamespace(i int) string {
+	if cfg.namespaces == 1 {
+		return benchNamespace
+	}
+	return fmt.Sprintf("%s-%d", benchNamespace, i%cfg.namespaces)
+}
+
 // parallel calls fn for 0..n-1 from workers goroutines until the first error.
 func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -311,9 +326,9 @@ func (r *leaseRecord) longestRenewal() time.Duration {
 
 func startWatcher(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (*watcher, error) {
 	index := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	deployments := appsinformers.NewDeploymentInformer(kube, benchNamespace, 0, index)
-	events := eventsinformers.NewEventInformer(kube, benchNamespace, 0, index)
-	foos := fooinformers.NewFooInformer(sample, benchNamespace, 0, index)
+	deployments := appsinformers.NewDeploymentInformer(kube, metav1.NamespaceAll, 0, index)
+	events := eventsinformers.NewEventInformer(kube, metav1.NamespaceAll, 0, index)
+	foos := fooinformers.NewFooInformer(sample, metav1.NamespaceAll, 0, index)
 	leases := coordinationinformers.NewLeaseInformer(kube, leaseNamespace, 0, index)
 	w := &watcher{foos: foos.GetStore()}
 	deliver := func(obj any) {
@@ -375,9 +390,9 @@ const (
 	leaseName      = "sample-controller" // --leader-elect-resource-name's default
 )
 
-// floorSide runs the floor, built at binary, with ours' workers.
+// floorSide runs the floor, built at binary, over every namespace as ours, with ours' workers.
 func floorSide(cfg config, binary string) side {
-	return side{Name: floorName, Binary: binary, Floor: true, Args: []string{"--namespace=" + benchNamespace,
+	return side{Name: floorName, Binary: binary, Floor: true, Args: []string{
 		"--resync-period=" + resync.String(), fmt.Sprintf("--workers=%d", cfg.workers)}}
 }
 
@@ -622,9 +637,9 @@ func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubern
 // startInformers fills informers of the Foos and their Deployments built as ours (no
 // index: ours keeps only those it reads), with handlers, as ours, so that they resync.
 func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (stop func(), err error) {
-	deployments := appsinformers.NewFilteredDeploymentInformer(kube, benchNamespace, resync, nil,
+	deployments := appsinformers.NewFilteredDeploymentInformer(kube, metav1.NamespaceAll, resync, nil,
 		func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel })
-	foos := fooinformers.NewFooInformer(sample, benchNamespace, resync, nil)
+	foos := fooinformers.NewFooInformer(sample, metav1.NamespaceAll, resync, nil)
 	errTransforms := errors.Join(deployments.SetTransform(cached.TrimDeployment), foos.SetTransform(cached.TrimFoo))
 	_, errDeployments := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{})
 	_, errFoos := foos.AddEventHandler(cache.ResourceEventHandlerFuncs{})
