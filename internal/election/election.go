@@ -119,12 +119,14 @@ type electionRun struct {
 	reportLost  func()
 	endElection context.CancelFunc
 
-	mu       sync.Mutex
-	working  bool // work has started
-	worked   bool // work has returned
-	over     bool // the elector has returned: work may no longer start
-	workDone chan struct{}
-	result   Result
+	mu      sync.Mutex
+	working bool // work has started
+	worked  bool // work has returned
+	// stoppedWaiting: asked to stop while waiting out a Lease it created; work never ran.
+	stoppedWaiting bool
+	over           bool // the elector has returned: work may no longer start
+	workDone       chan struct{}
+	result         Result
 }
 
 // onOtherHolder is told by the Lease lock that a read of the Lease shows another
@@ -164,11 +166,11 @@ func (t *electionRun) startedLeading(leaderCtx context.Context) {
 		}
 		timer.Stop()
 	}
-	// Asked to stop before the tenure began: no work ran, so nothing is left to drain,
-	// and the Lease is released now rather than held to the end of the wait.
-	if t.ctx.Err() != nil {
+	// Asked to stop before the tenure began: the process stops now, without working,
+	// and the Lease expires (Release leaves a Lease it created within the wait).
+	if t.ctx.Err() != nil && t.cfg.Lock.Tenure().Pending() > 0 {
 		t.mu.Lock()
-		t.worked = true
+		t.worked, t.stoppedWaiting = true, true
 		t.mu.Unlock()
 		t.endElection()
 		return
@@ -211,7 +213,7 @@ func (t *electionRun) end() Result {
 	}
 	t.mu.Lock()
 	result := t.result
-	result.Worked = t.worked
+	result.Worked = t.worked && !t.stoppedWaiting
 	askedOnly := !t.working && t.ctx.Err() != nil
 	t.mu.Unlock()
 	if !result.Worked && !askedOnly {
@@ -222,10 +224,11 @@ func (t *electionRun) end() Result {
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.cfg.Lock.lease.RenewDeadline)
 	defer cancel()
 	// When the work ran, the Lease is handed over now rather than after it expires.
-	// When the wait for it was cancelled, a create or update of it whose answer the
+	// When the wait for it was cancelled, an update of it whose answer the
 	// cancellation cut off may still have been committed, naming this process as the
 	// holder of a Lease that nobody renews: it is released too, or the next holder
-	// waits for it to expire.
+	// waits for it to expire. A Lease this process created, or may have, is left to
+	// expire within the wait its create began (Release).
 	_, result.ReleaseErr = t.cfg.Lock.Release(releaseCtx)
 	return result
 }

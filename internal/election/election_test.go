@@ -16,17 +16,19 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/tenure"
 	"github.com/seed-e6610ed6/sample-controller/internal/test/fakeapiserver"
 )
 
-// TestCancelledAcquisitionIsReleased cancels an election while its create of the
+// TestCancelledCreateIsLeftToExpire cancels an election while its create of the
 // Lease is in flight, after the apiserver committed it: the Lease names this process,
-// which will never renew it. Run releases it, so that the next holder need not wait a
-// whole Lease duration for it to expire.
-func TestCancelledAcquisitionIsReleased(t *testing.T) {
+// which will never renew it. Run returns at once and leaves it to expire: a release
+// would let a replica that saw it held here take it at once, beside the holder it may
+// have been deleted under, whom the create's wait is for.
+func TestCancelledCreateIsLeftToExpire(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -48,10 +50,10 @@ func TestCancelledAcquisitionIsReleased(t *testing.T) {
 		return nil
 	})
 	if result.Worked || result.ReleaseErr != nil {
-		t.Errorf("Run = %+v, want not worked and released", result)
+		t.Errorf("Run = %+v, want not worked, and no error", result)
 	}
-	if holder := testHolder(t, client); holder != "" {
-		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	if holder := testHolder(t, client); holder != "a" {
+		t.Errorf("the Lease names %q, want a's, left to expire", holder)
 	}
 }
 
@@ -218,8 +220,9 @@ func TestCreatedLeaseWaitsADuration(t *testing.T) {
 	began := time.Now()
 	var started time.Time
 	var valid bool
+	client := fake.NewClientset()
 	result := Run(ctx, Config{
-		Lock: testLock(fake.NewClientset(), Lease{Name: "slot-0", Duration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}),
+		Lock: testLock(client, Lease{Name: "slot-0", Duration: duration, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}),
 	}, func(ctx context.Context) error {
 		started, valid = time.Now(), tenure.FromContext(ctx).Valid()
 		return nil
@@ -233,20 +236,26 @@ func TestCreatedLeaseWaitsADuration(t *testing.T) {
 	if !valid {
 		t.Error("the work started without a valid tenure")
 	}
+	if holder := testHolder(t, client); holder != "" {
+		t.Errorf("the Lease still names %q once the work returned, want it released", holder)
+	}
 }
 
 // TestStopWhileWaitingOutACreatedLease stops a process that created the Lease while it
 // waits out the Lease duration: Run returns at once, without running the work, and
-// releases the Lease, so that the next replica takes it a retry period later instead
-// of once it expires.
+// leaves the Lease to expire rather than release it before the wait is over.
 func TestStopWhileWaitingOutACreatedLease(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
 	const duration = time.Minute
-	client.PrependReactor("create", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
-		time.AfterFunc(100*time.Millisecond, cancel) // the SIGTERM, during the wait
+	// The first renewal comes a retry period into the wait: the SIGTERM then.
+	var renewals atomic.Int32
+	client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if renewals.Add(1) == 1 {
+			cancel()
+		}
 		return false, nil, nil
 	})
 	began := time.Now()
@@ -259,11 +268,11 @@ func TestStopWhileWaitingOutACreatedLease(t *testing.T) {
 	if took := time.Since(began); took > duration/2 {
 		t.Errorf("Run returned %v after the stop, want at once, not at the end of the %v wait", took, duration)
 	}
-	if result.Err != nil || result.ReleaseErr != nil {
-		t.Errorf("Run = %+v, want no error and the Lease released", result)
+	if result.Worked || result.Err != nil || result.ReleaseErr != nil {
+		t.Errorf("Run = %+v, want not worked, and no error", result)
 	}
-	if holder := testHolder(t, client); holder != "" {
-		t.Errorf("the Lease still names %q, who will never renew it", holder)
+	if holder := testHolder(t, client); holder != "a" {
+		t.Errorf("the Lease names %q, want a's, left to expire", holder)
 	}
 }
 
@@ -293,7 +302,9 @@ func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	leases := coordinationv1.SchemeGroupVersion.WithResource("leases")
 	client := fake.NewClientset()
-	lock := testLock(client, Lease{Duration: 15 * time.Second})
+	fakeapiserver.Versioned(client, leases)
+	clock := clocktesting.NewFakeClock(time.Now())
+	lock := Lease{Namespace: "system", Name: "slot-0", Identity: "a", Duration: 15 * time.Second}.NewLock(client, tenure.New(clock), LockOptions{Clock: clock})
 	if _, _, err := lock.Get(ctx); !apierrors.IsNotFound(err) {
 		t.Fatalf("Get = %v, want NotFound", err)
 	}
@@ -302,6 +313,8 @@ func TestReleaseAfterOwnRenewalCommitted(t *testing.T) {
 	if err := lock.Create(ctx, record); err != nil {
 		t.Fatal(err)
 	}
+	// Past the wait its create began, within which it would be left to expire.
+	clock.Step(16 * time.Second)
 	// A renewal the apiserver commits, whose answer is lost.
 	var lost atomic.Bool
 	lost.Store(true)

@@ -94,6 +94,11 @@ type LeaseLock struct {
 	// sentRenewal is the renewTime of the last write naming this process that it
 	// sent, stored or not: a write whose answer was lost is known by it.
 	sentRenewal time.Time
+	// createSent is when this process last sent a create of the Lease, committed or
+	// not, and createWait how long after it a holder the Lease was deleted under may
+	// still write.
+	createSent time.Time
+	createWait time.Duration
 }
 
 var _ resourcelock.Interface = &LeaseLock{}
@@ -314,8 +319,9 @@ func (l *LeaseLock) Create(ctx context.Context, record resourcelock.LeaderElecti
 	if lease.Spec.RenewTime != nil {
 		l.sentRenewal = lease.Spec.RenewTime.Truncate(time.Microsecond)
 	}
-	l.mu.Unlock()
 	sent := l.clock.Now()
+	l.createSent, l.createWait = sent, max(time.Duration(record.LeaseDurationSeconds)*time.Second, wait)
+	l.mu.Unlock()
 	created, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -399,6 +405,15 @@ func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElecti
 // the Lease names this process, so that the next holder need not wait for it to expire.
 func (l *LeaseLock) Release(ctx context.Context) (bool, error) {
 	l.tenure.End()
+	l.mu.Lock()
+	fresh := !l.createSent.IsZero() && l.clock.Now().Before(l.createSent.Add(l.createWait))
+	l.mu.Unlock()
+	if fresh {
+		// A Lease this process created, or may have, is left to expire within the wait
+		// its create began: a replica that saw it held here would take a release at
+		// once and act beside the holder the wait is for.
+		return false, nil
+	}
 	released := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		lease, err := l.client.CoordinationV1().Leases(l.lease.Namespace).Get(ctx, l.lease.Name, metav1.GetOptions{})
