@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -54,13 +59,9 @@ func (r coldStartResult) timedOutText() string {
 }
 
 func coldStart(ctx context.Context, s *session) error {
-	requestsBefore, err := s.requests(ctx)
-	if err != nil {
-		return err
-	}
 	progressf("%s: starting the cold start of %d Foos", s.name, len(s.foos))
 	start := time.Now()
-	conv := newConvergence(s.foos, s.side.AnyStatus, s.side.events(), start)
+	conv := newConvergence(s.foos, s.side.AnyStatus, s.cfg.nodes > 0, s.side.events(), start)
 	s.watch.observe(conv.observe)
 	defer s.watch.observe(nil)
 	before, err := s.cpuTimes()
@@ -90,15 +91,13 @@ func coldStart(ctx context.Context, s *session) error {
 	if err := sleep(ctx, s.cfg.settle); err != nil {
 		return err
 	}
-	now, err := s.requests(ctx)
-	if err != nil {
+	if r.Requests, err = s.requests(start, time.Now()); err != nil {
 		return err
 	}
 	if s.side.Shipped {
 		r.LongestRenewalSeconds = s.watch.lease.longestRenewal().Seconds()
 		progressf("%s: ours renewed its Lease at most %.2f s apart", s.name, r.LongestRenewalSeconds)
 	}
-	r.Requests = now.minus(requestsBefore)
 	r.PerFoo, r.PerFooTotal = r.Requests.perFoo(r.Foos), r.Requests.total()/float64(r.Foos)
 	r.EventWritesPerFoo = r.Requests.writes("events").total() / float64(r.Foos)
 	s.result.ColdStart = &r
@@ -125,12 +124,15 @@ func sumProcs[T int64 | time.Duration](procs []*localcluster.Process, read func(
 }
 
 // statusDone says whether a Foo's status is current with a Ready condition, or with
-// anyStatus (the classic peer writes no conditions), written at all.
-func statusDone(f *samplev1alpha1.Foo, anyStatus bool) bool {
+// anyStatus (the classic peer writes no conditions), written at all; with ready (the
+// cluster has nodes), also that its replicas are available: Ready is True.
+func statusDone(f *samplev1alpha1.Foo, anyStatus, ready bool) bool {
 	if anyStatus {
-		return slices.ContainsFunc(f.ManagedFields, func(e metav1.ManagedFieldsEntry) bool { return e.Subresource == "status" })
+		return slices.ContainsFunc(f.ManagedFields, func(e metav1.ManagedFieldsEntry) bool { return e.Subresource == "status" }) &&
+			(!ready || f.Status.AvailableReplicas == *f.Spec.Replicas)
 	}
-	return f.Status.ObservedGeneration == f.Generation && meta.FindStatusCondition(f.Status.Conditions, samplev1alpha1.ConditionReady) != nil
+	cond := meta.FindStatusCondition(f.Status.Conditions, samplev1alpha1.ConditionReady)
+	return f.Status.ObservedGeneration == f.Generation && cond != nil && (!ready || cond.Status == metav1.ConditionTrue)
 }
 
 func deploymentMatches(d *appsv1.Deployment, foo *samplev1alpha1.Foo) bool {
@@ -141,8 +143,8 @@ func deploymentMatches(d *appsv1.Deployment, foo *samplev1alpha1.Foo) bool {
 // convergence collects a cold start from the watch events: done when every Deployment
 // is as its Foo asks, every status is done and, with events, every Foo has its Event.
 type convergence struct {
-	anyStatus, events bool
-	start             time.Time
+	anyStatus, ready, events bool
+	start                    time.Time
 
 	mu                 sync.Mutex
 	byDeployment       map[string]*fooProgress // by spec.deploymentName
@@ -160,8 +162,8 @@ type fooProgress struct {
 	deployment, status, event bool
 }
 
-func newConvergence(foos []*samplev1alpha1.Foo, anyStatus, events bool, start time.Time) *convergence {
-	c := &convergence{anyStatus: anyStatus, events: events, start: start, depsAfter: -1, statusesAfter: -1, firstAfter: -1,
+func newConvergence(foos []*samplev1alpha1.Foo, anyStatus, ready, events bool, start time.Time) *convergence {
+	c := &convergence{anyStatus: anyStatus, ready: ready, events: events, start: start, depsAfter: -1, statusesAfter: -1, firstAfter: -1,
 		byDeployment: map[string]*fooProgress{}, byUID: map[types.UID]*fooProgress{}}
 	for _, f := range foos {
 		p := &fooProgress{foo: f}
@@ -180,7 +182,7 @@ func (c *convergence) observe(obj any, at time.Time) {
 		}
 	case *samplev1alpha1.Foo:
 		if p, ok := c.byUID[o.UID]; ok {
-			c.nFoo += flip(&p.status, statusDone(o, c.anyStatus))
+			c.nFoo += flip(&p.status, statusDone(o, c.anyStatus, c.ready))
 		}
 	case *eventsv1.Event:
 		if p, ok := c.byUID[o.Regarding.UID]; ok && o.Reason == reconcile.EventDeploymentCreated {
@@ -249,24 +251,22 @@ func (c *convergence) result(waited time.Duration) coldStartResult {
 
 type steadyResult struct {
 	Foos                     int
-	WindowSeconds, PerMinute float64
+	WindowSeconds, PerMinute float64 // PerMinute: but the Lease renewals
+	LeasePerMinute           float64
 	Writes                   requestCounts
 }
 
 // steady counts writes over --steady-window, which covers a resync.
 func steady(ctx context.Context, s *session) error {
 	progressf("%s: counting writes for %v", s.name, s.cfg.steadyWindow)
-	before, err := s.requests(ctx)
+	counts, seconds, err := s.window(ctx, time.Now())
 	if err != nil {
 		return err
 	}
-	counts, seconds, err := s.window(ctx, time.Now(), before)
-	if err != nil {
-		return err
-	}
-	writes := counts.writes("")
-	s.result.Steady = &steadyResult{Foos: len(s.foos), WindowSeconds: seconds, Writes: writes, PerMinute: writes.total() * 60 / seconds}
-	progressf("%s: %.0f writes in %.0f s", s.name, writes.total(), seconds)
+	writes, leases := counts.writes(""), counts.writes("leases").total()
+	s.result.Steady = &steadyResult{Foos: len(s.foos), WindowSeconds: seconds, Writes: writes,
+		PerMinute: (writes.total() - leases) * 60 / seconds, LeasePerMinute: leases * 60 / seconds}
+	progressf("%s: %.0f writes in %.0f s, %.0f of them on Leases", s.name, writes.total(), seconds, leases)
 	return nil
 }
 
@@ -355,10 +355,6 @@ func restart(ctx context.Context, s *session) error {
 	if err := s.stopController(); err != nil {
 		return err
 	}
-	before, err := s.requests(ctx)
-	if err != nil {
-		return err
-	}
 	start := time.Now()
 	if err := s.side.start(ctx, s); err != nil {
 		return err
@@ -373,7 +369,7 @@ func restart(ctx context.Context, s *session) error {
 		}
 		r.ReadySeconds = time.Since(start).Seconds()
 	}
-	counts, seconds, err := s.window(ctx, start, before)
+	counts, seconds, err := s.window(ctx, start)
 	if err != nil {
 		return err
 	}
@@ -413,8 +409,7 @@ func relist(ctx context.Context, s *session) error {
 		return err
 	}
 	r.APIServerReadySeconds = time.Since(start).Seconds()
-	// The new kube-apiserver counted from zero: every request it served is since.
-	if r.Requests, r.WindowSeconds, err = s.window(ctx, start, nil); err != nil {
+	if r.Requests, r.WindowSeconds, err = s.window(ctx, start); err != nil {
 		return err
 	}
 	r.Writes, r.WritesTotal = r.Requests.writes(""), r.Requests.writes("").total()
@@ -432,58 +427,125 @@ func relist(ctx context.Context, s *session) error {
 	return nil
 }
 
+type readyResult struct {
+	Samples, TimedOut int
+	Until             string // what done meant: Ready with nodes
+	P50Ms, MaxMs      float64
+}
+
+// timeToReady creates --ready-samples new Foos one at a time on the warm controller,
+// and times each from its create until the watch sees its status done: with nodes,
+// Ready. One not done within --reaction-deadline counts as not in time.
+func timeToReady(ctx context.Context, s *session) error {
+	r := readyResult{Samples: s.cfg.readySamples, Until: "its status is written"}
+	if s.cfg.nodes > 0 {
+		r.Until = "Ready"
+	}
+	defer s.watch.observe(nil)
+	var ms []float64
+	for i := range r.Samples {
+		foo := &samplev1alpha1.Foo{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ready-%03d", i), Namespace: s.cfg.fooNamespace(i)},
+			Spec: samplev1alpha1.FooSpec{DeploymentName: fmt.Sprintf("ready-%03d", i), Replicas: ptr.To[int32](initialReplicas)}}
+		done := make(chan time.Time, 1)
+		s.watch.observe(func(obj any, at time.Time) {
+			if f, ok := obj.(*samplev1alpha1.Foo); ok && f.Name == foo.Name && f.Namespace == foo.Namespace && statusDone(f, s.side.AnyStatus, s.cfg.nodes > 0) {
+				select {
+				case done <- at:
+				default:
+				}
+			}
+		})
+		began := time.Now()
+		if _, err := s.sample.SamplecontrollerV1alpha1().Foos(foo.Namespace).Create(ctx, foo, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating Foo %s: %w", foo.Name, err)
+		}
+		timer := time.NewTimer(s.cfg.reactionDeadline)
+		select {
+		case at := <-done:
+			ms = append(ms, float64(at.Sub(began))/float64(time.Millisecond))
+		case <-timer.C:
+			r.TimedOut++
+		case <-ctx.Done():
+			timer.Stop()
+			return context.Cause(ctx)
+		}
+		timer.Stop()
+	}
+	if len(ms) > 0 {
+		r.P50Ms, r.MaxMs = percentile(ms, 50), slices.Max(ms)
+	}
+	s.result.Ready = &r
+	progressf("%s: %d new Foos until %s: p50 %.0f ms, max %.0f ms; %d not in time", s.name, r.Samples, r.Until, r.P50Ms, r.MaxMs, r.TimedOut)
+	return nil
+}
+
 // requestCounts counts API requests by "VERB resource[/subresource]".
 type requestCounts map[string]float64
 
-var countedResources = []string{"foos", "deployments", "events"}
+// auditPolicy has kube-apiserver log every request but watches (one long request, not
+// work per object) with its user, verb and object: the bench counts a side's requests
+// by its controller's user, apart from the cluster's components and its own.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  verbs: [watch]
+- level: Metadata
+`
 
-func (s *session) requests(ctx context.Context) (requestCounts, error) {
-	m, err := s.cluster.APIServerMetrics(ctx)
+// requests counts the requests of the controller's user that kube-apiserver received
+// from from until to, from its audit log.
+func (s *session) requests(from, to time.Time) (requestCounts, error) {
+	f, err := os.Open(s.auditLog)
 	if err != nil {
 		return nil, err
 	}
-	return apiserverRequests(m, countedResources), nil
+	defer f.Close()
+	return countRequests(f, s.user, from, to)
 }
 
-// window returns the requests served from before to --steady-window after start.
-func (s *session) window(ctx context.Context, start time.Time, before requestCounts) (requestCounts, float64, error) {
+// window returns the requests from start until --steady-window after it.
+func (s *session) window(ctx context.Context, start time.Time) (requestCounts, float64, error) {
 	if err := sleep(ctx, s.cfg.steadyWindow-time.Since(start)); err != nil {
 		return nil, 0, err
 	}
-	now, err := s.requests(ctx)
-	return now.minus(before), time.Since(start).Seconds(), err
+	now := time.Now()
+	counts, err := s.requests(start, now)
+	return counts, now.Sub(start).Seconds(), err
 }
 
-// apiserverRequests sums apiserver_request_total by verb, resource and subresource,
-// for resources and every verb but WATCH (one long request, not work per object).
-func apiserverRequests(m localcluster.Metrics, resources []string) requestCounts {
+// auditVerbs are the HTTP verbs of the audit log's verbs, as apiserver_request_total
+// names them.
+var auditVerbs = map[string]string{"create": "POST", "update": "PUT", "get": "GET", "list": "LIST"}
+
+// countRequests counts the audit log's requests on objects by user received from from
+// until to, by "VERB resource[/subresource]".
+func countRequests(log io.Reader, user string, from, to time.Time) (requestCounts, error) {
 	out := requestCounts{}
-	for _, s := range m["apiserver_request_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range s.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
+	dec := json.NewDecoder(bufio.NewReader(log))
+	for {
+		var e struct {
+			Verb                     string
+			User                     struct{ Username string }
+			ObjectRef                *struct{ Resource, Subresource string }
+			RequestReceivedTimestamp metav1.MicroTime
 		}
-		verb, resource := labels["verb"], labels["resource"]
-		if !slices.Contains(resources, resource) || strings.HasPrefix(verb, "WATCH") {
+		if err := dec.Decode(&e); err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			return out, nil // the last line may be half written
+		} else if err != nil {
+			return nil, fmt.Errorf("the audit log: %w", err)
+		}
+		at := e.RequestReceivedTimestamp.Time
+		if e.User.Username != user || e.ObjectRef == nil || at.Before(from) || !at.Before(to) {
 			continue
 		}
-		key := verb + " " + resource
-		if sub := labels["subresource"]; sub != "" {
-			key += "/" + sub
+		key := cmp.Or(auditVerbs[e.Verb], strings.ToUpper(e.Verb)) + " " + e.ObjectRef.Resource
+		if e.ObjectRef.Subresource != "" {
+			key += "/" + e.ObjectRef.Subresource
 		}
-		out[key] += s.GetCounter().GetValue()
+		out[key]++
 	}
-	return out
-}
-
-func (r requestCounts) minus(before requestCounts) requestCounts {
-	out := requestCounts{}
-	for k, v := range r {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
 }
 
 func (r requestCounts) total() (t float64) {

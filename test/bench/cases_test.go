@@ -4,61 +4,50 @@ import (
 	"maps"
 	"strings"
 	"testing"
-
-	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
+	"time"
 )
 
-const apiserverText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
-# TYPE apiserver_request_total counter
-apiserver_request_total{code="201",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="POST",version="v1"} 1000
-apiserver_request_total{code="409",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="",verb="POST",version="v1"} 3
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="samplecontroller.k8s.io",resource="foos",scope="resource",subresource="status",verb="PUT",version="v1alpha1"} 1002
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="samplecontroller.k8s.io",resource="foos",scope="namespace",subresource="",verb="WATCH",version="v1alpha1"} 2
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="samplecontroller.k8s.io",resource="foos",scope="namespace",subresource="",verb="LIST",version="v1alpha1"} 1
-apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 1000
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="PATCH",version="v1"} 7
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 50
-# TYPE apiserver_request_total_other counter
-apiserver_request_total_other{resource="foos",verb="POST"} 99
-`
+// auditText is kube-apiserver's audit log at level Metadata, trimmed to the fields the
+// bench reads, the last line half written.
+const auditText = `{"kind":"Event","stage":"ResponseComplete","verb":"create","user":{"username":"bench-controller","groups":["system:masters"]},"objectRef":{"resource":"deployments","namespace":"bench","name":"foo-00001","apiGroup":"apps"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-11-29T10:00:01.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"create","user":{"username":"bench-controller"},"objectRef":{"resource":"deployments","namespace":"bench","name":"foo-00002","apiGroup":"apps"},"responseStatus":{"code":409},"requestReceivedTimestamp":"2026-11-29T10:00:02.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"update","user":{"username":"bench-controller"},"objectRef":{"resource":"foos","subresource":"status","namespace":"bench","name":"foo-00001"},"requestReceivedTimestamp":"2026-11-29T10:00:03.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"list","user":{"username":"bench-controller"},"objectRef":{"resource":"foos"},"requestReceivedTimestamp":"2026-11-29T10:00:00.500000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"create","user":{"username":"bench-controller"},"objectRef":{"resource":"events","namespace":"bench","apiGroup":"events.k8s.io"},"requestReceivedTimestamp":"2026-11-29T10:00:04.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"get","user":{"username":"bench-controller"},"requestURI":"/healthz","requestReceivedTimestamp":"2026-11-29T10:00:04.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"update","user":{"username":"system:kube-controller-manager"},"objectRef":{"resource":"deployments","subresource":"status"},"requestReceivedTimestamp":"2026-11-29T10:00:04.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"patch","user":{"username":"bench-controller"},"objectRef":{"resource":"deployments"},"requestReceivedTimestamp":"2026-11-29T10:00:09.000000Z"}
+{"kind":"Event","stage":"ResponseComplete","verb":"patch","user":{"username":"bench-controller"},"objectRef":{"resource":"deplo`
 
-func TestAPIServerRequests(t *testing.T) {
-	m, err := localcluster.ParseMetrics(strings.NewReader(apiserverText))
+func TestCountRequests(t *testing.T) {
+	from, to := time.Date(2026, 11, 29, 10, 0, 1, 0, time.UTC), time.Date(2026, 11, 29, 10, 0, 9, 0, time.UTC)
+	got, err := countRequests(strings.NewReader(auditText), "bench-controller", from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := apiserverRequests(m, countedResources)
-	want := requestCounts{
-		"POST deployments": 1003, // every code counts
-		"PUT foos/status":  1002,
-		"LIST foos":        1,
-		"POST events":      1000, // events.k8s.io and core events alike
-		"PATCH events":     7,
-	}
+	// Every code counts; the controller's user only, its requests on objects only,
+	// received from from until to (the list before, the patch at to, are out).
+	want := requestCounts{"POST deployments": 2, "PUT foos/status": 1, "POST events": 1}
 	if !maps.Equal(got, want) {
-		t.Errorf("apiserverRequests =\n%v\nwant\n%v", got, want)
+		t.Errorf("countRequests =\n%v\nwant\n%v", got, want)
+	}
+	if _, err := countRequests(strings.NewReader("{]\n"), "bench-controller", from, to); err == nil {
+		t.Error("a log that is not JSON counted without an error")
 	}
 }
 
 func TestRequestCounts(t *testing.T) {
-	before := requestCounts{"POST deployments": 10, "LIST foos": 1, "PUT foos/status": 5}
-	after := requestCounts{"POST deployments": 110, "LIST foos": 1, "PUT foos/status": 105, "POST events": 100, "PATCH events": 2, "GET foos": 4}
-
-	diff := after.minus(before)
-	wantDiff := requestCounts{"POST deployments": 100, "PUT foos/status": 100, "POST events": 100, "PATCH events": 2, "GET foos": 4}
-	if !maps.Equal(diff, wantDiff) {
-		t.Errorf("minus = %v, want %v", diff, wantDiff)
-	}
-	if got := diff.total(); got != 306 {
+	counts := requestCounts{"POST deployments": 100, "PUT foos/status": 100, "POST events": 100, "PATCH events": 2, "GET foos": 4}
+	if got := counts.total(); got != 306 {
 		t.Errorf("total = %v, want 306", got)
 	}
-	if got, want := diff.writes(""), (requestCounts{"POST deployments": 100, "PUT foos/status": 100, "POST events": 100, "PATCH events": 2}); !maps.Equal(got, want) {
+	if got, want := counts.writes(""), (requestCounts{"POST deployments": 100, "PUT foos/status": 100, "POST events": 100, "PATCH events": 2}); !maps.Equal(got, want) {
 		t.Errorf("writes = %v, want %v", got, want)
 	}
-	if got := diff.writes("events").total(); got != 102 {
+	if got := counts.writes("events").total(); got != 102 {
 		t.Errorf("event writes total = %v, want 102", got)
 	}
-	if got, want := diff.perFoo(100), map[string]float64{"POST deployments": 1, "PUT foos/status": 1, "POST events": 1, "PATCH events": 0.02, "GET foos": 0.04}; !maps.Equal(got, want) {
+	if got, want := counts.perFoo(100), map[string]float64{"POST deployments": 1, "PUT foos/status": 1, "POST events": 1, "PATCH events": 0.02, "GET foos": 0.04}; !maps.Equal(got, want) {
 		t.Errorf("perFoo = %v, want %v", got, want)
 	}
 }

@@ -54,28 +54,37 @@ func TestStatusRule(t *testing.T) {
 	foo := newFoo("a", 1)
 	created := foo.DeepCopy()
 	created.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "bench", Operation: metav1.ManagedFieldsOperationUpdate}}
+	available := withStatusWrite(withReadyStatus(created, 1))
+	available.Status.Conditions[0].Status, available.Status.AvailableReplicas = metav1.ConditionTrue, 1
+	classicAvailable := withStatusWrite(created)
+	classicAvailable.Status.AvailableReplicas = 1
+	// ready and wrtn: done without nodes, as ours and as the classic peer; and with
+	// nodes, where the replicas must be available.
 	tests := []struct {
-		name        string
-		foo         *samplev1alpha1.Foo
-		ready, wrtn bool
+		name                               string
+		foo                                *samplev1alpha1.Foo
+		ready, wrtn, readyNodes, wrtnNodes bool
 	}{
-		{"as created", created, false, false},
-		{"status of the current generation with Ready", withStatusWrite(withReadyStatus(created, 1)), true, true},
-		{"status of an older generation", withStatusWrite(withReadyStatus(created, 0)), false, true},
+		{"as created", created, false, false, false, false},
+		{"status of the current generation with Ready False", withStatusWrite(withReadyStatus(created, 1)), true, true, false, false},
+		{"status of the current generation with Ready True", available, true, true, true, true},
+		{"status of an older generation", withStatusWrite(withReadyStatus(created, 0)), false, true, false, false},
 		{"status without a Ready condition", withStatusWrite(func() *samplev1alpha1.Foo {
 			f := created.DeepCopy()
 			f.Status.ObservedGeneration = 1
 			return f
-		}()), false, true},
-		{"only availableReplicas written, as the classic controller does", withStatusWrite(created), false, true},
+		}()), false, true, false, false},
+		{"only availableReplicas written, as the classic controller does", withStatusWrite(created), false, true, false, false},
+		{"the classic controller's, its replicas available", classicAvailable, false, true, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := statusDone(tt.foo, false); got != tt.ready {
-				t.Errorf("statusDone = %v, want %v", got, tt.ready)
-			}
-			if got := statusDone(tt.foo, true); got != tt.wrtn {
-				t.Errorf("statusDone with anyStatus = %v, want %v", got, tt.wrtn)
+			for _, c := range []struct {
+				anyStatus, nodes, want bool
+			}{{false, false, tt.ready}, {true, false, tt.wrtn}, {false, true, tt.readyNodes}, {true, true, tt.wrtnNodes}} {
+				if got := statusDone(tt.foo, c.anyStatus, c.nodes); got != c.want {
+					t.Errorf("statusDone(anyStatus %v, nodes %v) = %v, want %v", c.anyStatus, c.nodes, got, c.want)
+				}
 			}
 		})
 	}
@@ -110,7 +119,7 @@ func TestConvergence(t *testing.T) {
 	a, b := newFoo("a", 1), newFoo("b", 2)
 	start := time.Unix(100, 0)
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	c := newConvergence([]*samplev1alpha1.Foo{a, b}, false, false, start)
+	c := newConvergence([]*samplev1alpha1.Foo{a, b}, false, false, false, start)
 
 	c.observe(newDeploymentOf(a, 1), at(100))
 	c.observe(newDeploymentOf(b, 1), at(200)) // wrong replicas: arrived, not done
@@ -142,7 +151,7 @@ func TestConvergence(t *testing.T) {
 
 func TestConvergenceTimedOut(t *testing.T) {
 	a := newFoo("a", 1)
-	c := newConvergence([]*samplev1alpha1.Foo{a, newFoo("b", 1)}, false, false, time.Unix(100, 0))
+	c := newConvergence([]*samplev1alpha1.Foo{a, newFoo("b", 1)}, false, false, false, time.Unix(100, 0))
 	c.observe(newDeploymentOf(a, 1), time.Unix(101, 0))
 	c.observe(withReadyStatus(a, 1), time.Unix(102, 0))
 	r := c.result(time.Minute)
@@ -154,7 +163,7 @@ func TestConvergenceTimedOut(t *testing.T) {
 func TestConvergenceCountsEvents(t *testing.T) {
 	a := newFoo("a", 1)
 	start := time.Unix(100, 0)
-	c := newConvergence([]*samplev1alpha1.Foo{a}, false, true, start)
+	c := newConvergence([]*samplev1alpha1.Foo{a}, false, false, true, start)
 	c.observe(newDeploymentOf(a, 1), start.Add(100*time.Millisecond))
 	c.observe(withReadyStatus(a, 1), start.Add(200*time.Millisecond))
 	if c.isDone() {

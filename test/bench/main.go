@@ -30,18 +30,19 @@ import (
 
 // config is the command line.
 type config struct {
-	cases, peers                                                                                                    []string
-	foos, rates                                                                                                     []int
-	pairs, steadyFoos, unrelated, workers, reactionInflight, reactionSamples, shardReplicas, shardSlots, namespaces int
-	steadyWindow, settle, coldStartTimeout, reactionDeadline                                                        time.Duration
-	controllerArgs, compare, outDir, docs                                                                           string // outDir: <repo>/_output/bench
-	bare                                                                                                            bool
-	shipped                                                                                                         shipped  // read from artifacts/deploy
-	args                                                                                                            []string // the flags given but --docs, for the page and results.json
+	cases, peers                                                               []string
+	foos, rates                                                                []int
+	pairs, steadyFoos, unrelated, workers, namespaces, nodes                   int
+	reactionInflight, reactionSamples, readySamples, shardReplicas, shardSlots int
+	steadyWindow, settle, coldStartTimeout, reactionDeadline                   time.Duration
+	controllerArgs, compare, outDir, docs                                      string // outDir: <repo>/_output/bench
+	bare                                                                       bool
+	shipped                                                                    shipped  // read from artifacts/deploy
+	args                                                                       []string // the flags given but --docs, for the page and results.json
 }
 
 // allCases are what --cases picks from, run after every session's cold start.
-var allCases = []string{"floor", "steady", "memory", "reaction", "restart", "relist"}
+var allCases = []string{"floor", "steady", "memory", "reaction", "ready", "restart", "relist"}
 
 func parseFlags(args []string) (config, error) {
 	var cfg config
@@ -49,6 +50,8 @@ func parseFlags(args []string) (config, error) {
 	foos := fs.String("foos", "1000,10000", "cold-start sizes: numbers of Foos, comma-separated")
 	fs.IntVar(&cfg.pairs, "pairs", 3, "cold starts of every side at each size, in rotating order (AB BA AB, or ABC BCA CAB), each on a fresh cluster")
 	fs.IntVar(&cfg.steadyFoos, "steady-foos", 1000, "the size whose sessions go on with the reaction, steady-state and memory cases")
+	fs.IntVar(&cfg.nodes, "nodes", 0, "simulated nodes (kwok, 110 Pods each), with the controller manager and scheduler: Deployments roll out, and a cold start lasts until every Foo is Ready; 0 runs none")
+	fs.IntVar(&cfg.readySamples, "ready-samples", 20, "ready case: new Foos created one at a time, each timed until its status is done (Ready with --nodes)")
 	fs.IntVar(&cfg.namespaces, "namespaces", 1, "the Foos are spread round-robin over this many namespaces: bench, or bench-0, bench-1...")
 	fs.IntVar(&cfg.unrelated, "unrelated-deployments", 10000, "unrelated Deployments created in another namespace for the memory case")
 	rates := fs.String("rates", "25,100,1000", "reaction case: spec changes per second, comma-separated")
@@ -82,10 +85,13 @@ func parseFlags(args []string) (config, error) {
 	if err := errors.Join(errFoos, errRates, errPeers, err); err != nil {
 		return cfg, err
 	}
-	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated, "--namespaces": cfg.namespaces} {
+	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated, "--namespaces": cfg.namespaces, "--ready-samples": cfg.readySamples} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
+	}
+	if cfg.nodes < 0 {
+		return cfg, fmt.Errorf("--nodes must not be negative, got %d", cfg.nodes)
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name != "docs" {
@@ -143,6 +149,9 @@ func plan(cfg config, controllers []side) []sessionPlan {
 		for _, rate := range cfg.rates {
 			reactions = append(reactions, reactionCase(rate))
 		}
+	}
+	if slices.Contains(cfg.cases, "ready") {
+		reactions = append(reactions, benchCase{"ready", timeToReady})
 	}
 	for _, c := range laterCases {
 		if slices.Contains(cfg.cases, c.name) {
@@ -302,9 +311,10 @@ type runResult struct {
 	Restart     *restartResult   `json:",omitempty"`
 	Relist      *relistResult    `json:",omitempty"`
 	Reactions   []reactionResult `json:",omitempty"`
+	Ready       *readyResult     `json:",omitempty"`
 }
 
-const sectionColdStart, sectionSteady, sectionMemory, sectionRestart, sectionRelist, sectionReaction = 0, 1, 2, 3, 4, 5
+const sectionColdStart, sectionSteady, sectionMemory, sectionRestart, sectionRelist, sectionReaction, sectionReady = 0, 1, 2, 3, 4, 5, 6
 
 // rowKey names a row and places it: by section, size or rate, place, then name.
 type rowKey struct {
@@ -389,6 +399,9 @@ func buildTable(res *results) *table {
 			ratio(at(2, "cold start, %d Foos: the last Deployment after the first ÷ %s (×)", r.Column), afterFirst, r.Peer && ok)
 			ratio(at(3, "cold start, %d Foos: the last status ÷ %s (×)", r.Column), lastStatus, r.Peer && ok)
 			set(at(4, "requests per Foo, %d Foos: total"), cs.PerFooTotal, ok, timedOut)
+			butEvents := at(4, "requests per Foo, %d Foos: all but Events")
+			set(butEvents, cs.PerFooTotal-cs.EventWritesPerFoo, ok, timedOut)
+			ratio(at(4, "requests per Foo, %d Foos: all but Events ÷ %s (×)", r.Column), butEvents, r.Peer && ok)
 			for _, k := range keys[n] {
 				set(at(5, "requests per Foo, %d Foos: %s", k), cs.PerFoo[k], ok, timedOut)
 			}
@@ -410,7 +423,10 @@ func buildTable(res *results) *table {
 			}
 		}
 		if st := r.Steady; st != nil {
-			put(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute", st.Foos), st.PerMinute)
+			put(row(sectionSteady, 0, 0, "steady state, %d Foos: writes per minute, Leases apart", st.Foos), st.PerMinute)
+			if st.LeasePerMinute > 0 {
+				put(row(sectionSteady, 0, 1, "steady state, %d Foos: Lease writes per minute", st.Foos), st.LeasePerMinute)
+			}
 		}
 		if m := r.Memory; m != nil {
 			put(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore))
@@ -438,6 +454,17 @@ func buildTable(res *results) *table {
 			put(row(sectionRelist, 0, 1, "kube-apiserver restarted, %d Foos converged: kube-apiserver ready (s)", rl.Foos), rl.APIServerReadySeconds)
 			put(row(sectionRelist, 0, 2, "kube-apiserver restarted, %d Foos converged: the controller's CPU in the window (s)", rl.Foos), rl.CPUSeconds)
 			set(row(sectionRelist, 0, 3, "kube-apiserver restarted, %d Foos converged: the controller's peak RSS ÷ its RSS before (×)", rl.Foos), float64(rl.RSSPeak)/float64(rl.RSSBefore), rl.RSSBefore > 0, "")
+		}
+		if rd := r.Ready; rd != nil {
+			at := func(sub int, format string, args ...any) rowKey {
+				return row(sectionReady, 0, sub, "one new Foo on a warm controller, %d in turn, until %s: %s", rd.Samples, rd.Until, fmt.Sprintf(format, args...))
+			}
+			done := rd.TimedOut < rd.Samples
+			p50 := at(0, "p50 (ms)")
+			set(p50, rd.P50Ms, done, "none in time")
+			set(at(2, "max (ms)"), rd.MaxMs, done, "none in time")
+			set(at(3, "not in time"), float64(rd.TimedOut), true, "")
+			ratio(at(1, "p50 ÷ %s (×)", r.Column), p50, (r.Floor || r.Peer) && done)
 		}
 		for _, rr := range r.Reactions {
 			at := func(sub int, format string, args ...any) rowKey {

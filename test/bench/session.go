@@ -65,7 +65,9 @@ type session struct {
 	ctrls        []*localcluster.Controller // ours, with their endpoints
 	stopping     *atomic.Bool               // the bench stops procs: their exits end nothing
 	starts       int                        // how often the controller was started
-	kubeconfig   string                     // shipped: the shipped ServiceAccount's; otherwise the admin's
+	kubeconfig   string                     // the controller's: of user
+	user         string                     // the controller's user, by which the audit log tells its requests
+	auditLog     string                     // kube-apiserver's: every request but watches
 	scraperToken string                     // shipped: the token ours' /metrics is scraped with
 	scrapes      atomic.Int64               // shipped: scrapes answered
 	fail         func(error)                // ends the cases with this error: the controller exited, say
@@ -105,8 +107,16 @@ func runSession(ctx context.Context, cfg config, root string, p sessionPlan) (ru
 func (s *session) setUp(ctx context.Context, root string, n int) error {
 	progressf("%s: starting a fresh cluster", s.name)
 	var err error
-	s.cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(s.cfg.outDir, "clusters", s.name),
-		SkipControllerManager: true, SkipScheduler: true, SkipKwok: true})
+	dir := filepath.Join(s.cfg.outDir, "clusters", s.name)
+	s.auditLog = filepath.Join(dir, "logs", "kube-apiserver-audit.log")
+	policy := filepath.Join(s.cfg.outDir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+		return err
+	}
+	nodes := s.cfg.nodes
+	s.cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: dir, Nodes: nodes,
+		SkipControllerManager: nodes == 0, SkipScheduler: nodes == 0, SkipKwok: nodes == 0,
+		ExtraArgs: map[string][]string{localcluster.ComponentAPIServer: {"--audit-policy-file=" + policy, "--audit-log-path=" + s.auditLog}}})
 	if err != nil {
 		return err
 	}
@@ -136,6 +146,8 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	if s.watch, err = startWatcher(ctx, s.kube, s.sample); err != nil {
 		return err
 	}
+	// The controller has a user of its own: the shipped ServiceAccount's, or an admin.
+	s.kubeconfig, s.user = filepath.Join(dir, "controller.kubeconfig"), "bench-controller"
 	if s.side.Shipped {
 		if err := s.installShipped(ctx, root); err != nil {
 			return err
@@ -143,6 +155,8 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 		if s.scraperToken, err = scraperToken(ctx, s.kube); err != nil {
 			return err
 		}
+	} else if err := s.cluster.WriteKubeconfig(s.kubeconfig, s.user, "system:masters"); err != nil {
+		return err
 	}
 
 	began := time.Now()
@@ -181,9 +195,8 @@ func (s *session) installShipped(ctx context.Context, root string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("applying artifacts/deploy's RBAC: %w\n%s", err, out)
 	}
-	s.kubeconfig = filepath.Join(s.cluster.Dir(), "sample-controller.kubeconfig")
-	return s.cluster.WriteKubeconfig(s.kubeconfig, "system:serviceaccount:"+leaseNamespace+":sample-controller",
-		"system:serviceaccounts", "system:serviceaccounts:"+leaseNamespace)
+	s.user = "system:serviceaccount:" + leaseNamespace + ":sample-controller"
+	return s.cluster.WriteKubeconfig(s.kubeconfig, s.user, "system:serviceaccounts", "system:serviceaccounts:"+leaseNamespace)
 }
 
 // stopController stops the controller's processes, which the session then has none of.
@@ -197,7 +210,7 @@ func (s *session) stopController() error {
 	return errors.Join(errs...)
 }
 
-// stop stops everything and removes the cluster's etcd data; the logs stay.
+// stop stops everything and removes the cluster's etcd data and audit log; the other logs stay.
 func (s *session) stop() {
 	if s.side.Shipped {
 		progressf("%s: %d scrapes of ours' /metrics answered", s.name, s.scrapes.Load())
@@ -210,7 +223,7 @@ func (s *session) stop() {
 		s.watch.stop()
 	}
 	if s.cluster != nil {
-		errs = append(errs, s.cluster.Stop(), os.RemoveAll(filepath.Join(s.cluster.Dir(), "etcd")))
+		errs = append(errs, s.cluster.Stop(), os.RemoveAll(filepath.Join(s.cluster.Dir(), "etcd")), os.RemoveAll(s.auditLog))
 	}
 	if err := errors.Join(errs...); err != nil {
 		progressf("%s: stopping: %v", s.name, err)
@@ -410,7 +423,7 @@ func (d side) command(kubeconfig string) []string {
 // start starts the controller's processes, whose exit ends the session's cases unless
 // the bench stopped them.
 func (d side) start(ctx context.Context, s *session) error {
-	kubeconfig := cmp.Or(s.kubeconfig, s.cluster.KubeconfigPath())
+	kubeconfig := s.kubeconfig
 	stopping := new(atomic.Bool)
 	s.procs, s.ctrls, s.stopping = nil, nil, stopping
 	for i := range max(1, d.Replicas) {
