@@ -41,6 +41,9 @@ type config struct {
 	args                                                                       []string // the flags given but --docs, for the page and results.json
 }
 
+// podsPerNode is what a simulated node holds (localcluster's nodes).
+const podsPerNode = 110
+
 // allCases are what --cases picks from, run after every session's cold start.
 var allCases = []string{"floor", "steady", "memory", "reaction", "ready", "restart", "relist"}
 
@@ -92,6 +95,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.nodes < 0 {
 		return cfg, fmt.Errorf("--nodes must not be negative, got %d", cfg.nodes)
+	}
+	if pods := (slices.Max(append(cfg.foos, cfg.steadyFoos)) + cfg.readySamples) * initialReplicas; cfg.nodes > 0 && cfg.nodes*podsPerNode < pods {
+		return cfg, fmt.Errorf("--nodes=%d hold %d Pods; the Foos need %d", cfg.nodes, cfg.nodes*podsPerNode, pods)
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name != "docs" {
@@ -145,13 +151,14 @@ type sessionPlan struct {
 // cases follow the cold start.
 func plan(cfg config, controllers []side) []sessionPlan {
 	var reactions, later []benchCase
+	// Ready first: every reaction change adds a replica, a Pod with --nodes.
+	if slices.Contains(cfg.cases, "ready") {
+		reactions = append(reactions, benchCase{"ready", timeToReady})
+	}
 	if slices.Contains(cfg.cases, "reaction") {
 		for _, rate := range cfg.rates {
 			reactions = append(reactions, reactionCase(rate))
 		}
-	}
-	if slices.Contains(cfg.cases, "ready") {
-		reactions = append(reactions, benchCase{"ready", timeToReady})
 	}
 	for _, c := range laterCases {
 		if slices.Contains(cfg.cases, c.name) {

@@ -116,7 +116,9 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 	nodes := s.cfg.nodes
 	s.cluster, err = localcluster.Start(ctx, localcluster.Options{Dir: dir, Nodes: nodes,
 		SkipControllerManager: nodes == 0, SkipScheduler: nodes == 0, SkipKwok: nodes == 0,
-		ExtraArgs: map[string][]string{localcluster.ComponentAPIServer: {"--audit-policy-file=" + policy, "--audit-log-path=" + s.auditLog}}})
+		// One file, never rotated (0 would be lumberjack's 100 MB): the cases read it whole.
+		ExtraArgs: map[string][]string{localcluster.ComponentAPIServer: {"--audit-policy-file=" + policy,
+			"--audit-log-path=" + s.auditLog, "--audit-log-maxsize=1000000"}}})
 	if err != nil {
 		return err
 	}
