@@ -119,14 +119,12 @@ type electionRun struct {
 	reportLost  func()
 	endElection context.CancelFunc
 
-	mu      sync.Mutex
-	working bool // work has started
-	worked  bool // work has returned
-	// stoppedWaiting: asked to stop while waiting out a Lease it created; work never ran.
-	stoppedWaiting bool
-	over           bool // the elector has returned: work may no longer start
-	workDone       chan struct{}
-	result         Result
+	mu       sync.Mutex
+	working  bool // work has started
+	worked   bool // work has returned
+	over     bool // the elector has returned: work may no longer start
+	workDone chan struct{}
+	result   Result
 }
 
 // onOtherHolder is told by the Lease lock that a read of the Lease shows another
@@ -166,11 +164,12 @@ func (t *electionRun) startedLeading(leaderCtx context.Context) {
 		}
 		timer.Stop()
 	}
-	// Asked to stop before the tenure began: the process stops now, without working,
-	// and the Lease expires (Release leaves a Lease it created within the wait).
+	// Asked to stop before the tenure began: the process stops now, as one asked to
+	// before it led, and the Lease expires (Release leaves a Lease it created within
+	// the wait).
 	if t.ctx.Err() != nil && t.cfg.Lock.Tenure().Pending() > 0 {
 		t.mu.Lock()
-		t.worked, t.stoppedWaiting = true, true
+		t.working = false
 		t.mu.Unlock()
 		t.endElection()
 		return
@@ -213,7 +212,7 @@ func (t *electionRun) end() Result {
 	}
 	t.mu.Lock()
 	result := t.result
-	result.Worked = t.worked && !t.stoppedWaiting
+	result.Worked = t.worked
 	askedOnly := !t.working && t.ctx.Err() != nil
 	t.mu.Unlock()
 	if !result.Worked && !askedOnly {
