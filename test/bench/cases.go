@@ -103,23 +103,15 @@ func coldStart(ctx context.Context, s *session) error {
 	return nil
 }
 
-// cpuTimes reads the CPU time of kube-apiserver and of the controller's processes, all
-// from /proc.
+// cpuTimes reads the CPU time of kube-apiserver and of the controller, if it runs, from
+// /proc.
 func (s *session) cpuTimes() ([2]time.Duration, error) {
-	cpu, err := s.cluster.Component(localcluster.ComponentAPIServer).CPUTime()
-	controllers, _, errProcs := sumProcs(s.procs, (*localcluster.Process).CPUTime)
-	return [2]time.Duration{cpu, controllers}, cmp.Or(err, errProcs)
-}
-
-func sumProcs[T int64 | time.Duration](procs []*localcluster.Process, read func(*localcluster.Process) (T, error)) (sum T, each []T, err error) {
-	for _, proc := range procs {
-		v, err := read(proc)
-		if err != nil {
-			return 0, nil, err
-		}
-		sum, each = sum+v, append(each, v)
+	apiserver, err := s.cluster.Component(localcluster.ComponentAPIServer).CPUTime()
+	var controller time.Duration
+	if err == nil && s.proc != nil {
+		controller, err = s.proc.CPUTime()
 	}
-	return sum, each, nil
+	return [2]time.Duration{apiserver, controller}, err
 }
 
 // statusDone says whether a Foo's status is current with a Ready condition, or with
@@ -269,30 +261,28 @@ func steady(ctx context.Context, s *session) error {
 	return nil
 }
 
-// memoryResult is in bytes, every replica's together (RSSReplicas: each one's);
-// RSSFileBefore is mapped from files, mostly the binary.
+// memoryResult is in bytes; RSSFileBefore is mapped from files, mostly the binary.
 type memoryResult struct {
 	Foos, Unrelated                                           int
 	RSSBefore, RSSAfter, RSSFileBefore, APIServerRSS, EtcdRSS int64
-	RSSReplicas                                               []int64
 	RSSPer10k                                                 float64
 }
 
 // memory reads the RSS, creates --unrelated-deployments Deployments that no Foo owns,
 // and reads the controller's again.
 func memory(ctx context.Context, s *session) error {
-	settledRSS := func() (int64, []int64, error) {
+	settledRSS := func() (int64, error) {
 		if err := sleep(ctx, s.cfg.settle); err != nil {
-			return 0, nil, err
+			return 0, err
 		}
-		return sumProcs(s.procs, (*localcluster.Process).RSSBytes)
+		return s.proc.RSSBytes()
 	}
 	m := memoryResult{Foos: len(s.foos), Unrelated: s.cfg.unrelated}
 	var err error
-	if m.RSSBefore, m.RSSReplicas, err = settledRSS(); err != nil {
+	if m.RSSBefore, err = settledRSS(); err != nil {
 		return err
 	}
-	if m.RSSFileBefore, _, err = sumProcs(s.procs, (*localcluster.Process).RSSFileBytes); err != nil {
+	if m.RSSFileBefore, err = s.proc.RSSFileBytes(); err != nil {
 		return err
 	}
 	for name, rss := range map[string]*int64{localcluster.ComponentAPIServer: &m.APIServerRSS, localcluster.ComponentEtcd: &m.EtcdRSS} {
@@ -308,7 +298,7 @@ func memory(ctx context.Context, s *session) error {
 	if err != nil {
 		return fmt.Errorf("creating the unrelated Deployments: %w", err)
 	}
-	if m.RSSAfter, _, err = settledRSS(); err != nil {
+	if m.RSSAfter, err = settledRSS(); err != nil {
 		return err
 	}
 	m.RSSPer10k = float64(m.RSSAfter-m.RSSBefore) * 10000 / float64(m.Unrelated)
@@ -329,28 +319,17 @@ func unrelatedDeployment(i int) *appsv1.Deployment {
 
 func mib[T int64 | float64](b T) float64 { return float64(b) / (1 << 20) }
 
+// restartResult's WritesTotal and relistResult's leave out Lease renewals.
 type restartResult struct {
-	Foos                                                       int
-	WindowSeconds, WritesTotal, CacheSyncSeconds, ReadySeconds float64
-	Writes                                                     requestCounts
+	Foos                                     int
+	WindowSeconds, WritesTotal, ReadySeconds float64
+	Writes                                   requestCounts
 }
 
 // restart stops the controller, starts it again and counts the writes of --steady-window
-// from then; for ours also the time to /readyz beside that of informers built as ours.
+// from then; for ours also the time to /readyz.
 func restart(ctx context.Context, s *session) error {
-	kube, sample, closeIdle, err := clientsAsOurs(s.cluster, "sample-controller-bench-informers")
-	if err != nil {
-		return err
-	}
-	began := time.Now()
-	stopInformers, err := startInformers(ctx, kube, sample)
-	if err != nil {
-		return err
-	}
-	r := restartResult{Foos: len(s.foos), CacheSyncSeconds: time.Since(began).Seconds()}
-	stopInformers()
-	closeIdle()
-	progressf("%s: restarting the controller (the same informers filled in %.2f s)", s.name, r.CacheSyncSeconds)
+	progressf("%s: restarting the controller", s.name)
 	if err := s.stopController(); err != nil {
 		return err
 	}
@@ -358,13 +337,12 @@ func restart(ctx context.Context, s *session) error {
 	if err := s.side.start(ctx, s); err != nil {
 		return err
 	}
-	if len(s.ctrls) > 0 {
+	r := restartResult{Foos: len(s.foos)}
+	if s.ctrl != nil {
 		ready, cancel := context.WithTimeout(ctx, s.cfg.steadyWindow)
 		defer cancel()
-		for _, ctrl := range s.ctrls {
-			if err := ctrl.WaitReady(ready); err != nil {
-				return fmt.Errorf("after the restart: %w", err)
-			}
+		if err := s.ctrl.WaitReady(ready); err != nil {
+			return fmt.Errorf("after the restart: %w", err)
 		}
 		r.ReadySeconds = time.Since(start).Seconds()
 	}
@@ -372,7 +350,7 @@ func restart(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	r.WindowSeconds, r.Writes, r.WritesTotal = seconds, counts.writes(""), counts.writes("").total()
+	r.WindowSeconds, r.Writes, r.WritesTotal = seconds, counts.writes(""), counts.writes("").total()-counts.writes("leases").total()
 	s.result.Restart = &r
 	progressf("%s: %.0f writes in %.0f s after the restart; ready after %.2f s", s.name, r.WritesTotal, r.WindowSeconds, r.ReadySeconds)
 	return nil
@@ -390,17 +368,15 @@ type relistResult struct {
 func relist(ctx context.Context, s *session) error {
 	r := relistResult{Foos: len(s.foos)}
 	var err error
-	if r.RSSBefore, _, err = sumProcs(s.procs, (*localcluster.Process).RSSBytes); err != nil {
+	if r.RSSBefore, err = s.proc.RSSBytes(); err != nil {
 		return err
 	}
-	cpuBefore, _, err := sumProcs(s.procs, (*localcluster.Process).CPUTime)
+	cpuBefore, err := s.proc.CPUTime()
+	if err == nil {
+		err = s.proc.ResetPeakRSS()
+	}
 	if err != nil {
 		return err
-	}
-	for _, proc := range s.procs {
-		if err := proc.ResetPeakRSS(); err != nil {
-			return err
-		}
 	}
 	progressf("%s: restarting kube-apiserver under the controller", s.name)
 	start := time.Now()
@@ -411,11 +387,11 @@ func relist(ctx context.Context, s *session) error {
 	if r.Requests, r.WindowSeconds, err = s.window(ctx, start); err != nil {
 		return err
 	}
-	r.Writes, r.WritesTotal = r.Requests.writes(""), r.Requests.writes("").total()
-	if r.RSSPeak, _, err = sumProcs(s.procs, (*localcluster.Process).PeakRSSBytes); err != nil {
+	r.Writes, r.WritesTotal = r.Requests.writes(""), r.Requests.writes("").total()-r.Requests.writes("leases").total()
+	if r.RSSPeak, err = s.proc.PeakRSSBytes(); err != nil {
 		return err
 	}
-	cpuAfter, _, err := sumProcs(s.procs, (*localcluster.Process).CPUTime)
+	cpuAfter, err := s.proc.CPUTime()
 	if err != nil {
 		return err
 	}
@@ -587,10 +563,10 @@ func (r requestCounts) perFoo(n int) map[string]float64 {
 // reactionResult: Delivered changes reached the Deployment within the deadline, with
 // their value (Exact) or a later one.
 type reactionResult struct {
-	Foos, Rate, Sent, Failed, Delivered, Exact  int
-	Seconds, DeadlineSeconds, AchievedRate      float64
-	P50Ms, P99Ms, MaxMs                         float64
-	AcceptedP50Ms, AcceptedP99Ms, AcceptedMaxMs float64
+	Foos, Rate, Sent, Failed, Delivered, Exact int
+	Seconds, DeadlineSeconds, AchievedRate     float64
+	P50Ms, P99Ms, MaxMs                        float64
+	AcceptedP50Ms, AcceptedP99Ms               float64
 }
 
 // reactionCase times spec.replicas changes at rate per second from the merge patch to
@@ -758,7 +734,7 @@ func (t *latencyTracker) record(r *reactionResult) {
 	}
 	r.Delivered = len(fromSent)
 	r.P50Ms, r.P99Ms, r.MaxMs = percentile(fromSent, 50), percentile(fromSent, 99), percentile(fromSent, 100)
-	r.AcceptedP50Ms, r.AcceptedP99Ms, r.AcceptedMaxMs = percentile(fromAccepted, 50), percentile(fromAccepted, 99), percentile(fromAccepted, 100)
+	r.AcceptedP50Ms, r.AcceptedP99Ms = percentile(fromAccepted, 50), percentile(fromAccepted, 99)
 }
 
 // percentile is the p-th percentile (0 < p <= 100) of values, nearest-rank; 0 for none.

@@ -30,15 +30,15 @@ import (
 
 // config is the command line.
 type config struct {
-	cases, peers                                                               []string
-	foos, rates                                                                []int
-	pairs, steadyFoos, unrelated, workers, namespaces, nodes                   int
-	reactionInflight, reactionSamples, readySamples, shardReplicas, shardSlots int
-	steadyWindow, settle, coldStartTimeout, reactionDeadline                   time.Duration
-	controllerArgs, compare, outDir, docs                                      string // outDir: <repo>/_output/bench
-	bare                                                                       bool
-	shipped                                                                    shipped  // read from artifacts/deploy
-	args                                                                       []string // the flags given but --docs, for the page and results.json
+	cases, peers                                             []string
+	foos, rates                                              []int
+	pairs, steadyFoos, unrelated, workers, namespaces, nodes int
+	reactionInflight, reactionSamples, readySamples          int
+	steadyWindow, settle, coldStartTimeout, reactionDeadline time.Duration
+	controllerArgs, outDir, docs                             string // outDir: <repo>/_output/bench
+	bare                                                     bool
+	shipped                                                  shipped  // read from artifacts/deploy
+	args                                                     []string // the flags given but --docs, for the page and results.json
 }
 
 // podsPerNode is what a simulated node holds (localcluster's nodes).
@@ -68,9 +68,6 @@ func parseFlags(args []string) (config, error) {
 	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated (empty for none), built by hack/build-peers.sh")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments appended to ours")
 	fs.BoolVar(&cfg.bare, "bare", false, "also run ours bare, as the bench did before it ran ours as shipped: without election, with plain metrics nobody scrapes")
-	fs.StringVar(&cfg.compare, "compare", "", "another build of ours, a binary, run as ours beside it in the same rounds: a change against the build before it")
-	fs.IntVar(&cfg.shardReplicas, "shard-replicas", 1, "run ours as this many replicas in sharded mode (--shard-slots), with the Lease timings of artifacts/deploy/components/sharded; 1 runs one replica, unsharded")
-	fs.IntVar(&cfg.shardSlots, "shard-slots", 16, "with --shard-replicas above 1: the number of slots, as the sharded component sets it")
 	fs.StringVar(&cfg.docs, "docs", "", "also write the table into this markdown page, between its lines <!-- bench --> and <!-- end of bench --> (make bench: docs/performance.md)")
 	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run after the cold starts, comma-separated: "+strings.Join(allCases, ", "))
 	if err := fs.Parse(args); err != nil {
@@ -88,7 +85,7 @@ func parseFlags(args []string) (config, error) {
 	if err := errors.Join(errFoos, errRates, errPeers, err); err != nil {
 		return cfg, err
 	}
-	for name, v := range map[string]int{"--shard-replicas": cfg.shardReplicas, "--shard-slots": cfg.shardSlots, "--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated, "--namespaces": cfg.namespaces, "--ready-samples": cfg.readySamples} {
+	for name, v := range map[string]int{"--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated, "--namespaces": cfg.namespaces, "--ready-samples": cfg.readySamples} {
 		if v < 1 {
 			return cfg, fmt.Errorf("%s must be at least 1, got %d", name, v)
 		}
@@ -239,13 +236,8 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	controllers := []side{ours}
-	if cfg.bare && cfg.shardReplicas == 1 {
+	if cfg.bare {
 		controllers = append(controllers, ourController(cfg, ours.Binary, false))
-	}
-	if cfg.compare != "" {
-		other := ourController(cfg, cfg.compare, true)
-		other.Name += " " + filepath.Base(cfg.compare)
-		controllers = append(controllers, other)
 	}
 	if len(cfg.peers) > 0 {
 		var builds []string
@@ -437,9 +429,6 @@ func buildTable(res *results) *table {
 		}
 		if m := r.Memory; m != nil {
 			put(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore))
-			if len(m.RSSReplicas) > 1 {
-				put(row(sectionMemory, 0, 0, "RSS, %d Foos: the largest replica (MiB)", m.Foos), mib(slices.Max(m.RSSReplicas)))
-			}
 			if m.RSSFileBefore > 0 {
 				put(row(sectionMemory, 0, 0, "RSS, %d Foos: of it mapped from files, the binary mostly (MiB)", m.Foos), mib(m.RSSFileBefore))
 			}
@@ -451,13 +440,11 @@ func buildTable(res *results) *table {
 			}
 		}
 		if rs := r.Restart; rs != nil {
-			put(row(sectionRestart, 0, 0, "restart, %d Foos converged: writes in the steady-state window after it", rs.Foos), rs.WritesTotal)
+			put(row(sectionRestart, 0, 0, "restart, %d Foos converged: writes in the steady-state window after it, Leases apart", rs.Foos), rs.WritesTotal)
 			set(row(sectionRestart, 0, 1, "restart, %d Foos converged: /readyz (s)", rs.Foos), rs.ReadySeconds, rs.ReadySeconds > 0, "no /readyz")
-			put(row(sectionRestart, 0, 2, "restart, %d Foos converged: the same informers filled (s)", rs.Foos), rs.CacheSyncSeconds)
-			set(row(sectionRestart, 0, 3, "restart, %d Foos converged: /readyz ÷ informers filled (×)", rs.Foos), rs.ReadySeconds/rs.CacheSyncSeconds, rs.ReadySeconds > 0 && rs.CacheSyncSeconds > 0, "")
 		}
 		if rl := r.Relist; rl != nil {
-			put(row(sectionRelist, 0, 0, "kube-apiserver restarted, %d Foos converged: writes in the steady-state window after it", rl.Foos), rl.WritesTotal)
+			put(row(sectionRelist, 0, 0, "kube-apiserver restarted, %d Foos converged: writes in the steady-state window after it, Leases apart", rl.Foos), rl.WritesTotal)
 			put(row(sectionRelist, 0, 1, "kube-apiserver restarted, %d Foos converged: kube-apiserver ready (s)", rl.Foos), rl.APIServerReadySeconds)
 			put(row(sectionRelist, 0, 2, "kube-apiserver restarted, %d Foos converged: the controller's CPU in the window (s)", rl.Foos), rl.CPUSeconds)
 			set(row(sectionRelist, 0, 3, "kube-apiserver restarted, %d Foos converged: the controller's peak RSS ÷ its RSS before (×)", rl.Foos), float64(rl.RSSPeak)/float64(rl.RSSBefore), rl.RSSBefore > 0, "")

@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,20 +21,16 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	eventsinformers "k8s.io/client-go/informers/events/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/seed-e6610ed6/sample-controller/internal/cached"
-	"github.com/seed-e6610ed6/sample-controller/internal/reconcile"
 	samplev1alpha1 "github.com/seed-e6610ed6/sample-controller/pkg/apis/samplecontroller/v1alpha1"
 	clientset "github.com/seed-e6610ed6/sample-controller/pkg/generated/clientset/versioned"
 	fooinformers "github.com/seed-e6610ed6/sample-controller/pkg/generated/informers/externalversions/samplecontroller/v1alpha1"
@@ -61,18 +54,18 @@ type session struct {
 	foos    []*samplev1alpha1.Foo
 	side    side
 
-	procs        []*localcluster.Process    // the controller's processes
-	ctrls        []*localcluster.Controller // ours, with their endpoints
-	stopping     *atomic.Bool               // the bench stops procs: their exits end nothing
-	starts       int                        // how often the controller was started
-	kubeconfig   string                     // the controller's: of user
-	user         string                     // the controller's user, by which the audit log tells its requests
-	auditLog     string                     // kube-apiserver's: every request but watches
-	scraperToken string                     // shipped: the token ours' /metrics is scraped with
-	scrapes      atomic.Int64               // shipped: scrapes answered
-	fail         func(error)                // ends the cases with this error: the controller exited, say
-	converged    bool                       // the cold start converged
-	replicas     []int32                    // the last spec.replicas the reaction case set on each Foo
+	proc         *localcluster.Process    // the controller's process
+	ctrl         *localcluster.Controller // ours, with its endpoints; nil for the others
+	stopping     *atomic.Bool             // the bench stops proc: its exit ends nothing
+	starts       int                      // how often the controller was started
+	kubeconfig   string                   // the controller's: of user
+	user         string                   // the controller's user, by which the audit log tells its requests
+	auditLog     string                   // kube-apiserver's: every request but watches
+	scraperToken string                   // shipped: the token ours' /metrics is scraped with
+	scrapes      atomic.Int64             // shipped: scrapes answered
+	fail         func(error)              // ends the cases with this error: the controller exited, say
+	converged    bool                     // the cold start converged
+	replicas     []int32                  // the last spec.replicas the reaction case set on each Foo
 	result       runResult
 }
 
@@ -130,9 +123,6 @@ func (s *session) setUp(ctx context.Context, root string, n int) error {
 		return err
 	}
 	namespaces := []string{unrelatedNamespace}
-	if s.side.Replicas > 1 {
-		namespaces = append(namespaces, leaseNamespace) // the sharded replicas' Leases
-	}
 	for i := range min(n, s.cfg.namespaces) {
 		namespaces = append(namespaces, s.cfg.fooNamespace(i))
 	}
@@ -201,15 +191,12 @@ func (s *session) installShipped(ctx context.Context, root string) error {
 	return s.cluster.WriteKubeconfig(s.kubeconfig, s.user, "system:serviceaccounts", "system:serviceaccounts:"+leaseNamespace)
 }
 
-// stopController stops the controller's processes, which the session then has none of.
+// stopController stops the controller's process, which the session then has none of.
 func (s *session) stopController() error {
 	s.stopping.Store(true)
-	var errs []error
-	for _, proc := range s.procs {
-		errs = append(errs, proc.Stop(localcluster.ControllerStopGrace))
-	}
-	s.procs, s.ctrls = nil, nil
-	return errors.Join(errs...)
+	err := s.proc.Stop(localcluster.ControllerStopGrace)
+	s.proc, s.ctrl = nil, nil
+	return err
 }
 
 // stop stops everything and removes the cluster's etcd data and audit log; the other logs stay.
@@ -218,7 +205,7 @@ func (s *session) stop() {
 		progressf("%s: %d scrapes of ours' /metrics answered", s.name, s.scrapes.Load())
 	}
 	var errs []error
-	if len(s.procs) > 0 {
+	if s.proc != nil {
 		errs = append(errs, s.stopController())
 	}
 	if s.watch != nil {
@@ -393,7 +380,6 @@ type side struct {
 	Shipped    bool     `json:",omitempty"` // ours as artifacts/deploy runs it, its secure metrics scraped
 	Floor      bool     `json:",omitempty"`
 	MaxFoos    int      `json:",omitempty"` // more would take it past any cold-start timeout
-	Replicas   int      `json:",omitempty"` // above 1: ours in sharded mode
 }
 
 const (
@@ -422,46 +408,38 @@ func (d side) command(kubeconfig string) []string {
 	return append([]string{"--kubeconfig=" + kubeconfig}, d.Args...)
 }
 
-// start starts the controller's processes, whose exit ends the session's cases unless
-// the bench stopped them.
+// start starts the controller's process, whose exit ends the session's cases unless
+// the bench stopped it.
 func (d side) start(ctx context.Context, s *session) error {
-	kubeconfig := s.kubeconfig
 	stopping := new(atomic.Bool)
-	s.procs, s.ctrls, s.stopping = nil, nil, stopping
-	for i := range max(1, d.Replicas) {
-		name := s.name + "-controller"
-		if d.Replicas > 1 {
-			name += fmt.Sprintf("-%d", i)
-		}
-		if s.starts > 0 {
-			name += fmt.Sprintf("-start-%d", s.starts+1)
-		}
-		var proc *localcluster.Process
-		var err error
-		if d.Ours {
-			var ctrl *localcluster.Controller
-			ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: d.Binary, Kubeconfig: kubeconfig, LogDir: s.cfg.outDir, Name: name,
-				Args: d.command(kubeconfig), Env: d.Env, SecureMetrics: d.Shipped})
-			if err == nil {
-				s.ctrls, proc = append(s.ctrls, ctrl), ctrl.Process
-			}
-			if err == nil && d.Shipped {
-				s.scrape(ctrl)
-			}
-		} else { // a peer may read $KUBECONFIG too
-			proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: d.Binary, Args: d.command(kubeconfig), Env: []string{"KUBECONFIG=" + kubeconfig}, LogDir: s.cfg.outDir})
-		}
-		if err != nil {
-			return err
-		}
-		s.procs = append(s.procs, proc)
-		go func() {
-			<-proc.Exited()
-			if !stopping.Load() {
-				s.fail(proc.ExitError())
-			}
-		}()
+	s.proc, s.ctrl, s.stopping = nil, nil, stopping
+	name := s.name + "-controller"
+	if s.starts > 0 {
+		name += fmt.Sprintf("-start-%d", s.starts+1)
 	}
+	var err error
+	if d.Ours {
+		s.ctrl, err = localcluster.StartController(ctx, localcluster.ControllerOptions{Bin: d.Binary, Kubeconfig: s.kubeconfig, LogDir: s.cfg.outDir, Name: name,
+			Args: d.command(s.kubeconfig), Env: d.Env, SecureMetrics: d.Shipped})
+		if err == nil {
+			s.proc = s.ctrl.Process
+		}
+		if err == nil && d.Shipped {
+			s.scrape(s.ctrl)
+		}
+	} else { // a peer may read $KUBECONFIG too
+		s.proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: d.Binary, Args: d.command(s.kubeconfig), Env: []string{"KUBECONFIG=" + s.kubeconfig}, LogDir: s.cfg.outDir})
+	}
+	if err != nil {
+		return err
+	}
+	proc := s.proc
+	go func() {
+		<-proc.Exited()
+		if !stopping.Load() {
+			s.fail(proc.ExitError())
+		}
+	}()
 	s.starts++
 	return nil
 }
@@ -469,20 +447,14 @@ func (d side) start(ctx context.Context, s *session) error {
 // ourController runs our controller with the bench's resync and --controller-args:
 // as shipped (the arguments and memory limit of artifacts/deploy's Deployment, its
 // metrics served over HTTPS and scraped), or bare as the bench ran it before (no
-// election, plain metrics); sharded, with the sharded component's Lease timings.
+// election, plain metrics).
 func ourController(cfg config, binary string, shipped bool) side {
 	d := side{Name: ourName, Binary: binary, Ours: true, Args: []string{"--resync-period=" + resync.String()}}
-	switch {
-	case cfg.shardReplicas > 1:
-		d.Name = fmt.Sprintf("%s, %d sharded replicas", ourName, cfg.shardReplicas)
-		d.Replicas = cfg.shardReplicas
-		d.Args = append(d.Args, "--leader-elect-resource-namespace="+leaseNamespace, "--leader-elect-lease-duration=15s",
-			"--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s", fmt.Sprintf("--shard-slots=%d", cfg.shardSlots))
-	case shipped:
+	if shipped {
 		d.Shipped, d.Env = true, cfg.shipped.env
 		d.Args = append(d.Args, cfg.shipped.args...)
 		d.Args = append(d.Args, "--leader-elect-resource-namespace="+leaseNamespace)
-	default:
+	} else {
 		d.Name += " bare"
 	}
 	d.Args = append(d.Args, strings.Fields(cfg.controllerArgs)...)
@@ -527,26 +499,24 @@ func readShipped(root string) (shipped, error) {
 const scrapeInterval = 30 * time.Second
 
 // scrape gets ctrl's /metrics every scrapeInterval, as Prometheus would, with the token
-// of a ServiceAccount bound to the shipped scrapers' role, on one kept-alive connection
-// (trusting the certificate the controller wrote by the first scrape), until the
-// controller exits. A scrape refused ends the session.
+// of a ServiceAccount bound to the shipped scrapers' role (trusting the certificate the
+// controller wrote), parsing what it gets, until the controller exits. A scrape refused
+// ends the session.
 func (s *session) scrape(ctrl *localcluster.Controller) {
 	go func() {
 		ticker := time.NewTicker(scrapeInterval)
 		defer ticker.Stop()
-		var client *http.Client
 		for {
 			select {
 			case <-ctrl.Process.Exited():
 				return
 			case <-ticker.C:
 			}
-			var err error
-			if client == nil {
-				client, err = ctrl.MetricsClient(s.scraperToken)
-			}
+			client, err := ctrl.MetricsClient(s.scraperToken)
 			if err == nil {
-				err = scrapeOnce(client, ctrl.MetricsURL)
+				scrapeCtx, cancel := context.WithTimeout(context.Background(), scrapeInterval)
+				_, err = localcluster.ScrapeMetrics(scrapeCtx, client, ctrl.MetricsURL)
+				cancel()
 			}
 			if err != nil && !s.stopping.Load() {
 				s.fail(fmt.Errorf("scraping %s: %w", ctrl.MetricsURL, err))
@@ -555,27 +525,6 @@ func (s *session) scrape(ctrl *localcluster.Controller) {
 			s.scrapes.Add(1)
 		}
 	}()
-}
-
-func scrapeOnce(client *http.Client, url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeInterval)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %s", resp.Status)
-	}
-	return nil
 }
 
 // scraperToken binds a ServiceAccount of the namespace default to the shipped role of
@@ -626,40 +575,3 @@ func peer(name, binDir string, workers int) side {
 
 // peerBuild is what hack/build-peers.sh builds for the peer name.
 func peerBuild(name string) string { return strings.TrimSuffix(name, "-tuned") }
-
-// clientsAsOurs builds clients as our controller builds its own: built-in types as
-// protobuf, Foos as JSON, on one connection of their own (the Dial function keeps
-// client-go from sharing its cached transport), with no rate limit.
-func clientsAsOurs(cluster *localcluster.Cluster, userAgent string) (kube kubernetes.Interface, sample clientset.Interface, closeIdle func(), err error) {
-	cfg := cluster.RESTConfig()
-	cfg.QPS, cfg.UserAgent = -1, userAgent
-	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if sample, err = clientset.NewForConfigAndClient(cfg, httpClient); err != nil {
-		return nil, nil, nil, err
-	}
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	if kube, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {
-		return nil, nil, nil, err
-	}
-	return kube, sample, httpClient.CloseIdleConnections, nil
-}
-
-// startInformers fills informers of the Foos and their Deployments built as ours (no
-// index: ours keeps only those it reads), with handlers, as ours, so that they resync.
-func startInformers(ctx context.Context, kube kubernetes.Interface, sample clientset.Interface) (stop func(), err error) {
-	deployments := appsinformers.NewFilteredDeploymentInformer(kube, metav1.NamespaceAll, resync, nil,
-		func(o *metav1.ListOptions) { o.LabelSelector = reconcile.FooUIDLabel })
-	foos := fooinformers.NewFooInformer(sample, metav1.NamespaceAll, resync, nil)
-	errTransforms := errors.Join(deployments.SetTransform(cached.TrimDeployment), foos.SetTransform(cached.TrimFoo))
-	_, errDeployments := deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{})
-	_, errFoos := foos.AddEventHandler(cache.ResourceEventHandlerFuncs{})
-	if err = errors.Join(errTransforms, errDeployments, errFoos); err != nil {
-		return nil, err
-	}
-	return runInformers(ctx, "the informers", deployments, foos)
-}
