@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/seed-e6610ed6/sample-controller/test/localcluster"
@@ -34,6 +35,7 @@ type config struct {
 	foos, rates                                              []int
 	pairs, steadyFoos, unrelated, workers, namespaces, nodes int
 	reactionInflight, reactionSamples, readySamples          int
+	memoryLimit                                              int64 // bytes; 0: artifacts/deploy's
 	steadyWindow, settle, coldStartTimeout, reactionDeadline time.Duration
 	controllerArgs, outDir, docs                             string // outDir: <repo>/_output/bench
 	bare                                                     bool
@@ -67,6 +69,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.coldStartTimeout, "cold-start-timeout", 10*time.Minute, "give up on a cold start after this long and report how far it got")
 	peers := fs.String("peers", strings.Join(peerNames, ","), "the controllers a user would pick instead, comma-separated (empty for none), built by hack/build-peers.sh")
 	fs.StringVar(&cfg.controllerArgs, "controller-args", "", "space-separated arguments appended to ours")
+	memoryLimit := fs.String("memory-limit", "", "ours' memory limit (MEMORY_LIMIT) in place of artifacts/deploy's, a quantity such as 512Mi: what a user who runs more Foos raises")
 	fs.BoolVar(&cfg.bare, "bare", false, "also run ours bare, as the bench did before it ran ours as shipped: without election, with plain metrics nobody scrapes")
 	fs.StringVar(&cfg.docs, "docs", "", "also write the table into this markdown page, between its lines <!-- bench --> and <!-- end of bench --> (make bench: docs/performance.md)")
 	cases := fs.String("cases", strings.Join(allCases, ","), "case groups to run after the cold starts, comma-separated: "+strings.Join(allCases, ", "))
@@ -84,6 +87,13 @@ func parseFlags(args []string) (config, error) {
 	cfg.cases, err = parseList("--cases", *cases, oneOf(allCases))
 	if err := errors.Join(errFoos, errRates, errPeers, err); err != nil {
 		return cfg, err
+	}
+	if *memoryLimit != "" {
+		q, err := resource.ParseQuantity(*memoryLimit)
+		if err != nil || q.Value() <= 0 {
+			return cfg, fmt.Errorf("--memory-limit=%q: want a positive quantity such as 512Mi", *memoryLimit)
+		}
+		cfg.memoryLimit = q.Value()
 	}
 	for name, v := range map[string]int{"--pairs": cfg.pairs, "--steady-foos": cfg.steadyFoos, "--workers": cfg.workers, "--reaction-inflight": cfg.reactionInflight, "--reaction-samples": cfg.reactionSamples, "--unrelated-deployments": cfg.unrelated, "--namespaces": cfg.namespaces, "--ready-samples": cfg.readySamples} {
 		if v < 1 {

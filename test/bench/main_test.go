@@ -38,10 +38,13 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 
+	if cfg, err := parseFlags([]string{"--memory-limit=512Mi"}); err != nil || cfg.memoryLimit != 512<<20 {
+		t.Errorf("--memory-limit=512Mi gave %d, %v; want 512 MiB in bytes", cfg.memoryLimit, err)
+	}
 	if cfg, err := parseFlags([]string{"--cases="}); err != nil || len(cfg.cases) != 0 {
 		t.Errorf("--cases= gave %v, %v; want cold starts alone", cfg.cases, err)
 	}
-	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"extra"}} {
+	for _, bad := range [][]string{{"--foos=0"}, {"--rates=x"}, {"--cases=nope"}, {"--cases=ratio"}, {"--pairs=0"}, {"--workers=0"}, {"--steady-foos=0"}, {"--unrelated-deployments=0"}, {"--peers=kubebuilder"}, {"--memory-limit=lots"}, {"--memory-limit=0"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded, want an error", bad)
 		}
@@ -219,6 +222,10 @@ func TestOursAsShipped(t *testing.T) {
 	}
 	if !ours.Shipped || ours.Name != ourName || !slices.Equal(ours.Env, []string{"MEMORY_LIMIT=268435456"}) {
 		t.Errorf("ours as shipped: %+v, want Shipped, named %q, with the manifest's 256Mi as MEMORY_LIMIT", ours, ourName)
+	}
+	cfg.memoryLimit = 512 << 20
+	if raised := ourController(cfg, "/bin/sample-controller", true); !slices.Equal(raised.Env, []string{"MEMORY_LIMIT=536870912"}) {
+		t.Errorf("ours as shipped with --memory-limit=512Mi has the environment %q", raised.Env)
 	}
 	if bare := ourController(cfg, "/bin/sample-controller", false); bare.Shipped || bare.Name != "ours bare" || strings.Contains(strings.Join(bare.Args, " "), "--leader-elect") {
 		t.Errorf("ours bare: %+v", bare)

@@ -452,6 +452,9 @@ func ourController(cfg config, binary string, shipped bool) side {
 	d := side{Name: ourName, Binary: binary, Ours: true, Args: []string{"--resync-period=" + resync.String()}}
 	if shipped {
 		d.Shipped, d.Env = true, cfg.shipped.env
+		if cfg.memoryLimit > 0 {
+			d.Env = []string{fmt.Sprintf("MEMORY_LIMIT=%d", cfg.memoryLimit)}
+		}
 		d.Args = append(d.Args, cfg.shipped.args...)
 		d.Args = append(d.Args, "--leader-elect-resource-namespace="+leaseNamespace)
 	} else {
