@@ -261,11 +261,13 @@ func steady(ctx context.Context, s *session) error {
 	return nil
 }
 
-// memoryResult is in bytes; RSSFileBefore is mapped from files, mostly the binary.
+// memoryResult is in bytes; RSSFileBefore is mapped from files, mostly the binary, and
+// RSSPeakBefore the most RSS the controller held from its start (VmHWM), the cold start's
+// included.
 type memoryResult struct {
-	Foos, Unrelated                                           int
-	RSSBefore, RSSAfter, RSSFileBefore, APIServerRSS, EtcdRSS int64
-	RSSPer10k                                                 float64
+	Foos, Unrelated                                                          int
+	RSSBefore, RSSAfter, RSSFileBefore, RSSPeakBefore, APIServerRSS, EtcdRSS int64
+	RSSPer10k                                                                float64
 }
 
 // memory reads the RSS, creates --unrelated-deployments Deployments that no Foo owns,
@@ -283,6 +285,9 @@ func memory(ctx context.Context, s *session) error {
 		return err
 	}
 	if m.RSSFileBefore, err = s.proc.RSSFileBytes(); err != nil {
+		return err
+	}
+	if m.RSSPeakBefore, err = s.proc.PeakRSSBytes(); err != nil {
 		return err
 	}
 	for name, rss := range map[string]*int64{localcluster.ComponentAPIServer: &m.APIServerRSS, localcluster.ComponentEtcd: &m.EtcdRSS} {
@@ -303,7 +308,7 @@ func memory(ctx context.Context, s *session) error {
 	}
 	m.RSSPer10k = float64(m.RSSAfter-m.RSSBefore) * 10000 / float64(m.Unrelated)
 	s.result.Memory = &m
-	progressf("%s: RSS %.1f -> %.1f MiB", s.name, mib(m.RSSBefore), mib(m.RSSAfter))
+	progressf("%s: RSS %.1f -> %.1f MiB, at most %.1f from the start until the first", s.name, mib(m.RSSBefore), mib(m.RSSAfter), mib(m.RSSPeakBefore))
 	return nil
 }
 
@@ -380,6 +385,8 @@ func relist(ctx context.Context, s *session) error {
 	}
 	progressf("%s: restarting kube-apiserver under the controller", s.name)
 	start := time.Now()
+	s.restarting.Store(true)
+	defer s.restarting.Store(false)
 	if err := s.cluster.Restart(ctx, localcluster.ComponentAPIServer); err != nil {
 		return err
 	}

@@ -439,6 +439,9 @@ func buildTable(res *results) *table {
 		}
 		if m := r.Memory; m != nil {
 			put(row(sectionMemory, 0, 0, "RSS, %d Foos (MiB)", m.Foos), mib(m.RSSBefore))
+			if m.RSSPeakBefore > 0 {
+				put(row(sectionMemory, 0, 0, "RSS, %d Foos: the peak from the start, the cold start's included (MiB)", m.Foos), mib(m.RSSPeakBefore))
+			}
 			if m.RSSFileBefore > 0 {
 				put(row(sectionMemory, 0, 0, "RSS, %d Foos: of it mapped from files, the binary mostly (MiB)", m.Foos), mib(m.RSSFileBefore))
 			}

@@ -63,6 +63,8 @@ type session struct {
 	auditLog     string                   // kube-apiserver's: every request but watches
 	scraperToken string                   // shipped: the token ours' /metrics is scraped with
 	scrapes      atomic.Int64             // shipped: scrapes answered
+	scrapeMisses atomic.Int64             // shipped: scrapes failed while kube-apiserver restarted
+	restarting   atomic.Bool              // kube-apiserver restarts: ours cannot review a scraper's token
 	fail         func(error)              // ends the cases with this error: the controller exited, say
 	converged    bool                     // the cold start converged
 	replicas     []int32                  // the last spec.replicas the reaction case set on each Foo
@@ -202,7 +204,7 @@ func (s *session) stopController() error {
 // stop stops everything and removes the cluster's etcd data and audit log; the other logs stay.
 func (s *session) stop() {
 	if s.side.Shipped {
-		progressf("%s: %d scrapes of ours' /metrics answered", s.name, s.scrapes.Load())
+		progressf("%s: %d scrapes of ours' /metrics answered, %d failed while kube-apiserver restarted", s.name, s.scrapes.Load(), s.scrapeMisses.Load())
 	}
 	var errs []error
 	if s.proc != nil {
@@ -425,7 +427,7 @@ func (d side) start(ctx context.Context, s *session) error {
 			s.proc = s.ctrl.Process
 		}
 		if err == nil && d.Shipped {
-			s.scrape(s.ctrl)
+			s.scrape(s.ctrl, stopping)
 		}
 	} else { // a peer may read $KUBECONFIG too
 		s.proc, err = localcluster.StartProcess(localcluster.ProcessOptions{Name: name, Bin: d.Binary, Args: d.command(s.kubeconfig), Env: []string{"KUBECONFIG=" + s.kubeconfig}, LogDir: s.cfg.outDir})
@@ -453,7 +455,8 @@ func ourController(cfg config, binary string, shipped bool) side {
 	if shipped {
 		d.Shipped, d.Env = true, cfg.shipped.env
 		if cfg.memoryLimit > 0 {
-			d.Env = []string{fmt.Sprintf("MEMORY_LIMIT=%d", cfg.memoryLimit)}
+			d.Env = append(slices.DeleteFunc(slices.Clone(d.Env), func(e string) bool { return strings.HasPrefix(e, "MEMORY_LIMIT=") }),
+				fmt.Sprintf("MEMORY_LIMIT=%d", cfg.memoryLimit))
 		}
 		d.Args = append(d.Args, cfg.shipped.args...)
 		d.Args = append(d.Args, "--leader-elect-resource-namespace="+leaseNamespace)
@@ -503,9 +506,10 @@ const scrapeInterval = 30 * time.Second
 
 // scrape gets ctrl's /metrics every scrapeInterval, as Prometheus would, with the token
 // of a ServiceAccount bound to the shipped scrapers' role (trusting the certificate the
-// controller wrote), parsing what it gets, until the controller exits. A scrape refused
-// ends the session.
-func (s *session) scrape(ctrl *localcluster.Controller) {
+// controller wrote), parsing what it gets, until the controller exits. A scrape that
+// fails ends the session, unless the bench is stopping the controller or restarting
+// kube-apiserver, which reviews the token (Prometheus would record the target down).
+func (s *session) scrape(ctrl *localcluster.Controller, stopping *atomic.Bool) {
 	go func() {
 		ticker := time.NewTicker(scrapeInterval)
 		defer ticker.Stop()
@@ -521,11 +525,16 @@ func (s *session) scrape(ctrl *localcluster.Controller) {
 				_, err = localcluster.ScrapeMetrics(scrapeCtx, client, ctrl.MetricsURL)
 				cancel()
 			}
-			if err != nil && !s.stopping.Load() {
+			switch {
+			case err == nil:
+				s.scrapes.Add(1)
+			case stopping.Load():
+			case s.restarting.Load():
+				s.scrapeMisses.Add(1)
+			default:
 				s.fail(fmt.Errorf("scraping %s: %w", ctrl.MetricsURL, err))
 				return
 			}
-			s.scrapes.Add(1)
 		}
 	}()
 }
