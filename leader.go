@@ -51,11 +51,18 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 	// that the kubelet restarts it.
 	var watchdog *leaderelection.HealthzAdaptor
 	var healthz func(*http.Request) error
+	// Ready once the caches are synced, and with leader election once the Leases have
+	// been listed: a rollout stops the old leader only after the new replica is ready,
+	// and a standby that saw the leader hold the Lease takes its release at once.
+	ready := controller.HasSynced
+	var leader *slots.Leader
 	if lease.leaderElect {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 		healthz = watchdog.Check
+		leader = slots.NewLeader(clients.lease, lease.Lease)
+		ready = func() bool { return leader.Synced() && controller.HasSynced() }
 	}
-	servers, err := endpoints.Start(ctx, clients.config, controller.HasSynced, healthz)
+	servers, err := endpoints.Start(ctx, clients.config, ready, healthz)
 	if err != nil {
 		return err
 	}
@@ -78,7 +85,7 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 	if !lease.leaderElect {
 		return work(ctx)
 	}
-	return runAsLeader(ctx, clients, lease.Lease, leading, watchdog, work)
+	return runAsLeader(ctx, clients, lease.Lease, leader, leading, watchdog, work)
 }
 
 // runAsLeader runs work only while this process holds the Lease, until ctx is
@@ -86,16 +93,17 @@ func runReplica(ctx context.Context, clients *clients, endpoints serving.Endpoin
 // that loses the Lease while it works exits at once and releases nothing, so that a
 // standby never starts while it still works. work's writes pass the gate only within
 // the tenure leading. slots.Leader.Lead keeps the leader from acting while sharded
-// replicas of its group may, so that a rollout never has both modes write.
-func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, leading *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
+// replicas of its group may, so that a rollout never has both modes write; its watch of
+// the group's Leases tells the lock what it saw of the Lease.
+func runAsLeader(ctx context.Context, clients *clients, lease election.Lease, leader *slots.Leader, leading *tenure.Tenure, watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
-	lock := lease.NewLock(clients.lease, leading, election.LockOptions{Labels: slots.LeaderLeaseLabels(lease.Name)})
+	lock := lease.NewLock(clients.lease, leading, election.LockOptions{Labels: slots.LeaderLeaseLabels(lease.Name), Seen: leader.Seen})
 	logger.Info("Waiting to become the leader", "lease", klog.KRef(lease.Namespace, lease.Name), "identity", lease.Identity)
 	lead := func(ctx context.Context) error {
 		logger.Info("Became the leader", "identity", lease.Identity)
 		return work(ctx)
 	}
-	return slots.NewLeader(clients.lease, lease).Lead(ctx, lead, func(ctx context.Context, work func(context.Context) error) (bool, error) {
+	return leader.Lead(ctx, lead, func(ctx context.Context, work func(context.Context) error) (bool, error) {
 		result := election.Run(ctx, election.Config{
 			Lock:     lock,
 			WatchDog: watchdog,

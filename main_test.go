@@ -200,7 +200,7 @@ func TestRunAsLeader(t *testing.T) {
 			var releasedBeforeRunReturned bool
 			done := make(chan error, 1)
 			go func() {
-				done <- runAsLeader(ctx, &clients{lease: client}, leaderLease(), nil, nil, func(ctx context.Context) error {
+				done <- runAsLeader(ctx, &clients{lease: client}, leaderLease(), slots.NewLeader(client, leaderLease()), nil, nil, func(ctx context.Context) error {
 					close(started)
 					<-ctx.Done()
 					// The Lease is still held while run winds down.
@@ -256,7 +256,7 @@ func TestRunAsLeaderCancelledWhileWaiting(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		done <- runAsLeader(ctx, &clients{lease: client}, leaderLease(), nil, nil, func(context.Context) error {
+		done <- runAsLeader(ctx, &clients{lease: client}, leaderLease(), slots.NewLeader(client, leaderLease()), nil, nil, func(context.Context) error {
 			t.Error("run was called while another replica holds the Lease")
 			return nil
 		})

@@ -79,9 +79,11 @@ type LeaseLock struct {
 
 	mu      sync.Mutex
 	current *coordinationv1.Lease // as last read or written; nil when missing
-	// version is the resourceVersion last seen, since when by this process's clock.
+	// version is the resourceVersion last seen, since when by this process's clock;
+	// watched, whether seen has told what it saw of that record.
 	version string
 	since   time.Time
+	watched bool
 	// longest is the longest duration the Lease has carried, or this process's own;
 	// slowest the longest retry period its holders announced, or this process's own.
 	longest, slowest time.Duration
@@ -175,18 +177,22 @@ func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.Leader
 	stored := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 	now := l.clock.Now()
 	if l.since.IsZero() || lease.ResourceVersion != l.version {
-		l.version, l.since = lease.ResourceVersion, now
-		if l.seen != nil {
-			if seen, ok := l.seen(lease.ResourceVersion); ok {
-				if seen.At.Before(l.since) {
-					l.since = seen.At
-				}
-				if seen.Holder != "" {
-					l.previous = seen.Holder
-				}
-				l.longest = max(l.longest, min(seen.Longest, MaxLeaseDuration))
-				l.slowest = max(l.slowest, seen.Slowest)
+		l.version, l.since, l.watched = lease.ResourceVersion, now, false
+	}
+	if l.seen != nil && !l.watched {
+		// Asked again at every read until the watch has seen this record: a read can
+		// come before the watch's event, and a release by the holder the watch saw is
+		// free after a retry period, not after a whole duration.
+		if seen, ok := l.seen(lease.ResourceVersion); ok {
+			l.watched = true
+			if seen.At.Before(l.since) {
+				l.since = seen.At
 			}
+			if seen.Holder != "" {
+				l.previous = seen.Holder
+			}
+			l.longest = max(l.longest, min(seen.Longest, MaxLeaseDuration))
+			l.slowest = max(l.slowest, seen.Slowest)
 		}
 	}
 	l.slowest = max(l.slowest, AnnouncedRetryPeriod(lease))

@@ -331,6 +331,37 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 	})
 
+	t.Run("a release the watch saw only after a standby's first read of it is taken a retry period later", func(t *testing.T) {
+		client, clk, a, _ := setup(t)
+		// c, new, has a watch of the Lease (LockOptions.Seen) that listed it held by a
+		// before c's elector read it: a rollout's new replica, ready once it listed.
+		watched := map[string]Observation{}
+		lease := Lease{Namespace: "system", Name: "slot-0", Identity: "c", Duration: d, RetryPeriod: testRetryPeriod}
+		seen := func(version string) (Observation, bool) { o, ok := watched[version]; return o, ok }
+		c := &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk, Seen: seen})}
+		if released, err := a.lock.Release(context.Background()); !released || err != nil {
+			t.Fatalf("Release = %v, %v", released, err)
+		}
+		// c's first read comes before the watch's event of the release.
+		released := clk.Now()
+		if c.acquire() {
+			t.Fatal("c took a release it could not tell from an edit")
+		}
+		obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		watched[obj.(*coordinationv1.Lease).ResourceVersion] = Observation{At: released, Holder: "a", Longest: d, Slowest: testRetryPeriod}
+		took, ok := time.Duration(0), false
+		for ; took <= d && !ok; took += 500 * time.Millisecond {
+			clk.Step(500 * time.Millisecond)
+			ok = c.acquire() && c.valid()
+		}
+		if want := ReleaseWait(testRetryPeriod, d) + 500*time.Millisecond; !ok || took > want {
+			t.Errorf("c took the release of the holder its watch saw after %v (taken: %v), want within %v", took, ok, want)
+		}
+	})
+
 	t.Run("a standby waits for a release as long as the retry period its holder announced", func(t *testing.T) {
 		// A rollout shortened the retry period: a, the holder, renews every 5 s; b, new,
 		// every 2 s.

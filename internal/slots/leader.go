@@ -40,6 +40,18 @@ func NewLeader(client kubernetes.Interface, lease election.Lease) *Leader {
 	return &Leader{holder: h}
 }
 
+// Seen is what the leader's watch of the group's Leases saw of its Lease's record
+// version, for its Lease lock (election.LockOptions.Seen): a standby that saw the holder
+// there takes its release after a retry period, though its own first read came after.
+func (s *Leader) Seen(version string) (election.Observation, bool) {
+	return s.holder.observer.observation(s.holder.Lease.Name, version)
+}
+
+// Synced tells whether the watch of the group's Leases, which runs from the start of
+// Lead on, has listed them: a replica ready by it has seen the Lease's holder, whose
+// release it then takes at once, as a rollout needs.
+func (s *Leader) Synced() bool { return s.holder.observer.synced() }
+
 // Lead runs the leader's elections one after another, until ctx ends or the leader
 // has acted in one: elect runs an election whose work, once the Lease is held, is the
 // function it is given. Each election starts only once the leader may be admitted, by

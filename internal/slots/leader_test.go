@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/seed-e6610ed6/sample-controller/internal/election"
 )
@@ -95,5 +98,48 @@ func TestSingleLeaderAndShardedReplicasTakeTurns(t *testing.T) {
 	defer log.mu.Unlock()
 	if len(log.overlaps) > 0 {
 		t.Errorf("the modes worked on one slot at once:\n%s", log.overlaps)
+	}
+}
+
+// TestLeaderIsSyncedOnceItSawTheHolder checks what a leader-elect replica's readiness
+// and its Lease lock learn from the leader's watch of the group's Leases: not synced
+// before Lead starts it; then synced, with the holder of the Lease's record seen, so
+// that a standby made ready by it takes that holder's release after a retry period.
+func TestLeaderIsSyncedOnceItSawTheHolder(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := fake.NewClientset()
+	withResourceVersions(client)
+	held := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testGroup, Labels: LeaderLeaseLabels(testGroup)},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](15)},
+	}
+	held, err := client.CoordinationV1().Leases(testNamespace).Create(ctx, held, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := testTimings
+	lease.Namespace, lease.Name, lease.Identity = testNamespace, testGroup, "c"
+	leader := NewLeader(client, lease)
+	if leader.Synced() {
+		t.Fatal("synced before Lead started its watch")
+	}
+	ctx, stop := context.WithCancel(ctx)
+	var done sync.WaitGroup
+	done.Go(func() {
+		_ = leader.Lead(ctx, func(context.Context) error { return nil }, func(ctx context.Context, _ func(context.Context) error) (bool, error) {
+			<-ctx.Done() // an election that never wins
+			return false, nil
+		})
+	})
+	defer done.Wait()
+	defer stop()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return leader.Synced(), nil
+	}); err != nil {
+		t.Fatal("the leader's watch never synced")
+	}
+	if seen, ok := leader.Seen(held.ResourceVersion); !ok || seen.Holder != "a" {
+		t.Errorf("Seen(%s) = %+v, %v; want the holder a", held.ResourceVersion, seen, ok)
 	}
 }
