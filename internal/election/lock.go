@@ -176,19 +176,21 @@ func (l *LeaseLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord
 func (l *LeaseLock) showLocked(lease *coordinationv1.Lease) *resourcelock.LeaderElectionRecord {
 	stored := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
 	now := l.clock.Now()
-	if l.since.IsZero() || lease.ResourceVersion != l.version {
+	first := l.since.IsZero() || lease.ResourceVersion != l.version
+	if first {
 		l.version, l.since, l.watched = lease.ResourceVersion, now, false
 	}
 	if l.seen != nil && !l.watched {
 		// Asked again at every read until the watch has seen this record: a read can
 		// come before the watch's event, and a release by the holder the watch saw is
-		// free after a retry period, not after a whole duration.
+		// free after a retry period, not after a whole duration. A holder learnt that
+		// late counts only if this process read none since: its own reads are newer.
 		if seen, ok := l.seen(lease.ResourceVersion); ok {
 			l.watched = true
 			if seen.At.Before(l.since) {
 				l.since = seen.At
 			}
-			if seen.Holder != "" {
+			if seen.Holder != "" && (first || l.previous == "") {
 				l.previous = seen.Holder
 			}
 			l.longest = max(l.longest, min(seen.Longest, MaxLeaseDuration))
@@ -335,7 +337,7 @@ func (l *LeaseLock) Create(ctx context.Context, record resourcelock.LeaderElecti
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.current, l.wrote, l.previous = created, created.ResourceVersion, l.lease.Identity
-	l.version, l.since = created.ResourceVersion, l.clock.Now()
+	l.version, l.since, l.watched = created.ResourceVersion, l.clock.Now(), true // its own: nothing to learn
 	l.tenure.Created(sent, time.Duration(record.LeaseDurationSeconds)*time.Second, wait)
 	return nil
 }
@@ -387,7 +389,7 @@ func (l *LeaseLock) Update(ctx context.Context, record resourcelock.LeaderElecti
 	defer l.mu.Unlock()
 	stored := updated.ResourceVersion != lease.ResourceVersion
 	l.current = updated
-	l.version, l.since = updated.ResourceVersion, l.clock.Now()
+	l.version, l.since, l.watched = updated.ResourceVersion, l.clock.Now(), true
 	switch {
 	case mine:
 		l.wrote, l.previous = updated.ResourceVersion, l.lease.Identity

@@ -362,6 +362,37 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 	})
 
+	t.Run("a holder the watch reports late does not replace a newer one the replica read", func(t *testing.T) {
+		client, clk, _, _ := setup(t)
+		watched := map[string]Observation{}
+		lease := Lease{Namespace: "system", Name: "slot-0", Identity: "c", Duration: d, RetryPeriod: testRetryPeriod}
+		seen := func(version string) (Observation, bool) { o, ok := watched[version]; return o, ok }
+		c := &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk, Seen: seen})}
+		c.read() // held by a
+		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b") })
+		c.read() // held by b: the holder c saw last
+		// A release marked as a's, forged or from before b (a watch that relisted past
+		// b would say a was the last holder it saw).
+		edit(t, client, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
+			metav1.SetMetaDataAnnotation(&l.ObjectMeta, ReleasedByAnnotation, "a "+string(l.UID))
+		})
+		if c.acquire() {
+			t.Fatal("c took a release marked by a holder other than the one it saw last")
+		}
+		obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		watched[obj.(*coordinationv1.Lease).ResourceVersion] = Observation{At: clk.Now(), Holder: "a", Longest: d, Slowest: testRetryPeriod}
+		for at := time.Duration(500 * time.Millisecond); at < d; at += 500 * time.Millisecond {
+			clk.Step(500 * time.Millisecond)
+			if c.acquire() {
+				t.Fatalf("c took a release marked as a's %v after it, though it saw b hold the Lease since", at)
+			}
+		}
+	})
+
 	t.Run("a standby waits for a release as long as the retry period its holder announced", func(t *testing.T) {
 		// A rollout shortened the retry period: a, the holder, renews every 5 s; b, new,
 		// every 2 s.

@@ -142,4 +142,19 @@ func TestLeaderIsSyncedOnceItSawTheHolder(t *testing.T) {
 	if seen, ok := leader.Seen(held.ResourceVersion); !ok || seen.Holder != "a" {
 		t.Errorf("Seen(%s) = %+v, %v; want the holder a", held.ResourceVersion, seen, ok)
 	}
+	// a releases: the record names no holder, and the watch still tells who held it.
+	release := held.DeepCopy()
+	release.Spec.HolderIdentity, release.Spec.LeaseDurationSeconds = ptr.To(""), ptr.To[int32](1)
+	metav1.SetMetaDataAnnotation(&release.ObjectMeta, election.ReleasedByAnnotation, "a "+string(held.UID))
+	if release, err = client.CoordinationV1().Leases(testNamespace).Update(ctx, release, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var seen election.Observation
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var ok bool
+		seen, ok = leader.Seen(release.ResourceVersion)
+		return ok, nil
+	}); err != nil || seen.Holder != "a" {
+		t.Errorf("Seen of the release = %+v (%v); want the holder a, who released it", seen, err)
+	}
 }
