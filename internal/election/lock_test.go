@@ -331,14 +331,29 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		}
 	})
 
-	t.Run("a release the watch saw only after a standby's first read of it is taken a retry period later", func(t *testing.T) {
-		client, clk, a, _ := setup(t)
-		// c, new, has a watch of the Lease (LockOptions.Seen) that listed it held by a
-		// before c's elector read it: a rollout's new replica, ready once it listed.
+	// watching is a new replica, c, with a watch of the Lease (LockOptions.Seen) whose
+	// reports the subtest makes: watchSaw has it report the stored record, with the last
+	// holder it saw, as first seen at at.
+	watching := func(t *testing.T, client *fake.Clientset, clk *clocktesting.FakeClock) (c *replica, watchSaw func(holder string, at time.Time)) {
 		watched := map[string]Observation{}
 		lease := Lease{Namespace: "system", Name: "slot-0", Identity: "c", Duration: d, RetryPeriod: testRetryPeriod}
 		seen := func(version string) (Observation, bool) { o, ok := watched[version]; return o, ok }
-		c := &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk, Seen: seen})}
+		c = &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk, Seen: seen})}
+		return c, func(holder string, at time.Time) {
+			t.Helper()
+			obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			watched[obj.(*coordinationv1.Lease).ResourceVersion] = Observation{At: at, Holder: holder, Longest: d, Slowest: testRetryPeriod}
+		}
+	}
+
+	t.Run("a release the watch saw only after a standby's first read of it is taken a retry period later", func(t *testing.T) {
+		client, clk, a, _ := setup(t)
+		// c's watch listed the Lease held by a before c's elector read it: a rollout's
+		// new replica, ready once it listed.
+		c, watchSaw := watching(t, client, clk)
 		if released, err := a.lock.Release(context.Background()); !released || err != nil {
 			t.Fatalf("Release = %v, %v", released, err)
 		}
@@ -347,11 +362,7 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		if c.acquire() {
 			t.Fatal("c took a release it could not tell from an edit")
 		}
-		obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		watched[obj.(*coordinationv1.Lease).ResourceVersion] = Observation{At: released, Holder: "a", Longest: d, Slowest: testRetryPeriod}
+		watchSaw("a", released)
 		took, ok := time.Duration(0), false
 		for ; took <= d && !ok; took += 500 * time.Millisecond {
 			clk.Step(500 * time.Millisecond)
@@ -364,10 +375,7 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 
 	t.Run("a holder the watch reports late does not replace a newer one the replica read", func(t *testing.T) {
 		client, clk, _, _ := setup(t)
-		watched := map[string]Observation{}
-		lease := Lease{Namespace: "system", Name: "slot-0", Identity: "c", Duration: d, RetryPeriod: testRetryPeriod}
-		seen := func(version string) (Observation, bool) { o, ok := watched[version]; return o, ok }
-		c := &replica{t: t, lock: lease.NewLock(client, tenure.New(clk), LockOptions{Clock: clk, Seen: seen})}
+		c, watchSaw := watching(t, client, clk)
 		c.read() // held by a
 		edit(t, client, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("b") })
 		c.read() // held by b: the holder c saw last
@@ -380,12 +388,8 @@ func TestTakeoverWaitsForTheHoldersTenure(t *testing.T) {
 		if c.acquire() {
 			t.Fatal("c took a release marked by a holder other than the one it saw last")
 		}
-		obj, err := client.Tracker().Get(leasesResource, "system", "slot-0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		watched[obj.(*coordinationv1.Lease).ResourceVersion] = Observation{At: clk.Now(), Holder: "a", Longest: d, Slowest: testRetryPeriod}
-		for at := time.Duration(500 * time.Millisecond); at < d; at += 500 * time.Millisecond {
+		watchSaw("a", clk.Now())
+		for at := 500 * time.Millisecond; at < d; at += 500 * time.Millisecond {
 			clk.Step(500 * time.Millisecond)
 			if c.acquire() {
 				t.Fatalf("c took a release marked as a's %v after it, though it saw b hold the Lease since", at)
